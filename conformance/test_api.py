@@ -1,0 +1,72 @@
+"""API clauses: the runtime module, its capabilities and the names each capability requires."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+from conformance import spec
+
+NAMES_BY_CAPABILITY: dict[str, tuple[str, ...]] = {
+    "bfc": ("AllocationAttributes", "AllocatorStats", "Allocator", "SubAllocator",
+            "InvalidPointerError", "SimulatedDeviceMemory", "SimulatedHostMemory",
+            "BFCAllocator", "GPUBFCAllocator"),
+    "env": ("read_bool_from_env_var", "read_int64_from_env_var", "get_allow_growth_value",
+            "get_garbage_collection_value"),
+    "vmem": ("GPUVMemAllocator", "maybe_create_gpu_vmem_allocator"),
+    "adjustable": ("GPUAdjustableAllocator",),
+    "session_run_actions": ("Grouping", "SessionRunAction", "SessionRunActionOptions",
+                            "SessionRunActionRegistry", "global_registry",
+                            "register_session_run_action"),
+    "file_listener": ("FileListener", "global_file_listener"),
+    "resource_management": ("GPUResourceManagement", "GPUUsageAdjustment", "create_runtime"),
+    "statistics": ("GPUStatistics",),
+    "executor": ("Graph", "DirectSession", "DeviceAttributes", "Device", "DeviceMgr",
+                 "get_pci_bus_id", "create_runtime"),
+    "gpu_op_manager": ("create_runtime",),
+    "workload": ("MLPWorkload",),
+    "virtual_clock": ("create_runtime",),
+    "worker": ("WORKER_COMMAND",),
+}
+
+CLOCK_TAKERS = ("BFCAllocator", "GPUBFCAllocator", "FileListener", "GPUResourceManagement",
+                "GPUStatistics", "DirectSession", "create_runtime")
+
+
+@pytest.mark.clause("API-1")
+def test_runtime_module_identifies_itself(rt) -> None:
+    for attr in ("NAME", "VERSION", "SPEC_VERSION"):
+        value = getattr(rt, attr)
+        assert isinstance(value, str) and value, f"{rt.__name__}.{attr}={value!r} [API-1]"
+    assert rt.SPEC_VERSION == spec.spec_version(), (
+        f"{rt.__name__}.SPEC_VERSION={rt.SPEC_VERSION!r}, suite spec is "
+        f"{spec.spec_version()!r} [API-1]")
+
+
+@pytest.mark.clause("API-2")
+def test_capabilities_are_from_the_closed_vocabulary(rt) -> None:
+    assert isinstance(rt.CAPABILITIES, frozenset), "CAPABILITIES must be a frozenset [API-2]"
+    unknown = set(rt.CAPABILITIES) - spec.CAPABILITIES
+    assert not unknown, f"unknown capabilities {sorted(unknown)} [API-2]"
+    assert set(NAMES_BY_CAPABILITY) == spec.CAPABILITIES - {"cuda"}
+
+
+@pytest.mark.clause("API-3", "API-5", "API-6", "API-7")
+@pytest.mark.parametrize("capability", sorted(NAMES_BY_CAPABILITY))
+def test_declared_capability_exposes_its_names(rt, capability: str) -> None:
+    if capability not in rt.CAPABILITIES:
+        pytest.skip(f"NOT_SUPPORTED: runtime {rt.NAME} does not declare capability "
+                    f"{capability!r}")
+    missing = [n for n in NAMES_BY_CAPABILITY[capability] if not hasattr(rt, n)]
+    assert not missing, f"capability {capability!r} declared but {missing} missing [API-3..7]"
+
+
+@pytest.mark.clause("API-4")
+@pytest.mark.capability("virtual_clock")
+def test_components_take_an_injectable_clock(rt) -> None:
+    present = [n for n in CLOCK_TAKERS if hasattr(rt, n)]
+    assert present, "no clock-taking component exposed [API-4]"
+    lacking = [n for n in present
+               if "clock" not in inspect.signature(getattr(rt, n)).parameters]
+    assert not lacking, f"{lacking} take no 'clock' argument [API-4]"
