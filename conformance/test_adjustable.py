@@ -1,0 +1,283 @@
+"""ADJ clauses: AntMan's GPUAdjustableAllocator (grow and shrink the BFC limit at run time)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from fixtures.oom import assert_bfc_valid
+from fixtures.virtual_clock import VirtualClock
+
+KiB = 1 << 10
+MiB = 1 << 20
+GiB = 1 << 30
+
+pytestmark = pytest.mark.capability("bfc", "adjustable")
+
+
+def rounded(n: int) -> int:
+    return -(-n // 256) * 256
+
+
+def next_after_shrink(target: int, pool_after: int) -> int:
+    """RoundedBytes(min(max(target - pool_after, 1), 1 MiB)) in size_t (64-bit) arithmetic."""
+    gap = (target - pool_after) % 2**64
+    return rounded(min(max(gap, 1), MiB))
+
+
+def make(rt, limit: int = 64 * MiB, growth: bool = True):
+    sim = rt.SimulatedDeviceMemory(4 * GiB)
+    bfc = rt.BFCAllocator(sim, limit, growth, "GPU_0_bfc",
+                          clock=VirtualClock(auto_advance=True), retry_timeout_us=0)
+    return bfc, sim
+
+
+def three_regions(rt, limit: int = 64 * MiB):
+    """R1 = 1 MiB (free), R2 = 2 MiB (in use), R3 = 4 MiB (free); pool 7 MiB, next 8 MiB."""
+    bfc, sim = make(rt, limit)
+    a = bfc.allocate_raw(256, MiB)
+    b = bfc.allocate_raw(256, 2 * MiB)
+    c = bfc.allocate_raw(256, 4 * MiB)
+    assert sim.alloc_calls == [MiB, 2 * MiB, 4 * MiB] and a < b < c
+    bfc.deallocate_raw(a)
+    bfc.deallocate_raw(c)
+    return bfc, sim, a, b, c
+
+
+def state(bfc) -> tuple[int, int, int, int]:
+    mm = bfc.memory_map()
+    return (mm.memory_limit, bfc.get_stats().bytes_limit, mm.total_region_allocated_bytes,
+            mm.next_region_size)
+
+
+# --- ADJ-1 -------------------------------------------------------------------------------
+
+@pytest.mark.clause("ADJ-1")
+@pytest.mark.parametrize("new_limit", [64 * MiB, 128 * MiB, 7 * MiB + 1, 7 * MiB, 2**63])
+def test_grow_or_shrink_without_freeing(rt, new_limit):
+    bfc, sim, a, b, c = three_regions(rt)
+    got = rt.GPUAdjustableAllocator().adjust_memory_limit(new_limit, bfc)
+    assert got == new_limit, f"adjust_memory_limit({new_limit}) returned {got} [ADJ-1]"
+    assert state(bfc) == (new_limit, new_limit, 7 * MiB, 8 * MiB), (
+        f"after adjust_memory_limit({new_limit}): (limit, bytes_limit, pool, next) = "
+        f"{state(bfc)} [ADJ-1]")
+    assert sim.free_calls == [] and sim.alloc_calls == [MiB, 2 * MiB, 4 * MiB], (
+        f"adjust_memory_limit({new_limit}) released {sim.free_calls} / allocated "
+        f"{sim.alloc_calls[3:]} [ADJ-1]")
+
+
+@pytest.mark.clause("ADJ-1", "BFC-9")
+def test_new_limit_governs_growth(rt):
+    adj = rt.GPUAdjustableAllocator()
+    bfc, sim = make(rt, 2 * MiB)
+    bfc.allocate_raw(256, MiB)                       # region 1 MiB, next 2 MiB
+    assert bfc.allocate_raw(256, 2 * MiB) is None    # available 1 MiB
+    assert adj.adjust_memory_limit(3 * MiB, bfc) == 3 * MiB
+    assert bfc.allocate_raw(256, 2 * MiB) is not None, (
+        "allocate_raw(256, 2 MiB) after growing the limit to 3 MiB [ADJ-1]")
+    assert adj.adjust_memory_limit(3 * MiB + 300, bfc) == 3 * MiB + 300
+    calls = len(sim.alloc_calls)
+    # available = floor256(300) = 256: one 256-byte region fits, nothing more
+    assert bfc.allocate_raw(256, 256) is not None and sim.alloc_calls[calls:] == [256], (
+        f"allocate_raw(256, 256) under limit pool + 300: regions {sim.alloc_calls[calls:]}, "
+        f"expected [256] [ADJ-1]")
+    assert bfc.allocate_raw(256, 256) is None, "allocation beyond the adjusted limit [ADJ-1]"
+
+
+# --- ADJ-2 / ADJ-3 / ADJ-4 -----------------------------------------------------------------
+
+@pytest.mark.clause("ADJ-2", "ADJ-3", "ADJ-4")
+def test_shrink_frees_free_regions_in_address_order(rt):
+    bfc, sim, a, b, c = three_regions(rt)
+    got = rt.GPUAdjustableAllocator().adjust_memory_limit(4 * MiB, bfc)
+    # to free 3 MiB: R1 (1 MiB) then, R2 being in use, R3 (4 MiB) → pool 2 MiB <= 4 MiB
+    assert got == 4 * MiB, f"adjust_memory_limit(4 MiB) returned {got} [ADJ-2]"
+    assert sim.free_calls == [(a, MiB), (c, 4 * MiB)], (
+        f"released {sim.free_calls}, expected R1 then R3 in address order [ADJ-3]")
+    assert state(bfc) == (4 * MiB, 4 * MiB, 2 * MiB, next_after_shrink(4 * MiB, 2 * MiB)), (
+        f"(limit, bytes_limit, pool, next) = {state(bfc)} [ADJ-2, ADJ-4]")
+    assert [r.ptr for r in bfc.memory_map().regions] == [b]
+    assert_bfc_valid(bfc, sim)
+
+
+@pytest.mark.clause("ADJ-3", "ADJ-4")
+def test_shrink_stops_once_the_target_is_met(rt):
+    bfc, sim, a, b, c = three_regions(rt)
+    got = rt.GPUAdjustableAllocator().adjust_memory_limit(6 * MiB, bfc)
+    assert got == 6 * MiB and sim.free_calls == [(a, MiB)], (
+        f"adjust_memory_limit(6 MiB): returned {got}, released {sim.free_calls}, expected "
+        f"only R1 [ADJ-3]")
+    assert state(bfc) == (6 * MiB, 6 * MiB, 6 * MiB, 256), (
+        f"pool exactly at the target: next must be RoundedBytes(1) = 256, got {state(bfc)} "
+        f"[ADJ-4]")
+
+
+@pytest.mark.clause("ADJ-3")
+def test_shrink_overshoots_with_whole_regions(rt):
+    bfc, sim, a, b, c = three_regions(rt)
+    bfc.deallocate_raw(b)
+    b2 = bfc.allocate_raw(256, 256)       # R1 (1 MiB) is the best fit; R2 becomes free
+    assert b2 == a
+    got = rt.GPUAdjustableAllocator().adjust_memory_limit(6 * MiB + 512 * KiB, bfc)
+    # to free 512 KiB: R1 in use, R2 (2 MiB) free → released; pool 5 MiB (overshoot)
+    assert got == 6 * MiB + 512 * KiB and sim.free_calls == [(b, 2 * MiB)], (
+        f"returned {got}, released {sim.free_calls} [ADJ-3]")
+    assert state(bfc)[2:] == (5 * MiB, next_after_shrink(6 * MiB + 512 * KiB, 5 * MiB))
+    assert state(bfc)[3] == MiB
+
+
+@pytest.mark.clause("ADJ-2", "ADJ-4")
+def test_shrink_that_falls_short(rt):
+    bfc, sim, a, b, c = three_regions(rt)
+    got = rt.GPUAdjustableAllocator().adjust_memory_limit(MiB, bfc)
+    assert got == 2 * MiB, (f"adjust_memory_limit(1 MiB) with 2 MiB in use returned {got}, "
+                            f"expected the remaining pool 2 MiB [ADJ-2]")
+    assert state(bfc) == (2 * MiB, 2 * MiB, 2 * MiB, MiB), (
+        f"(limit, bytes_limit, pool, next) = {state(bfc)}; a shortfall wraps next to 1 MiB "
+        f"[ADJ-2, ADJ-4]")
+    assert sim.free_calls == [(a, MiB), (c, 4 * MiB)]
+    assert bfc.allocate_raw(256, 256) is None, (
+        "allocate_raw(256, 256) with limit == pool and no free chunk must fail [ADJ-2]")
+
+
+@pytest.mark.clause("ADJ-2", "ADJ-3")
+def test_shrink_to_zero_releases_everything_free(rt):
+    bfc, sim = make(rt)
+    p = bfc.allocate_raw(256, MiB)
+    bfc.deallocate_raw(p)
+    assert rt.GPUAdjustableAllocator().adjust_memory_limit(0, bfc) == 0
+    assert state(bfc) == (0, 0, 0, 256) and sim.free_calls == [(p, MiB)], f"{state(bfc)}"
+    assert bfc.allocate_raw(256, 256) is None, "allocation with limit 0 [ADJ-2]"
+
+
+@pytest.mark.clause("ADJ-4", "BFC-8")
+@pytest.mark.parametrize("gap", [1, 255, 256, 1000, 100 * KiB, MiB - 1, MiB, 3 * MiB,
+                                 4 * MiB - 1, 4 * MiB, 4 * MiB + 1])
+def test_next_region_size_after_shrink(rt, gap):
+    bfc, sim, a, b, c = three_regions(rt)
+    target = 2 * MiB + gap                 # below the pool of 7 MiB
+    # FreeEmptyMemory: free regions R1 (1 MiB), R3 (4 MiB) in address order until to_free <= 0
+    pool, to_free = 7 * MiB, 7 * MiB - target
+    for size in (MiB, 4 * MiB):
+        pool -= size
+        to_free -= size
+        if to_free <= 0:
+            break
+    got = rt.GPUAdjustableAllocator().free_empty_memory(target, bfc)
+    assert got == pool, f"free_empty_memory({target}) returned {got}, expected {pool} [ADJ-3]"
+    expected_next = next_after_shrink(target, pool)
+    assert bfc.memory_map().next_region_size == expected_next, (
+        f"next after free_empty_memory({target}) leaving {pool}: "
+        f"{bfc.memory_map().next_region_size}, expected {expected_next} [ADJ-4]")
+    if pool == 2 * MiB:                    # no free chunk left: the next growth uses it
+        calls = len(sim.alloc_calls)
+        assert bfc.allocate_raw(256, 2 * MiB) is not None
+        size = expected_next
+        while size < 2 * MiB:
+            size *= 2
+        assert sim.alloc_calls[calls:] == [size], (
+            f"region after the reset: {sim.alloc_calls[calls:]}, expected {size} [BFC-8]")
+
+
+@pytest.mark.clause("ADJ-3")
+def test_free_empty_memory_at_or_above_the_pool(rt):
+    bfc, sim, a, b, c = three_regions(rt)
+    adj = rt.GPUAdjustableAllocator()
+    for target in (7 * MiB, 100 * MiB):
+        got = adj.free_empty_memory(target, bfc)
+        assert got == 7 * MiB, f"free_empty_memory({target}) returned {got}, expected the pool"
+    assert sim.free_calls == [] and state(bfc) == (64 * MiB, 64 * MiB, 7 * MiB, 8 * MiB), (
+        f"free_empty_memory(target >= pool) changed state: {state(bfc)} [ADJ-3]")
+
+
+@pytest.mark.clause("ADJ-3")
+def test_free_empty_memory_keeps_partly_used_regions_and_the_limit(rt):
+    bfc, sim = make(rt)
+    p = bfc.allocate_raw(256, 256)            # R1 1 MiB: 256 in use, the rest free
+    q = bfc.allocate_raw(256, 2 * MiB)        # R2 2 MiB
+    bfc.deallocate_raw(q)
+    got = rt.GPUAdjustableAllocator().free_empty_memory(0, bfc)
+    assert got == MiB and sim.free_calls == [(q, 2 * MiB)], (
+        f"free_empty_memory(0): returned {got}, released {sim.free_calls}; the partly used "
+        f"region must stay [ADJ-3]")
+    assert bfc.memory_map().memory_limit == 64 * MiB, "free_empty_memory changed the limit"
+    assert bfc.allocated_size(p) == 256
+    assert_bfc_valid(bfc, sim)
+
+
+# --- ADJ-5 -------------------------------------------------------------------------------
+
+@pytest.mark.clause("ADJ-5")
+def test_mem_pool_stats(rt):
+    adj = rt.GPUAdjustableAllocator()
+    bfc, sim = make(rt)
+    assert (adj.get_mem_pool_stats(bfc).pool_bytes,
+            adj.get_mem_pool_stats(bfc).stable_bytes) == (0, 0)
+    a = bfc.allocate_raw(256, MiB)            # R1 1 MiB, fully used
+    b = bfc.allocate_raw(256, 256)            # R2 2 MiB, 256 used
+    c = bfc.allocate_raw(256, 4 * MiB)        # R3 4 MiB
+    bfc.deallocate_raw(c)
+    s = adj.get_mem_pool_stats(bfc)
+    assert (s.pool_bytes, s.stable_bytes) == (7 * MiB, 3 * MiB), (
+        f"get_mem_pool_stats: ({s.pool_bytes}, {s.stable_bytes}), expected (7 MiB, 3 MiB) "
+        f"[ADJ-5]")
+    released = 7 * MiB - adj.free_empty_memory(0, bfc)
+    assert released == s.pool_bytes - s.stable_bytes, "pool - stable is what can be released"
+    assert a is not None and b is not None
+
+
+@pytest.mark.clause("ADJ-5", "BFC-17")
+def test_mem_pool_stats_is_a_consistent_snapshot(rt):
+    adj = rt.GPUAdjustableAllocator()
+    bfc, sim = make(rt, GiB)
+    stop = threading.Event()
+    bad: list = []
+
+    def churn():
+        while not stop.is_set():
+            ps = [bfc.allocate_raw(256, n) for n in (MiB, 3 * MiB, 300)]
+            for p in ps:
+                bfc.deallocate_raw(p)
+            adj.free_empty_memory(0, bfc)
+
+    t = threading.Thread(target=churn, name="antman-test-churn", daemon=True)
+    t.start()
+    try:
+        for _ in range(300):
+            s = adj.get_mem_pool_stats(bfc)
+            if not (0 <= s.stable_bytes <= s.pool_bytes and s.pool_bytes % 256 == 0):
+                bad.append(s)
+    finally:
+        stop.set()
+        t.join(10)
+    assert not bad, f"inconsistent get_mem_pool_stats snapshots {bad[:3]} [ADJ-5]"
+
+
+# --- ADJ-6 -------------------------------------------------------------------------------
+
+@pytest.mark.clause("ADJ-6")
+@pytest.mark.parametrize("bad", [-1, -MiB, 1.5, "1024", None, True])
+def test_bad_limits_raise_value_error(rt, bad):
+    bfc, sim, a, b, c = three_regions(rt)
+    adj = rt.GPUAdjustableAllocator()
+    before = (bfc.memory_map(), bfc.get_stats())
+    for call in (adj.adjust_memory_limit, adj.free_empty_memory):
+        with pytest.raises(ValueError):
+            call(bad, bfc)
+    assert (bfc.memory_map(), bfc.get_stats()) == before and sim.free_calls == [], (
+        f"a bad limit {bad!r} changed the allocator [ADJ-6]")
+
+
+@pytest.mark.clause("ADJ-6")
+def test_non_bfc_allocators_raise_type_error(rt, tf_env):
+    gpu = rt.BFCAllocator(rt.SimulatedDeviceMemory(MiB), MiB, True, "GPU_0_bfc")
+    vmem = rt.maybe_create_gpu_vmem_allocator(gpu, host_sub_allocator=rt.SimulatedHostMemory(MiB))
+    adj = rt.GPUAdjustableAllocator()
+    for obj in (vmem, None, object()):
+        with pytest.raises(TypeError):
+            adj.adjust_memory_limit(MiB, obj)
+        with pytest.raises(TypeError):
+            adj.free_empty_memory(MiB, obj)
+        with pytest.raises(TypeError):
+            adj.get_mem_pool_stats(obj)

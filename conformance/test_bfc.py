@@ -1,0 +1,1056 @@
+"""BFC clauses: the TensorFlow 1.15 BFC allocator, byte for byte.
+
+Every expectation is computed here from TF's arithmetic (written out in the helpers below),
+never read back from the implementation under test.
+"""
+
+from __future__ import annotations
+
+import random
+import struct
+import threading
+
+import pytest
+
+from fixtures.oom import FaultInjectingSubAllocator, assert_bfc_valid
+from fixtures.virtual_clock import VirtualClock
+
+KiB = 1 << 10
+MiB = 1 << 20
+GiB = 1 << 30
+T_10S = 10_000_000
+
+pytestmark = pytest.mark.capability("bfc")
+
+
+# --- TF arithmetic, written out ----------------------------------------------------------
+
+def rounded(n: int) -> int:
+    """RoundedBytes(n) = 256 * ceil(n / 256)."""
+    return -(-n // 256) * 256
+
+
+def bin_num(n: int) -> int:
+    """BinNumForSize(n) = min(20, floor(log2(max(n, 256) >> 8)))."""
+    n = max(n, 256) >> 8
+    b = 0
+    while n > 1:
+        n >>= 1
+        b += 1
+    return min(b, 20)
+
+
+def f32(x: float) -> float:
+    """Round a double to IEEE-754 single precision."""
+    return struct.unpack("<f", struct.pack("<f", x))[0]
+
+
+def backpedal(size: int) -> int:
+    """RoundedBytes(size_t(float(size) * 0.9f)); the product of two floats is exact in double."""
+    return rounded(int(f32(f32(float(size)) * f32(0.9))))
+
+
+def floor256(n: int) -> int:
+    return (n // 256) * 256
+
+
+class RecordingSub:
+    """A sub-allocator that records (alignment, size) and hands out adjacent regions."""
+
+    def __init__(self, base: int = 1 << 40, capacity: int = 1 << 40) -> None:
+        self.next = base
+        self.capacity = capacity
+        self.used = 0
+        self.calls: list[tuple[int, int]] = []
+        self.frees: list[tuple[int, int]] = []
+
+    def alloc(self, alignment: int, num_bytes: int) -> int | None:
+        self.calls.append((alignment, num_bytes))
+        if self.used + num_bytes > self.capacity:
+            return None
+        ptr, self.next = self.next, self.next + num_bytes   # no gap: regions adjacent
+        self.used += num_bytes
+        return ptr
+
+    def free(self, ptr: int, num_bytes: int) -> None:
+        self.frees.append((ptr, num_bytes))
+        self.used -= num_bytes
+
+
+def make(rt, limit: int, growth: bool = True, gc: bool = False, capacity: int | None = None,
+         clock=None, timeout_us: int = 0):
+    sim = rt.SimulatedDeviceMemory(capacity if capacity is not None else 4 * limit + GiB)
+    bfc = rt.BFCAllocator(sim, limit, growth, "GPU_0_bfc", gc,
+                          clock=clock if clock is not None else VirtualClock(auto_advance=True),
+                          retry_timeout_us=timeout_us)
+    return bfc, sim
+
+
+def chunks(bfc) -> list[tuple[int, int, bool]]:
+    return [(c.ptr, c.size, c.in_use) for r in bfc.memory_map().regions for c in r.chunks]
+
+
+def no_retry(rt):
+    return rt.AllocationAttributes(no_retry_on_failure=True)
+
+
+# --- BFC-1 -------------------------------------------------------------------------------
+
+@pytest.mark.clause("BFC-1")
+@pytest.mark.parametrize("n", [1, 100, 255, 256, 257, 511, 512, 1000, 1024, 1025, 4097, 65535])
+def test_requests_round_up_to_256(rt, n):
+    bfc, _ = make(rt, 64 * MiB)
+    p = bfc.allocate_raw(256, n)
+    assert p is not None, f"allocate_raw(256, {n}) returned None"
+    assert bfc.allocated_size(p) == rounded(n), (
+        f"allocated_size(allocate_raw(256, {n})) = {bfc.allocated_size(p)}, expected "
+        f"RoundedBytes = {rounded(n)} [BFC-1]")
+    q = bfc.allocate_raw(256, 1)
+    assert q - p == rounded(n), (f"allocate_raw(256, 1) after a {n}-byte request at {p:#x} "
+                                 f"returned {q:#x}, expected {p + rounded(n):#x} [BFC-1]")
+
+
+@pytest.mark.clause("BFC-1")
+def test_helpers_rounded_bytes_and_bin_num(rt):
+    for n in [1, 255, 256, 257, 1000, 4096, 123456789]:
+        assert rt.rounded_bytes(n) == rounded(n), f"rounded_bytes({n}) [BFC-1]"
+
+
+@pytest.mark.clause("BFC-1", "BFC-12")
+def test_zero_bytes_returns_none_at_once(rt):
+    clock = VirtualClock()  # manual: a retry wait would block this test
+    bfc, sim = make(rt, MiB, clock=clock, timeout_us=T_10S)
+    assert bfc.allocate_raw(256, 0) is None, "allocate_raw(256, 0) is not None [BFC-1]"
+    assert sim.alloc_calls == [], f"allocate_raw(256, 0) called the sub-allocator: {sim.alloc_calls}"
+    assert clock.records == [], f"allocate_raw(256, 0) waited: {clock.records}"
+    stats = bfc.get_stats()
+    assert (stats.num_allocs, stats.bytes_in_use) == (0, 0), f"stats after 0-byte request: {stats}"
+    p = bfc.allocate_raw(256, 1)
+    assert bfc.allocation_id(p) == 1, "a 0-byte request consumed an allocation id [BFC-1]"
+
+
+@pytest.mark.clause("BFC-1")
+@pytest.mark.parametrize("bad", [-1, -256, 1.5, 256.0, "256", True, None, 2**70 * -1])
+def test_bad_sizes_raise_value_error(rt, bad):
+    clock = VirtualClock()
+    bfc, sim = make(rt, MiB, clock=clock, timeout_us=T_10S)
+    keep = bfc.allocate_raw(256, 512)
+    before = (bfc.memory_map(), bfc.get_stats())
+    with pytest.raises(ValueError) as info:
+        bfc.allocate_raw(256, bad)
+    assert "GPU_0_bfc" in str(info.value), (
+        f"allocate_raw(256, {bad!r}) error {info.value!r} does not name the allocator [BFC-1]")
+    assert (bfc.memory_map(), bfc.get_stats()) == before, (
+        f"allocate_raw(256, {bad!r}) changed the allocator's state [BFC-1]")
+    assert clock.records == [] and keep is not None
+
+
+@pytest.mark.clause("BFC-1")
+@pytest.mark.parametrize("huge", [2**64, 2**64 + 1, 2**100])
+def test_sizes_beyond_size_t_return_none_at_once(rt, huge):
+    clock = VirtualClock()
+    bfc, sim = make(rt, MiB, clock=clock, timeout_us=T_10S)
+    assert bfc.allocate_raw(256, huge) is None, f"allocate_raw(256, {huge}) is not None [BFC-1]"
+    assert sim.alloc_calls == [] and clock.records == [], (
+        f"allocate_raw(256, {huge}) called the sub-allocator {sim.alloc_calls} or waited "
+        f"{clock.records} [BFC-1]")
+
+
+@pytest.mark.clause("BFC-1", "BFC-9")
+@pytest.mark.parametrize("huge", [MiB + 1, 2**63, 2**64 - 1])
+def test_sizes_above_the_limit_fail_without_a_region(rt, huge):
+    bfc, sim = make(rt, MiB, timeout_us=0)
+    assert bfc.allocate_raw(256, huge) is None, f"allocate_raw(256, {huge}) is not None"
+    assert bfc.allocate_raw(256, huge, no_retry(rt)) is None
+    assert sim.alloc_calls == [], (
+        f"allocate_raw(256, {huge}) with limit 1 MiB called the sub-allocator "
+        f"{sim.alloc_calls} [BFC-9]")
+    assert bfc.allocate_raw(256, 256) is not None, "allocator unusable after a huge request"
+
+
+@pytest.mark.clause("BFC-1")
+def test_alignment_is_only_forwarded(rt):
+    sub = RecordingSub()
+    bfc = rt.BFCAllocator(sub, 64 * MiB, True, "GPU_0_bfc", retry_timeout_us=0)
+    p = bfc.allocate_raw(4096, 256)
+    q = bfc.allocate_raw(4096, 256)
+    assert sub.calls == [(4096, MiB)], (f"sub-allocator calls {sub.calls}, expected the "
+                                        f"alignment forwarded: [(4096, {MiB})] [BFC-1]")
+    assert q - p == 256, (f"two allocate_raw(4096, 256) returned {p:#x} and {q:#x}: alignment "
+                          f"above 256 is not honoured in TF 1.15, expected adjacent [BFC-1]")
+
+
+# --- BFC-2 -------------------------------------------------------------------------------
+
+@pytest.mark.clause("BFC-2")
+def test_bin_num_for_size_boundaries(rt):
+    for b in range(21):
+        size = 256 << b
+        for n in (size, size + 255, 2 * size - 1):
+            assert rt.bin_num_for_size(n) == b, f"bin_num_for_size({n}) != {b} [BFC-2]"
+        if b < 20:
+            assert rt.bin_num_for_size(2 * size) == b + 1, f"bin_num_for_size({2 * size})"
+    for n in (0, 1, 255):
+        assert rt.bin_num_for_size(n) == 0, f"bin_num_for_size({n}) != 0 [BFC-2]"
+    assert rt.bin_num_for_size(1 << 40) == 20, "bin_num_for_size(2^40) != 20 [BFC-2]"
+
+
+@pytest.mark.clause("BFC-2", "BFC-16")
+def test_free_chunks_sit_in_their_bins(rt):
+    bfc, _ = make(rt, MiB, growth=False)
+    sizes = [256, 512, 768, 1024, 3000, 4096, 10000, 65536, 100000]
+    ptrs, layout = [], []
+    for s in sizes:
+        ptrs.append(bfc.allocate_raw(256, s))
+        bfc.allocate_raw(256, 256)          # a used guard keeps the free chunks apart
+    addr = ptrs[0]
+    for s in sizes:
+        layout.append((addr, rounded(s)))
+        addr += rounded(s) + 256
+    for p in ptrs:
+        bfc.deallocate_raw(p)
+    infos = bfc.get_bin_debug_info()
+    assert len(infos) == 21, f"get_bin_debug_info() has {len(infos)} entries, expected 21"
+    by_ptr = {c.ptr: c for r in bfc.memory_map().regions for c in r.chunks}
+    for ptr, size in layout:
+        c = by_ptr[ptr]
+        assert (c.size, c.in_use, c.bin_num) == (size, False, bin_num(size)), (
+            f"free chunk at {ptr:#x}: (size, in_use, bin) = ({c.size}, {c.in_use}, "
+            f"{c.bin_num}), expected ({size}, False, {bin_num(size)}) [BFC-2]")
+    used = [c for c in by_ptr.values() if c.in_use]
+    assert used and all(c.bin_num == -1 for c in used), "a chunk in use has a bin [BFC-2]"
+
+
+# --- BFC-3 / BFC-4 -----------------------------------------------------------------------
+
+def _holes(rt):
+    """Region of 1 MiB; free holes of 1024 @a, 2048 @c, 1024 @e, separated by used 256s."""
+    bfc, sim = make(rt, MiB, growth=False)
+    a = bfc.allocate_raw(256, 1024)
+    b = bfc.allocate_raw(256, 256)
+    c = bfc.allocate_raw(256, 2048)
+    d = bfc.allocate_raw(256, 256)
+    e = bfc.allocate_raw(256, 1024)
+    f = bfc.allocate_raw(256, 256)
+    assert [b - a, c - b, d - c, e - d, f - e] == [1024, 256, 2048, 256, 1024]
+    for p in (a, c, e):
+        bfc.deallocate_raw(p)
+    return bfc, sim, a, c, e
+
+
+@pytest.mark.clause("BFC-3")
+def test_best_fit_smallest_then_lowest_address(rt):
+    bfc, sim, a, c, e = _holes(rt)
+    calls = list(sim.alloc_calls)
+    got = bfc.allocate_raw(256, 1000)
+    assert got == a, f"allocate_raw(256, 1000) = {got:#x}, expected lowest 1024 hole {a:#x} [BFC-3]"
+    got = bfc.allocate_raw(256, 769)
+    assert got == e, f"allocate_raw(256, 769) = {got:#x}, expected the other 1024 hole {e:#x}"
+    got = bfc.allocate_raw(256, 1025)
+    assert got == c, f"allocate_raw(256, 1025) = {got:#x}, expected the 2048 hole {c:#x}"
+    assert sim.alloc_calls == calls, "best fit grew the pool although a chunk fitted [BFC-3]"
+
+
+@pytest.mark.clause("BFC-4")
+def test_no_split_below_twice_the_request(rt):
+    bfc, _, a, c, e = _holes(rt)
+    p = bfc.allocate_raw(256, 1025)  # rounded 1280; 2048 < 2560, 768 < 128 MiB
+    assert p == c and bfc.allocated_size(p) == 2048, (
+        f"allocate_raw(256, 1025) from a 2048 hole: allocated_size {bfc.allocated_size(p)}, "
+        f"expected the whole 2048-byte chunk [BFC-4]")
+    assert bfc.requested_size(p) == 1025
+
+
+@pytest.mark.clause("BFC-4")
+def test_split_at_exactly_twice_the_request(rt):
+    bfc, _, a, c, e = _holes(rt)
+    p = bfc.allocate_raw(256, 1024)  # a: 1024 hole, exact
+    p2 = bfc.allocate_raw(256, 1024)  # e
+    p3 = bfc.allocate_raw(256, 1024)  # c: 2048 >= 2*1024 → split
+    assert (p, p2, p3) == (a, e, c), f"got {(p, p2, p3)}, expected {(a, e, c)}"
+    assert bfc.allocated_size(p3) == 1024, (
+        f"allocate_raw(256, 1024) from a 2048 chunk: allocated_size "
+        f"{bfc.allocated_size(p3)}, expected 1024 (split) [BFC-4]")
+    rest = [x for x in chunks(bfc) if x[0] == c + 1024]
+    assert rest == [(c + 1024, 1024, False)], f"remainder after split: {rest} [BFC-4]"
+
+
+@pytest.mark.clause("BFC-4")
+@pytest.mark.parametrize("request_bytes,expect_split", [
+    (1024 * MiB - 128 * MiB, True),          # remainder exactly 128 MiB → split
+    (1024 * MiB - 128 * MiB + 256, False),   # remainder 128 MiB - 256 → whole chunk
+    (600 * MiB, True),                       # remainder 424 MiB
+    (512 * MiB, True),                       # exactly half
+    (512 * MiB + 256, True),                 # remainder 512 MiB - 256 ≥ 128 MiB
+])
+def test_128_mib_split_rule(rt, request_bytes, expect_split):
+    bfc, _ = make(rt, GiB, growth=False)
+    p = bfc.allocate_raw(256, request_bytes)
+    r = rounded(request_bytes)
+    expected = r if (GiB >= 2 * r or GiB - r >= 128 * MiB) else GiB
+    assert expect_split == (expected == r)
+    assert bfc.allocated_size(p) == expected, (
+        f"allocate_raw(256, {request_bytes}) from a 1 GiB chunk: allocated_size "
+        f"{bfc.allocated_size(p)}, expected {expected} [BFC-4]")
+    if expected == r:
+        assert chunks(bfc)[1] == (p + r, GiB - r, False), f"remainder chunk {chunks(bfc)[1:]}"
+
+
+@pytest.mark.clause("BFC-4")
+def test_split_just_below_twice_keeps_whole_chunk(rt):
+    bfc, _ = make(rt, MiB, growth=False)
+    n = 512 * KiB + 1    # rounded 524544; 2*r > 1 MiB and remainder < 128 MiB
+    p = bfc.allocate_raw(256, n)
+    assert bfc.allocated_size(p) == MiB, (f"allocate_raw(256, {n}) from a 1 MiB chunk: "
+                                          f"allocated_size {bfc.allocated_size(p)}, expected "
+                                          f"{MiB} [BFC-4]")
+
+
+# --- BFC-5 -------------------------------------------------------------------------------
+
+@pytest.mark.clause("BFC-5", "BFC-15")
+def test_coalescing_next_then_prev(rt):
+    bfc, _ = make(rt, MiB, growth=False)
+    a = bfc.allocate_raw(256, 200)
+    b = bfc.allocate_raw(256, 256)
+    c = bfc.allocate_raw(256, 256)
+    base = a
+    bfc.deallocate_raw(b)
+    assert chunks(bfc) == [(base, 256, True), (base + 256, 256, False), (base + 512, 256, True),
+                           (base + 768, MiB - 768, False)], f"after free(b): {chunks(bfc)}"
+    bfc.deallocate_raw(a)   # merges with its free next (b)
+    assert chunks(bfc)[:2] == [(base, 512, False), (base + 512, 256, True)], (
+        f"free(a) with a free next chunk: {chunks(bfc)} [BFC-5]")
+    assert bfc.allocation_id(a) == -1 and bfc.requested_size(a) == 200, (
+        f"after free(a): allocation_id {bfc.allocation_id(a)}, requested_size "
+        f"{bfc.requested_size(a)}, expected -1 and the stale 200 [BFC-15]")
+    assert bfc.allocated_size(a) == 512, f"allocated_size(a) after merge [BFC-15]"
+    with pytest.raises(rt.InvalidPointerError):
+        bfc.allocation_id(b)   # b merged into a: no chunk starts there
+    bfc.deallocate_raw(c)   # merges next (tail) then into prev (a)
+    assert chunks(bfc) == [(base, MiB, False)], f"after freeing everything: {chunks(bfc)} [BFC-5]"
+    with pytest.raises(rt.InvalidPointerError):
+        bfc.allocated_size(c)
+
+
+@pytest.mark.clause("BFC-5")
+def test_deallocate_none_is_a_no_op(rt):
+    bfc, _ = make(rt, MiB)
+    p = bfc.allocate_raw(256, 256)
+    before = (bfc.memory_map(), bfc.get_stats())
+    bfc.deallocate_raw(None)
+    assert (bfc.memory_map(), bfc.get_stats()) == before, "deallocate_raw(None) changed state"
+    assert p is not None
+
+
+@pytest.mark.clause("BFC-5")
+def test_adjacent_regions_never_merge(rt):
+    sub = RecordingSub()
+    bfc = rt.BFCAllocator(sub, 64 * MiB, True, "GPU_0_bfc", retry_timeout_us=0)
+    p = bfc.allocate_raw(256, MiB)          # region 1: 1 MiB, whole
+    q = bfc.allocate_raw(256, 2 * MiB)      # region 2: 2 MiB, adjacent
+    assert q == p + MiB, "the test sub-allocator should give adjacent regions"
+    bfc.deallocate_raw(p)
+    bfc.deallocate_raw(q)
+    mm = bfc.memory_map()
+    got = [(r.ptr, r.size, [(c.ptr, c.size, c.in_use) for c in r.chunks]) for r in mm.regions]
+    assert got == [(p, MiB, [(p, MiB, False)]), (q, 2 * MiB, [(q, 2 * MiB, False)])], (
+        f"two adjacent free regions: {got}; chunks must not merge across regions [BFC-5]")
+    r = bfc.allocate_raw(256, 3 * MiB)
+    assert r is not None and r >= q + 2 * MiB, (
+        f"allocate_raw(256, 3 MiB) = {r}: two adjacent 1+2 MiB free regions must not serve a "
+        f"3 MiB request [BFC-5]")
+
+
+# --- BFC-6 -------------------------------------------------------------------------------
+
+@pytest.mark.clause("BFC-6")
+def test_invalid_pointers_raise_and_change_nothing(rt):
+    bfc, _ = make(rt, MiB, growth=False)
+    p = bfc.allocate_raw(256, 1024)
+    q = bfc.allocate_raw(256, 256)
+    bfc.deallocate_raw(q)
+    before = (bfc.memory_map(), bfc.get_stats())
+    bad = [0x1234, p + 256, p + 1, p + MiB * 7, -1, float(p), str(p)]
+    for ptr in bad:
+        for name in ("deallocate_raw", "requested_size", "allocated_size", "allocation_id"):
+            with pytest.raises(rt.InvalidPointerError) as info:
+                getattr(bfc, name)(ptr)
+            assert "GPU_0_bfc" in str(info.value), (
+                f"{name}({ptr!r}) error {info.value!r} does not name the allocator [BFC-6]")
+    with pytest.raises(rt.InvalidPointerError):
+        bfc.deallocate_raw(q)   # double free (q's chunk merged with the free tail)
+    assert (bfc.memory_map(), bfc.get_stats()) == before, "an invalid pointer changed state"
+    assert issubclass(rt.InvalidPointerError, ValueError)
+
+
+@pytest.mark.clause("BFC-6")
+def test_double_free_of_an_unmerged_chunk(rt):
+    bfc, _ = make(rt, MiB, growth=False)
+    p = bfc.allocate_raw(256, 256)
+    q = bfc.allocate_raw(256, 256)  # noqa: F841 - keeps p from merging forward
+    bfc.deallocate_raw(p)
+    before = (bfc.memory_map(), bfc.get_stats())
+    with pytest.raises(rt.InvalidPointerError) as info:
+        bfc.deallocate_raw(p)
+    assert f"{p:#x}" in str(info.value) or str(p) in str(info.value), (
+        f"double free error {info.value!r} does not name the pointer [BFC-6]")
+    assert (bfc.memory_map(), bfc.get_stats()) == before, "a double free changed state [BFC-6]"
+
+
+# --- BFC-7 -------------------------------------------------------------------------------
+
+@pytest.mark.clause("BFC-7")
+@pytest.mark.parametrize("total,growth,expected_next", [
+    (3 * MiB, True, MiB), (MiB, True, MiB), (1000, True, 1024), (100, True, 256),
+    (0, True, 0), (3 * MiB, False, 3 * MiB), (1000, False, 1024), (5 * MiB + 1, False,
+                                                                  5 * MiB + 256),
+])
+def test_construction(rt, total, growth, expected_next):
+    sim = rt.SimulatedDeviceMemory(GiB)
+    bfc = rt.BFCAllocator(sim, total, growth, "GPU_0_bfc")
+    mm = bfc.memory_map()
+    assert sim.alloc_calls == [], f"BFCAllocator(...) called the sub-allocator [BFC-7]"
+    assert (mm.memory_limit, mm.total_region_allocated_bytes, mm.next_region_size,
+            mm.regions) == (total, 0, expected_next, ()), (
+        f"BFCAllocator(total={total}, allow_growth={growth}): memory_map {mm}, expected "
+        f"limit {total}, pool 0, next {expected_next}, no region [BFC-7]")
+    assert bfc.get_stats().bytes_limit == total and bfc.name == "GPU_0_bfc"
+
+
+@pytest.mark.clause("BFC-7")
+@pytest.mark.parametrize("bad", [-1, 1.5, "1024"])
+def test_construction_rejects_bad_sizes(rt, bad):
+    with pytest.raises(ValueError):
+        rt.BFCAllocator(rt.SimulatedDeviceMemory(MiB), bad, True, "GPU_0_bfc")
+    with pytest.raises(ValueError):
+        rt.BFCAllocator(rt.SimulatedDeviceMemory(MiB), MiB, True, "GPU_0_bfc",
+                        retry_timeout_us=bad)
+
+
+# --- BFC-8 / BFC-9 -----------------------------------------------------------------------
+
+@pytest.mark.clause("BFC-8")
+def test_region_growth_doubles(rt):
+    bfc, sim = make(rt, GiB)
+    nexts = []
+    for n in (MiB, 2 * MiB, 4 * MiB):
+        assert bfc.allocate_raw(256, n) is not None, f"allocate_raw(256, {n})"
+        nexts.append(bfc.memory_map().next_region_size)
+    assert sim.alloc_calls == [MiB, 2 * MiB, 4 * MiB], (
+        f"regions for requests 1, 2, 4 MiB: {sim.alloc_calls}, expected [1, 2, 4] MiB [BFC-8]")
+    assert nexts == [2 * MiB, 4 * MiB, 8 * MiB], f"next region sizes {nexts} [BFC-8]"
+
+
+@pytest.mark.clause("BFC-8")
+def test_forced_doubling_is_not_doubled_again(rt):
+    bfc, sim = make(rt, GiB)
+    bfc.allocate_raw(256, MiB)             # region 1 MiB, next 2 MiB
+    bfc.allocate_raw(256, 3 * MiB)         # 2 → 4 MiB (increased), next stays 4 MiB
+    assert sim.alloc_calls == [MiB, 4 * MiB], f"regions {sim.alloc_calls} [BFC-8]"
+    assert bfc.memory_map().next_region_size == 4 * MiB, (
+        f"next after a request that forced doubling: {bfc.memory_map().next_region_size}, "
+        f"expected {4 * MiB} [BFC-8]")
+    bfc.allocate_raw(256, 5 * MiB)         # 4 → 8 MiB
+    bfc.allocate_raw(256, 8 * MiB)         # 8 MiB, not increased → next 16 MiB
+    assert sim.alloc_calls == [MiB, 4 * MiB, 8 * MiB, 8 * MiB], f"regions {sim.alloc_calls}"
+    assert bfc.memory_map().next_region_size == 16 * MiB
+
+
+@pytest.mark.clause("BFC-8", "BFC-9")
+def test_region_is_capped_by_the_limit(rt):
+    bfc, sim = make(rt, 3 * MiB)
+    a = bfc.allocate_raw(256, MiB)               # region 1 MiB, next 2 MiB
+    b = bfc.allocate_raw(256, MiB)               # region min(next 2, available 2) MiB
+    assert sim.alloc_calls == [MiB, 2 * MiB], f"regions {sim.alloc_calls} [BFC-8]"
+    c = bfc.allocate_raw(256, MiB)               # the 1 MiB left in region 2
+    assert None not in (a, b, c)
+    assert bfc.allocate_raw(256, 256, no_retry(rt)) is None, "allocation beyond the limit"
+    assert sim.alloc_calls == [MiB, 2 * MiB], (
+        f"a request beyond floor256(limit - pool) = 0 called the sub-allocator "
+        f"{sim.alloc_calls[2:]} [BFC-9]")
+
+
+@pytest.mark.clause("BFC-9")
+def test_limit_not_multiple_of_256(rt):
+    bfc, sim = make(rt, 1000, growth=False)
+    assert bfc.memory_map().next_region_size == 1024
+    assert bfc.allocate_raw(256, 800) is None, "allocate_raw(256, 800) with limit 1000"
+    assert sim.alloc_calls == [], f"request 800 > floor256(1000) called {sim.alloc_calls}"
+    p = bfc.allocate_raw(256, 700)
+    assert sim.alloc_calls == [768] and bfc.allocated_size(p) == 768, (
+        f"limit 1000: region {sim.alloc_calls}, chunk {bfc.allocated_size(p)}, expected one "
+        f"768-byte region [BFC-9]")
+
+
+@pytest.mark.clause("BFC-8", "BFC-9")
+def test_pool_never_exceeds_limit_random(rt):
+    rng = random.Random(7)
+    limit = 5 * MiB + 12345
+    bfc, sim = make(rt, limit, gc=True)
+    live = []
+    for _ in range(300):
+        if live and rng.random() < 0.45:
+            bfc.deallocate_raw(live.pop(rng.randrange(len(live))))
+        else:
+            p = bfc.allocate_raw(256, rng.choice([100, 3000, 70000, 600 * KiB, 2 * MiB]),
+                                 no_retry(rt))
+            if p is not None:
+                live.append(p)
+        pool = bfc.memory_map().total_region_allocated_bytes
+        assert pool <= limit, f"pool {pool} above limit {limit} [BFC-9]"
+    assert_bfc_valid(bfc, sim)
+
+
+# --- BFC-10 ------------------------------------------------------------------------------
+
+def _backpedal_calls(first: int, request: int, capacity: int) -> list[int]:
+    calls, size = [first], first
+    if first <= capacity:
+        return calls
+    while True:
+        smaller = backpedal(size)
+        if smaller < request or smaller >= size:
+            return calls
+        size = smaller
+        calls.append(size)
+        if size <= capacity:
+            return calls
+
+
+@pytest.mark.clause("BFC-10")
+def test_backpedal_sequence(rt):
+    capacity = 700_000
+    bfc, sim = make(rt, MiB, growth=False, capacity=capacity)
+    p = bfc.allocate_raw(256, 256)
+    expected = _backpedal_calls(MiB, 256, capacity)
+    assert expected[:4] == [1048576, 943872, 849664, 764928]
+    assert sim.alloc_calls == expected, (
+        f"sub-allocator calls with capacity {capacity}: {sim.alloc_calls}, expected "
+        f"{expected} [BFC-10]")
+    assert p is not None and bfc.memory_map().total_region_allocated_bytes == expected[-1]
+
+
+@pytest.mark.clause("BFC-10")
+def test_backpedal_uses_float32(rt):
+    # From 1 GiB, float32 and double arithmetic part at the 4th step.
+    expected = _backpedal_calls(GiB, 256, 0)[:5]
+    double = [GiB]
+    for _ in range(4):
+        double.append(rounded(int(double[-1] * 0.9)))
+    assert expected[4] == 704482304 and double[4] == 704482560 != expected[4]
+    capacity = expected[4] + 100          # float32's 5th size fits, double's does not
+    bfc, sim = make(rt, GiB, growth=False, capacity=capacity)
+    assert bfc.allocate_raw(256, 256) is not None
+    assert sim.alloc_calls == expected, (
+        f"backpedal from 1 GiB: {sim.alloc_calls}, expected the float32 sequence "
+        f"{expected} [BFC-10]")
+
+
+@pytest.mark.clause("BFC-10")
+def test_backpedal_only_once_per_lifetime(rt):
+    bfc, sim = make(rt, GiB)
+    assert bfc.allocate_raw(256, 256) is not None          # region 1 MiB, next 2 MiB
+    sim.fail = True
+    assert bfc.allocate_raw(256, 2 * MiB, no_retry(rt)) is None
+    first = sim.alloc_calls[1:]
+    assert first == _backpedal_calls(2 * MiB, 2 * MiB, 0), f"first refusal: {first}"
+    assert bfc.allocate_raw(256, MiB + 256, no_retry(rt)) is None
+    later = sim.alloc_calls[1 + len(first):]
+    assert later == [2 * MiB], (f"a refusal after the one backpedal made calls {later}, "
+                                f"expected one call of {2 * MiB} [BFC-10]")
+
+
+@pytest.mark.clause("BFC-10")
+@pytest.mark.parametrize("limit", [256, 512, 2304, 2560, 5000])
+def test_backpedal_terminates_for_tiny_sizes(rt, limit):
+    bfc, sim = make(rt, limit, growth=False)
+    sim.fail = True
+    assert bfc.allocate_raw(256, 256, no_retry(rt)) is None
+    first = min(rounded(limit), floor256(limit))   # min(next, available)
+    expected = _backpedal_calls(first, 256, 0)
+    assert sim.alloc_calls == expected, (
+        f"limit {limit}, sub-allocator always refusing: calls {sim.alloc_calls}, expected "
+        f"{expected}; the loop must stop when the size stops shrinking [BFC-10]")
+    sim.fail = False
+    assert bfc.allocate_raw(256, 256) is not None
+
+
+# --- BFC-11 ------------------------------------------------------------------------------
+
+def _gc_setup(rt, gc: bool):
+    bfc, sim = make(rt, 4 * MiB, gc=gc)
+    a = bfc.allocate_raw(256, MiB)        # region R1 = 1 MiB, next 2 MiB
+    b = bfc.allocate_raw(256, 2 * MiB)    # region R2 = 2 MiB, next 4 MiB
+    bfc.deallocate_raw(a)                 # R1 fully free; pool 3 MiB
+    return bfc, sim, a, b
+
+
+@pytest.mark.clause("BFC-11")
+def test_gc_releases_free_regions_then_extends(rt):
+    bfc, sim, a, b = _gc_setup(rt, gc=True)
+    p = bfc.allocate_raw(256, 2 * MiB, no_retry(rt))
+    # Extend fails (available 1 MiB); F = 1 MiB; 2 MiB <= 4 - 3 + 1 → release R1; Extend:
+    # available 2 MiB, next 4 MiB → region min(4, 2) = 2 MiB, next doubled to 8 MiB.
+    assert p is not None, "allocate_raw(256, 2 MiB) with GC on returned None [BFC-11]"
+    assert sim.free_calls == [(a, MiB)], f"released {sim.free_calls}, expected [R1] [BFC-11]"
+    assert sim.alloc_calls == [MiB, 2 * MiB, 2 * MiB], f"regions {sim.alloc_calls} [BFC-11]"
+    mm = bfc.memory_map()
+    assert ([r.size for r in mm.regions], mm.total_region_allocated_bytes,
+            mm.next_region_size) == ([2 * MiB, 2 * MiB], 4 * MiB, 8 * MiB), f"{mm} [BFC-11]"
+    assert_bfc_valid(bfc, sim)
+
+
+@pytest.mark.clause("BFC-11")
+def test_gc_feasibility_check(rt):
+    bfc, sim, a, b = _gc_setup(rt, gc=True)
+    # 2 MiB + 256 > limit - pool + F = 2 MiB → nothing released
+    assert bfc.allocate_raw(256, 2 * MiB + 256, no_retry(rt)) is None
+    assert sim.free_calls == [], f"infeasible GC released {sim.free_calls} [BFC-11]"
+    assert bfc.memory_map().total_region_allocated_bytes == 3 * MiB
+
+
+@pytest.mark.clause("BFC-11")
+def test_gc_off_releases_nothing(rt):
+    bfc, sim, a, b = _gc_setup(rt, gc=False)
+    assert bfc.allocate_raw(256, 2 * MiB, no_retry(rt)) is None, "GC off: expected None"
+    assert sim.free_calls == [], f"GC off released {sim.free_calls} [BFC-11]"
+
+
+@pytest.mark.clause("BFC-11")
+def test_gc_releases_all_free_regions(rt):
+    bfc, sim = make(rt, 8 * MiB, gc=True)
+    a = bfc.allocate_raw(256, MiB)        # R1 1 MiB
+    b = bfc.allocate_raw(256, 2 * MiB)    # R2 2 MiB
+    c = bfc.allocate_raw(256, 4 * MiB)    # R3 4 MiB, next 8 MiB; pool 7 MiB
+    bfc.deallocate_raw(a)
+    bfc.deallocate_raw(b)
+    p = bfc.allocate_raw(256, 3 * MiB, no_retry(rt))
+    # F = 3 MiB, 3 <= 8 - 7 + 3: both released although R2 alone would do; region
+    # min(8 MiB, 8 - 4) = 4 MiB, no split (4 < 6 MiB, 1 MiB < 128 MiB).
+    assert sorted(sim.free_calls) == sorted([(a, MiB), (b, 2 * MiB)]), (
+        f"released {sim.free_calls}, expected both free regions [BFC-11]")
+    assert p is not None and bfc.allocated_size(p) == 4 * MiB, (
+        f"allocated_size after GC: {p and bfc.allocated_size(p)}, expected {4 * MiB}")
+    assert bfc.memory_map().next_region_size == 16 * MiB and c is not None
+
+
+@pytest.mark.clause("BFC-11", "BFC-8")
+def test_gc_only_after_extend_fails(rt):
+    bfc, sim = make(rt, 8 * MiB, gc=True)
+    a = bfc.allocate_raw(256, MiB)
+    bfc.deallocate_raw(a)
+    p = bfc.allocate_raw(256, 2 * MiB)    # Extend succeeds: R1 kept
+    assert p is not None and sim.free_calls == [], (
+        f"GC ran although Extend could succeed: released {sim.free_calls} [BFC-8]")
+
+
+# --- BFC-12 ------------------------------------------------------------------------------
+
+def _refusing(rt, clock, timeout_us):
+    """Allocator whose sub-allocator refuses every region after the first; backpedal spent."""
+    bfc, sim = make(rt, GiB, clock=clock, timeout_us=timeout_us)
+    assert bfc.allocate_raw(256, 256) is not None      # region 1 MiB, next 2 MiB
+    sim.fail = True
+    assert bfc.allocate_raw(256, 2 * MiB, no_retry(rt)) is None   # spends the backpedal
+    return bfc, sim, len(sim.alloc_calls)
+
+
+@pytest.mark.clause("BFC-12")
+def test_no_retry_makes_one_attempt(rt):
+    clock = VirtualClock()
+    bfc, sim, n = _refusing(rt, clock, T_10S)
+    assert bfc.allocate_raw(256, 2 * MiB, no_retry(rt)) is None
+    assert sim.alloc_calls[n:] == [2 * MiB] and clock.records == [], (
+        f"no_retry_on_failure: calls {sim.alloc_calls[n:]}, waits {clock.records}, expected "
+        f"one attempt and no wait [BFC-12]")
+
+
+@pytest.mark.clause("BFC-12")
+def test_retry_with_zero_timeout_makes_three_attempts(rt):
+    clock = VirtualClock()
+    bfc, sim, n = _refusing(rt, clock, 0)
+    for attrs in (None, rt.AllocationAttributes()):
+        start = len(sim.alloc_calls)
+        assert bfc.allocate_raw(256, 2 * MiB, attrs) is None
+        assert sim.alloc_calls[start:] == [2 * MiB] * 3, (
+            f"allocate_raw(256, 2 MiB, {attrs}) with retry_timeout_us=0: calls "
+            f"{sim.alloc_calls[start:]}, expected 3 attempts [BFC-12]")
+    assert clock.records == [] or all(r.duration_us <= 0 for r in clock.records)
+
+
+@pytest.mark.clause("BFC-12")
+def test_retry_waits_exactly_the_timeout(rt):
+    clock = VirtualClock(auto_advance=True)
+    bfc, sim, n = _refusing(rt, clock, T_10S)
+    assert bfc.allocate_raw(256, 2 * MiB) is None
+    assert sim.alloc_calls[n:] == [2 * MiB] * 4, (
+        f"allocate_raw(256, 2 MiB) with a 10 s retry and no frees: calls "
+        f"{sim.alloc_calls[n:]}, expected 4 attempts [BFC-12]")
+    waits = [r.duration_us for r in clock.records]
+    assert waits == [T_10S] and clock.now_us() == T_10S, (
+        f"waits {waits}, clock {clock.now_us()}, expected one wait of {T_10S} µs [BFC-12]")
+
+
+def _run(target, name: str) -> tuple[threading.Thread, list]:
+    out: list = []
+    t = threading.Thread(target=lambda: out.append(target()), name=name, daemon=True)
+    t.start()
+    return t, out
+
+
+@pytest.mark.clause("BFC-12", "BFC-17")
+def test_free_wakes_the_waiter_without_the_lock_held(rt):
+    clock = VirtualClock()
+    bfc, sim = make(rt, MiB, growth=False, clock=clock, timeout_us=T_10S)
+    p = bfc.allocate_raw(256, MiB)                       # the whole pool
+    t, out = _run(lambda: bfc.allocate_raw(256, 1000), "antman-test-waiter")
+    try:
+        clock.wait_for_waiters(1)
+        # the lock is free while the waiter waits
+        assert bfc.get_stats().bytes_in_use == MiB
+        assert bfc.allocation_id(p) == 1
+        assert bfc.allocate_raw(256, 256, no_retry(rt)) is None
+        bfc.deallocate_raw(p)
+        t.join(5)
+        assert not t.is_alive(), "deallocate_raw did not wake the retrying allocation [BFC-12]"
+        assert out == [p], f"woken allocation returned {out}, expected {p:#x} [BFC-12]"
+        assert clock.now_us() == 0, f"the wake needed the clock to advance ({clock.now_us()})"
+    finally:
+        clock.advance(T_10S)
+        t.join(5)
+
+
+@pytest.mark.clause("BFC-12")
+def test_retry_deadline_on_virtual_clock(rt):
+    clock = VirtualClock()
+    bfc, sim = make(rt, MiB, growth=False, clock=clock, timeout_us=T_10S)
+    bfc.allocate_raw(256, MiB)
+    t, out = _run(lambda: bfc.allocate_raw(256, 1000), "antman-test-deadline")
+    try:
+        clock.wait_for_waiters(1)
+        clock.tick(T_10S - 1)
+        assert "antman-test-deadline" in clock.waiting_threads(), (
+            "the retry gave up before its 10 s deadline [BFC-12]")
+        clock.advance(1)
+        t.join(5)
+        assert not t.is_alive() and out == [None], f"after the deadline: {out} [BFC-12]"
+        assert [r.duration_us for r in clock.records] == [T_10S]
+    finally:
+        clock.advance(2 * T_10S)
+        t.join(5)
+
+
+# --- BFC-13 / BFC-14 / BFC-15 ------------------------------------------------------------
+
+@pytest.mark.clause("BFC-13")
+def test_stats_count_chunk_sizes(rt):
+    bfc, _, a, c, e = _holes(rt)   # in use: 3 × 256; peak was 1024+256+2048+256+1024+256
+    s = bfc.get_stats()
+    assert (s.num_allocs, s.bytes_in_use, s.peak_bytes_in_use, s.largest_alloc_size) == (
+        6, 768, 4864, 2048), f"get_stats() after the hole layout: {s} [BFC-13]"
+    p = bfc.allocate_raw(256, 1025)    # served by the unsplit 2048 hole? no: best fit 2048
+    s = bfc.get_stats()
+    # rounded 1280: the 1024 holes are too small; the 2048 hole is not split → 2048 counted
+    assert (s.num_allocs, s.bytes_in_use, s.peak_bytes_in_use, s.largest_alloc_size) == (
+        7, 768 + 2048, 4864, 2048), f"get_stats() after allocate_raw(256, 1025): {s} [BFC-13]"
+    bfc.deallocate_raw(p)
+    assert bfc.get_stats().bytes_in_use == 768
+    assert (s.bytes_limit, s.bytes_reserved, s.peak_bytes_reserved,
+            s.bytes_reservable_limit) == (MiB, 0, 0, None), f"other fields {s} [BFC-13]"
+
+
+@pytest.mark.clause("BFC-13")
+def test_failed_allocations_change_no_stats(rt):
+    bfc, _ = make(rt, MiB, growth=False)
+    bfc.allocate_raw(256, 4096)
+    before = bfc.get_stats()
+    assert bfc.allocate_raw(256, MiB) is None
+    assert bfc.get_stats() == before, f"a failed allocation changed stats [BFC-13]"
+    assert bfc.get_stats() is not bfc.get_stats(), "get_stats() must return a new object"
+
+
+@pytest.mark.clause("BFC-14", "BFC-15")
+def test_clear_stats(rt):
+    bfc, _ = make(rt, 64 * MiB)
+    ps = [bfc.allocate_raw(256, n) for n in (1000, 5000, 300)]
+    bfc.deallocate_raw(ps[1])
+    bfc.clear_stats()
+    s = bfc.get_stats()
+    assert (s.num_allocs, s.bytes_in_use, s.peak_bytes_in_use, s.largest_alloc_size,
+            s.bytes_limit) == (0, 1024 + 512, 1024 + 512, 0, 64 * MiB), (
+        f"get_stats() after clear_stats(): {s} [BFC-14]")
+    q = bfc.allocate_raw(256, 256)
+    assert bfc.allocation_id(q) == 4, (f"allocation id after clear_stats: "
+                                       f"{bfc.allocation_id(q)}, expected 4 [BFC-15]")
+
+
+@pytest.mark.clause("BFC-15")
+def test_allocation_ids_and_sizes(rt):
+    bfc, _ = make(rt, 64 * MiB)
+    assert bfc.tracks_allocation_sizes() is True
+    sizes = [1, 300, 256, 70000, 5]
+    ptrs = [bfc.allocate_raw(256, n) for n in sizes]
+    for i, (p, n) in enumerate(zip(ptrs, sizes), start=1):
+        assert (bfc.allocation_id(p), bfc.requested_size(p), bfc.allocated_size(p)) == (
+            i, n, rounded(n)), f"queries of allocation {i} ({n} bytes) [BFC-15]"
+    assert bfc.allocate_raw(256, GiB) is None        # failures consume no id
+    bfc.deallocate_raw(ptrs[1])
+    q = bfc.allocate_raw(256, 300)
+    assert q == ptrs[1] and bfc.allocation_id(q) == 6, (
+        f"re-allocation of a freed chunk: id {bfc.allocation_id(q)}, expected 6 (never "
+        f"reused) [BFC-15]")
+
+
+# --- BFC-16 ------------------------------------------------------------------------------
+
+@pytest.mark.clause("BFC-16")
+def test_memory_map_and_bin_debug_info(rt):
+    bfc, _ = make(rt, 64 * MiB)
+    a = bfc.allocate_raw(256, 100)
+    b = bfc.allocate_raw(256, 1000)
+    c = bfc.allocate_raw(256, 4000)
+    bfc.deallocate_raw(b)
+    # expected layout of the first 1 MiB region
+    layout = [(a, 256, 100, True, 1), (a + 256, 1024, None, False, -1),
+              (a + 1280, 4096, 4000, True, 3), (a + 5376, MiB - 5376, None, False, -1)]
+    mm = bfc.memory_map()
+    assert (mm.memory_limit, mm.total_region_allocated_bytes, mm.next_region_size) == (
+        64 * MiB, MiB, 2 * MiB), f"memory_map header {mm} [BFC-16]"
+    assert len(mm.regions) == 1 and (mm.regions[0].ptr, mm.regions[0].size) == (a, MiB)
+    got = mm.regions[0].chunks
+    assert len(got) == len(layout), f"chunks {got} [BFC-16]"
+    for chunk, (ptr, size, req, in_use, aid) in zip(got, layout):
+        expected_bin = -1 if in_use else bin_num(size)
+        assert (chunk.ptr, chunk.size, chunk.in_use, chunk.allocation_id, chunk.bin_num) == (
+            ptr, size, in_use, aid, expected_bin), f"chunk {chunk} [BFC-16]"
+        if in_use:
+            assert chunk.requested_size == req
+    expected = [[0, 0, 0, 0, 0] for _ in range(21)]
+    for ptr, size, req, in_use, _ in layout:
+        e = expected[bin_num(size)]
+        e[1] += size
+        e[4] += 1
+        if in_use:
+            e[0] += size
+            e[2] += req
+            e[3] += 1
+    got_bins = [[i.total_bytes_in_use, i.total_bytes_in_bin, i.total_requested_bytes_in_use,
+                 i.total_chunks_in_use, i.total_chunks_in_bin] for i in bfc.get_bin_debug_info()]
+    assert got_bins == expected, f"get_bin_debug_info() {got_bins}, expected {expected}"
+    assert c is not None
+
+
+@pytest.mark.clause("BFC-16")
+def test_regions_in_ascending_address_order(rt):
+    class Descending(RecordingSub):
+        def alloc(self, alignment, num_bytes):
+            self.calls.append((alignment, num_bytes))
+            self.next -= num_bytes + 4096
+            return self.next
+
+    sub = Descending(base=1 << 44)
+    bfc = rt.BFCAllocator(sub, GiB, True, "GPU_0_bfc", retry_timeout_us=0)
+    for n in (MiB, 2 * MiB, 4 * MiB):
+        bfc.allocate_raw(256, n)
+    ptrs = [r.ptr for r in bfc.memory_map().regions]
+    assert ptrs == sorted(ptrs) and len(ptrs) == 3, f"region order {ptrs} [BFC-16]"
+
+
+# --- BFC-17 ------------------------------------------------------------------------------
+
+@pytest.mark.clause("BFC-17")
+def test_concurrent_allocations_do_not_overlap(rt):
+    bfc, sim = make(rt, 16 * MiB, gc=True)
+    errors: list[str] = []
+    held: list[tuple[int, int]] = []
+    lock = threading.Lock()
+
+    def worker(seed: int) -> None:
+        rng = random.Random(seed)
+        mine = []
+        for _ in range(400):
+            if mine and rng.random() < 0.5:
+                p = mine.pop(rng.randrange(len(mine)))
+                with lock:
+                    held.remove((p, bfc.allocated_size(p)))
+                bfc.deallocate_raw(p)
+            else:
+                p = bfc.allocate_raw(256, rng.choice([256, 1000, 5000, 70000]), no_retry(rt))
+                if p is None:
+                    continue
+                mine.append(p)
+                size = bfc.allocated_size(p)
+                with lock:
+                    for q, qs in held:
+                        if q < p + size and p < q + qs:
+                            errors.append(f"{p:#x}+{size} overlaps {q:#x}+{qs}")
+                    held.append((p, size))
+        for p in mine:
+            with lock:
+                held.remove((p, bfc.allocated_size(p)))
+            bfc.deallocate_raw(p)
+
+    threads = [threading.Thread(target=worker, args=(s,), name=f"antman-test-{s}")
+               for s in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert not errors, f"concurrent allocations overlap: {errors[:3]} [BFC-17]"
+    assert bfc.get_stats().bytes_in_use == 0
+    assert_bfc_valid(bfc, sim)
+
+
+# --- fault injection leaves a valid allocator ----------------------------------------------
+
+@pytest.mark.clause("BFC-8", "BFC-10", "BFC-11")
+@pytest.mark.parametrize("fault", ["nth", "above", "cap"])
+def test_injected_faults_leave_a_valid_allocator(rt, fault):
+    sim = rt.SimulatedDeviceMemory(GiB)
+    sub = FaultInjectingSubAllocator(sim)
+    bfc = rt.BFCAllocator(sub, 64 * MiB, True, "GPU_0_bfc", True, retry_timeout_us=0)
+    rng = random.Random(fault)
+    live = []
+    for step in range(200):
+        if step == 20:
+            {"nth": lambda: sub.fail_nth_call(2), "above": lambda: sub.fail_above(2 * MiB),
+             "cap": lambda: sub.cap_capacity(sim.bytes_in_use + 3 * MiB)}[fault]()
+        if live and rng.random() < 0.4:
+            bfc.deallocate_raw(live.pop(rng.randrange(len(live))))
+        else:
+            p = bfc.allocate_raw(256, rng.choice([300, 9000, 200 * KiB, 3 * MiB]), no_retry(rt))
+            if p is not None:
+                live.append(p)
+        assert_bfc_valid(bfc, sim)
+    assert sub.refused, f"the {fault} injection never refused a call"
+    sub.reset()
+    for p in live:
+        bfc.deallocate_raw(p)
+    assert bfc.get_stats().bytes_in_use == 0
+    assert_bfc_valid(bfc, sim)
+
+
+@pytest.mark.clause("BFC-12")
+def test_free_between_failed_attempt_and_wait_is_not_missed(rt):
+    inner = VirtualClock()
+    state: dict = {}
+
+    class FreeBeforeWait:
+        """A clock that frees memory (from another thread) when the retry first reads the time.
+
+        The retry reads the clock after a failed attempt to set its deadline, before it
+        waits: a free made there must not be lost.
+        """
+
+        def now_us(self):
+            if "p" in state and "freed" not in state:
+                state["freed"] = True
+                t = threading.Thread(target=lambda: state["bfc"].deallocate_raw(state["p"]),
+                                     name="antman-test-freer")
+                t.start()
+                t.join(5)
+            return inner.now_us()
+
+        def time_s(self):
+            return inner.time_s()
+
+        def sleep_us(self, duration_us, cancel=None):
+            return inner.sleep_us(duration_us, cancel)
+
+        def wait(self, event, timeout_us):
+            return inner.wait(event, timeout_us)
+
+    bfc, _ = make(rt, MiB, growth=False, clock=FreeBeforeWait(), timeout_us=T_10S)
+    state["bfc"], state["p"] = bfc, bfc.allocate_raw(256, MiB)
+    t, out = _run(lambda: bfc.allocate_raw(256, 1000), "antman-test-late-free")
+    try:
+        t.join(5)
+        assert not t.is_alive(), ("a free made between the failed attempt and the wait was "
+                                  "missed: the allocation kept waiting [BFC-12]")
+        assert out == [state["p"]] and inner.now_us() == 0, f"result {out} [BFC-12]"
+    finally:
+        inner.advance(2 * T_10S)
+        t.join(5)
+
+
+def _gc_scenario(bfc) -> bool:
+    """True when the allocator released a free region to serve a request (GC on)."""
+    a = bfc.allocate_raw(256, MiB)
+    bfc.allocate_raw(256, 2 * MiB)
+    bfc.deallocate_raw(a)
+    return bfc.allocate_raw(256, 2 * MiB, None) is not None
+
+
+@pytest.mark.clause("BFC-18", "ENV-3", "ENV-4")
+@pytest.mark.capability("env")
+@pytest.mark.parametrize("growth_env,option,growth", [
+    (None, False, False), (None, True, True), ("true", False, True), ("false", True, False),
+    ("TRUE", True, True), ("yes", False, False),
+])
+def test_gpu_bfc_allow_growth_from_env(rt, tf_env, growth_env, option, growth):
+    if growth_env is not None:
+        tf_env.set("TF_FORCE_GPU_ALLOW_GROWTH", growth_env)
+    bfc = rt.GPUBFCAllocator(rt.SimulatedDeviceMemory(GiB), 4 * MiB, "GPU_0_bfc",
+                             allow_growth=option, retry_timeout_us=0)
+    assert isinstance(bfc, rt.BFCAllocator) and bfc.name == "GPU_0_bfc"
+    expected = MiB if growth else 4 * MiB
+    assert bfc.memory_map().next_region_size == expected, (
+        f"GPUBFCAllocator(allow_growth={option}) with TF_FORCE_GPU_ALLOW_GROWTH="
+        f"{growth_env!r}: next region {bfc.memory_map().next_region_size}, expected "
+        f"{expected} [BFC-18]")
+
+
+@pytest.mark.clause("BFC-18", "ENV-4")
+@pytest.mark.capability("env")
+@pytest.mark.parametrize("gc_env,gc", [(None, True), ("true", True), ("false", False),
+                                       ("False", True), ("", True)])
+def test_gpu_bfc_garbage_collection_from_env(rt, tf_env, gc_env, gc):
+    if gc_env is not None:
+        tf_env.set("TF_ENABLE_GPU_GARBAGE_COLLECTION", gc_env)
+    sim = rt.SimulatedDeviceMemory(GiB)
+    bfc = rt.GPUBFCAllocator(sim, 4 * MiB, "GPU_0_bfc", allow_growth=True, retry_timeout_us=0)
+    served = _gc_scenario(bfc)
+    assert served == gc, (
+        f"TF_ENABLE_GPU_GARBAGE_COLLECTION={gc_env!r}: the request that needs GC was "
+        f"{'served' if served else 'refused'}, expected GC {'on' if gc else 'off'} [BFC-18]")
+    assert (len(sim.free_calls) == 1) == gc
+
+
+# --- simulated memory (API-3) ----------------------------------------------------------------
+
+@pytest.mark.clause("API-3")
+@pytest.mark.parametrize("kind", ["SimulatedDeviceMemory", "SimulatedHostMemory"])
+def test_simulated_memory(rt, kind):
+    mem = getattr(rt, kind)(10 * KiB)
+    p = mem.alloc(256, 4096)
+    q = mem.alloc(256, 4096)
+    assert p % 256 == 0 and q % 256 == 0, f"{kind}.alloc returned {p:#x}, {q:#x}: not 256-aligned"
+    assert q >= p + 4096 + 1 or p >= q + 4096 + 1, (
+        f"{kind}: regions {p:#x} and {q:#x} of 4096 bytes are adjacent or overlap [API-3]")
+    assert mem.alloc(256, 4096) is None, f"{kind}: alloc beyond capacity 10 KiB"
+    assert mem.alloc_calls == [4096, 4096, 4096] and mem.bytes_in_use == 8192
+    assert mem.live_regions == {p: 4096, q: 4096}
+    mem.free(p, 4096)
+    assert mem.free_calls == [(p, 4096)] and mem.bytes_in_use == 4096
+    mem.fail = True
+    assert mem.alloc(256, 256) is None, f"{kind}.alloc with fail=True"
+    mem.fail = False
+    mem.capacity = 4096
+    assert mem.alloc(256, 256) is None, f"{kind}.alloc above a lowered capacity"
+    mem.capacity = 8192
+    assert mem.alloc(256, 256) is not None
+
+
+@pytest.mark.clause("API-3")
+def test_simulated_memories_never_collide(rt):
+    mems = [rt.SimulatedDeviceMemory(MiB), rt.SimulatedDeviceMemory(MiB),
+            rt.SimulatedHostMemory(MiB), rt.SimulatedHostMemory(MiB)]
+    spans = []
+    for m in mems:
+        for _ in range(3):
+            p = m.alloc(256, 256 * KiB)
+            spans.append((p, p + 256 * KiB))
+    spans.sort()
+    for (a0, a1), (b0, b1) in zip(spans, spans[1:]):
+        assert a1 < b0, f"regions [{a0:#x}, {a1:#x}) and [{b0:#x}, {b1:#x}) touch [API-3]"

@@ -1,0 +1,213 @@
+"""ENV clauses: TensorFlow's parsing of the memory environment variables."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from fixtures.env_toggles import (BAD_BOOL_VALUES, BAD_EXACT_BOOL_VALUES, BAD_INT64_VALUES)
+from fixtures.virtual_clock import VirtualClock
+
+MiB = 1 << 20
+VAR = "TF_ANTMAN_SUITE_TEST_VAR"
+
+
+def error_records(caplog: pytest.LogCaptureFixture, rt) -> list[logging.LogRecord]:
+    return [r for r in caplog.records
+            if r.levelno >= logging.ERROR and r.name.startswith(rt.__name__)]
+
+
+def assert_one_error(caplog, rt, call: str) -> None:
+    errors = error_records(caplog, rt)
+    assert len(errors) == 1, (f"{call} logged {len(errors)} error records, expected exactly 1 "
+                              f"[{[r.getMessage() for r in errors]}]")
+
+
+def assert_no_error(caplog, rt, call: str) -> None:
+    errors = error_records(caplog, rt)
+    assert not errors, f"{call} logged errors {[r.getMessage() for r in errors]}, expected none"
+
+
+# --- ENV-1 -----------------------------------------------------------------------------
+
+@pytest.mark.clause("ENV-1")
+@pytest.mark.capability("env")
+@pytest.mark.parametrize("default", [True, False])
+def test_bool_unset_gives_default(rt, tf_env, caplog, default):
+    tf_env.unset(VAR)
+    got = rt.read_bool_from_env_var(VAR, default)
+    assert got is default, f"read_bool_from_env_var({VAR!r}, {default}) unset = {got!r}"
+    assert_no_error(caplog, rt, "read_bool_from_env_var(unset)")
+
+
+@pytest.mark.clause("ENV-1")
+@pytest.mark.capability("env")
+@pytest.mark.parametrize("value,expected", [
+    ("0", False), ("false", False), ("FALSE", False), ("False", False), ("fAlSe", False),
+    ("1", True), ("true", True), ("TRUE", True), ("True", True), ("tRuE", True),
+])
+def test_bool_values_are_case_insensitive(rt, tf_env, caplog, value, expected):
+    tf_env.set(VAR, value)
+    for default in (True, False):
+        got = rt.read_bool_from_env_var(VAR, default)
+        assert got is expected, (f"read_bool_from_env_var({VAR}={value!r}, {default}) = "
+                                 f"{got!r}, expected {expected} [ENV-1]")
+    assert_no_error(caplog, rt, f"read_bool_from_env_var({value!r})")
+
+
+@pytest.mark.clause("ENV-1")
+@pytest.mark.capability("env")
+@pytest.mark.parametrize("value", BAD_BOOL_VALUES)
+@pytest.mark.parametrize("default", [True, False])
+def test_bool_bad_value_logs_and_keeps_default(rt, tf_env, caplog, value, default):
+    tf_env.set(VAR, value)
+    got = rt.read_bool_from_env_var(VAR, default)
+    assert got is default, (f"read_bool_from_env_var({VAR}={value!r}, {default}) = {got!r}, "
+                            f"expected the default [ENV-1]")
+    assert_one_error(caplog, rt, f"read_bool_from_env_var({VAR}={value!r})")
+
+
+# --- ENV-2 -----------------------------------------------------------------------------
+
+@pytest.mark.clause("ENV-2")
+@pytest.mark.capability("env")
+@pytest.mark.parametrize("value,expected", [
+    ("0", 0), ("42", 42), ("007", 7), ("-5", -5), ("-0", 0), (" 1", 1), ("1 ", 1),
+    ("\t\n\v\f\r 65536 \r\n", 65536), (" -12 ", -12),
+    ("9223372036854775807", 2**63 - 1), ("-9223372036854775808", -2**63),
+])
+def test_int64_accepted_values(rt, tf_env, caplog, value, expected):
+    tf_env.set(VAR, value)
+    got = rt.read_int64_from_env_var(VAR, 123)
+    assert got == expected, (f"read_int64_from_env_var({VAR}={value!r}, 123) = {got!r}, "
+                             f"expected {expected} [ENV-2]")
+    assert_no_error(caplog, rt, f"read_int64_from_env_var({value!r})")
+
+
+@pytest.mark.clause("ENV-2")
+@pytest.mark.capability("env")
+@pytest.mark.parametrize("value", BAD_INT64_VALUES)
+def test_int64_bad_value_logs_and_keeps_default(rt, tf_env, caplog, value):
+    tf_env.set(VAR, value)
+    got = rt.read_int64_from_env_var(VAR, 65536)
+    assert got == 65536, (f"read_int64_from_env_var({VAR}={value!r}, 65536) = {got!r}, "
+                          f"expected the default [ENV-2]")
+    assert_one_error(caplog, rt, f"read_int64_from_env_var({VAR}={value!r})")
+
+
+@pytest.mark.clause("ENV-2")
+@pytest.mark.capability("env")
+def test_int64_unset_gives_default(rt, tf_env, caplog):
+    tf_env.unset(VAR)
+    assert rt.read_int64_from_env_var(VAR, -7) == -7, "read_int64_from_env_var(unset, -7)"
+    assert_no_error(caplog, rt, "read_int64_from_env_var(unset)")
+
+
+# --- ENV-3 -----------------------------------------------------------------------------
+
+@pytest.mark.clause("ENV-3")
+@pytest.mark.capability("env")
+@pytest.mark.parametrize("option", [True, False])
+def test_allow_growth_unset_uses_option(rt, tf_env, caplog, option):
+    got = rt.get_allow_growth_value(option)
+    assert got is option, f"get_allow_growth_value({option}) unset = {got!r}"
+    assert_no_error(caplog, rt, "get_allow_growth_value(unset)")
+
+
+@pytest.mark.clause("ENV-3")
+@pytest.mark.capability("env")
+@pytest.mark.parametrize("value,expected", [("true", True), ("false", False)])
+@pytest.mark.parametrize("option", [True, False])
+def test_allow_growth_exact_values_override(rt, tf_env, caplog, value, expected, option):
+    tf_env.set("TF_FORCE_GPU_ALLOW_GROWTH", value)
+    got = rt.get_allow_growth_value(option)
+    assert got is expected, (f"get_allow_growth_value({option}) with "
+                             f"TF_FORCE_GPU_ALLOW_GROWTH={value!r} = {got!r} [ENV-3]")
+    assert_no_error(caplog, rt, f"get_allow_growth_value({value!r})")
+
+
+@pytest.mark.clause("ENV-3")
+@pytest.mark.capability("env")
+@pytest.mark.parametrize("value", BAD_EXACT_BOOL_VALUES)
+@pytest.mark.parametrize("option", [True, False])
+def test_allow_growth_bad_value_uses_option(rt, tf_env, caplog, value, option):
+    tf_env.set("TF_FORCE_GPU_ALLOW_GROWTH", value)
+    got = rt.get_allow_growth_value(option)
+    assert got is option, (f"get_allow_growth_value({option}) with "
+                           f"TF_FORCE_GPU_ALLOW_GROWTH={value!r} = {got!r}, expected the "
+                           f"option [ENV-3]")
+    assert_one_error(caplog, rt, f"get_allow_growth_value({value!r})")
+
+
+# --- ENV-4 -----------------------------------------------------------------------------
+
+@pytest.mark.clause("ENV-4")
+@pytest.mark.capability("env")
+@pytest.mark.parametrize("value,expected", [(None, True), ("true", True), ("false", False)])
+def test_garbage_collection_values(rt, tf_env, caplog, value, expected):
+    if value is not None:
+        tf_env.set("TF_ENABLE_GPU_GARBAGE_COLLECTION", value)
+    got = rt.get_garbage_collection_value()
+    assert got is expected, (f"get_garbage_collection_value() with "
+                             f"TF_ENABLE_GPU_GARBAGE_COLLECTION={value!r} = {got!r} [ENV-4]")
+    assert_no_error(caplog, rt, "get_garbage_collection_value()")
+
+
+@pytest.mark.clause("ENV-4")
+@pytest.mark.capability("env")
+@pytest.mark.parametrize("value", BAD_EXACT_BOOL_VALUES)
+def test_garbage_collection_bad_value_is_true(rt, tf_env, caplog, value):
+    tf_env.set("TF_ENABLE_GPU_GARBAGE_COLLECTION", value)
+    got = rt.get_garbage_collection_value()
+    assert got is True, (f"get_garbage_collection_value() with "
+                         f"TF_ENABLE_GPU_GARBAGE_COLLECTION={value!r} = {got!r} [ENV-4]")
+    assert_one_error(caplog, rt, f"get_garbage_collection_value({value!r})")
+
+
+# --- ENV-5 -----------------------------------------------------------------------------
+
+@pytest.mark.clause("ENV-5", "BFC-18")
+@pytest.mark.capability("env", "bfc")
+def test_gpu_bfc_reads_growth_at_construction(rt, tf_env):
+    tf_env.set("TF_FORCE_GPU_ALLOW_GROWTH", "true")
+    bfc = rt.GPUBFCAllocator(rt.SimulatedDeviceMemory(64 * MiB), 64 * MiB, "GPU_0_bfc",
+                             allow_growth=False, retry_timeout_us=0)
+    tf_env.set("TF_FORCE_GPU_ALLOW_GROWTH", "false")
+    p = bfc.allocate_raw(256, 256)
+    regions = [r.size for r in bfc.memory_map().regions]
+    assert p is not None and regions == [MiB], (
+        f"GPUBFCAllocator built with TF_FORCE_GPU_ALLOW_GROWTH='true', variable changed "
+        f"later: first region sizes {regions}, expected [1 MiB] [ENV-5]")
+
+
+@pytest.mark.clause("ENV-5", "VMEM-6")
+@pytest.mark.capability("env", "vmem")
+def test_planned_percent_read_at_construction(rt, tf_env):
+    tf_env.set("TF_RO_PLANNED_GPU", "50")
+    device = rt.BFCAllocator(rt.SimulatedDeviceMemory(MiB), MiB, True, "GPU_0_bfc")
+    host = rt.BFCAllocator(rt.SimulatedHostMemory(MiB), MiB, True, "GPUHost_0_bfc")
+    vmem = rt.GPUVMemAllocator(device, host, tf_gpu_id=0, physical_total_memory=1000)
+    tf_env.set("TF_RO_PLANNED_GPU", "10")
+    assert vmem.memory_planned == 500, (
+        f"GPUVMemAllocator(physical_total_memory=1000) with TF_RO_PLANNED_GPU='50', changed "
+        f"to '10' afterwards: memory_planned {vmem.memory_planned}, expected 500 [ENV-5]")
+
+
+@pytest.mark.clause("ENV-5", "VMEM-1")
+@pytest.mark.capability("env", "vmem")
+def test_vmem_variables_read_per_call(rt, tf_env):
+    gpu = rt.BFCAllocator(rt.SimulatedDeviceMemory(MiB), MiB, True, "GPU_0_bfc")
+    tf_env.set("TF_GPU_VMEM", "false")
+    first = rt.maybe_create_gpu_vmem_allocator(
+        gpu, host_sub_allocator=rt.SimulatedHostMemory(MiB), clock=VirtualClock())
+    tf_env.set("TF_GPU_VMEM", "true")
+    tf_env.set("TF_CUDA_HOST_MEM_LIMIT_IN_MB", "3")
+    second = rt.maybe_create_gpu_vmem_allocator(
+        gpu, host_sub_allocator=rt.SimulatedHostMemory(MiB), clock=VirtualClock())
+    tf_env.set("TF_CUDA_HOST_MEM_LIMIT_IN_MB", "5")
+    assert first is gpu, "maybe_create_gpu_vmem_allocator with TF_GPU_VMEM='false' [ENV-5]"
+    assert second is not gpu, "maybe_create_gpu_vmem_allocator with TF_GPU_VMEM='true'"
+    limit = second.host_allocator.memory_map().memory_limit
+    assert limit == 3 * MiB, (f"host limit {limit} after TF_CUDA_HOST_MEM_LIMIT_IN_MB changed "
+                              f"from '3' to '5' after creation, expected {3 * MiB} [ENV-5]")
