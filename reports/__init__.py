@@ -1,0 +1,1 @@
+"""The certification report of a conformance run."""

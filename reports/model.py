@@ -1,0 +1,291 @@
+"""The certification document (``certification.json``) and its verdict, built from run data.
+
+Verdict, in order:
+
+- ``NOT CERTIFIED`` when the runtime targets another spec version; the must-pass list of the
+  spec version is missing, malformed or not the official one; the runtime declares no
+  complete profile of the list; tests failed to collect; the session hit an internal error;
+  a must-pass clause names no clause of SPEC.md; or a must-pass clause whose requirements hold
+  is FAIL, ERROR, TIMEOUT, CRASH or NOT_SUPPORTED without a valid waiver.
+- ``INCOMPLETE`` otherwise when a required must-pass clause was not run, the run selected a
+  subset of the suite (``-k``, ``-m``, ``--deselect``, node IDs, paths that do not cover
+  ``conformance/``), or collected tests were never reported (``-x``, interruption, crashes).
+- ``CERTIFIED`` otherwise: every required must-pass clause is PASS or WAIVED.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from conformance import spec
+from reports import expectations as exp
+from reports import outcomes as oc
+from reports.mustpass import MustPassList
+
+SCHEMA_VERSION = "1.0"
+CERTIFIED = "CERTIFIED"
+NOT_CERTIFIED = "NOT CERTIFIED"
+INCOMPLETE = "INCOMPLETE"
+VERDICTS = (CERTIFIED, NOT_CERTIFIED, INCOMPLETE)
+FAILING = (oc.CRASH, oc.TIMEOUT, oc.ERROR, oc.FAIL, oc.NOT_SUPPORTED)
+
+
+@dataclass
+class TestRecord:
+    nodeid: str
+    clauses: list[str] = field(default_factory=list)
+    capabilities: list[str] = field(default_factory=list)
+    gpu: bool = False
+    phases: list[tuple[str, str | None]] = field(default_factory=list)
+    duration_s: float = 0.0
+    worker: str | None = None
+    hypothesis: dict[str, Any] | None = None
+    outcome: str = oc.NOT_RUN
+    observed: str = oc.NOT_RUN
+    message: str | None = None
+    waiver: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"nodeid": self.nodeid, "outcome": self.outcome,
+                "observed_outcome": self.observed, "duration_s": round(self.duration_s, 6),
+                "clauses": self.clauses, "capabilities": self.capabilities, "gpu": self.gpu,
+                "worker": self.worker, "hypothesis": self.hypothesis,
+                "message": self.message, "waiver": self.waiver}
+
+
+@dataclass
+class RunData:
+    """Everything the plugin gathered; ``build`` turns it into the document."""
+    clauses: Mapping[str, spec.Clause]
+    spec_version: str
+    tests: dict[str, TestRecord]
+    runtime: dict[str, Any]
+    suite: dict[str, Any]
+    python: dict[str, Any]
+    platform: dict[str, Any]
+    target: dict[str, Any]
+    invocation: dict[str, Any]
+    mustpass: MustPassList | None
+    mustpass_error: str | None = None
+    mustpass_official: bool = True
+    expectations: exp.Expectations = field(default_factory=exp.Expectations)
+    selection_reasons: list[str] = field(default_factory=list)
+    collection_errors: list[str] = field(default_factory=list)
+    exitstatus: int = 0
+    artifacts: list[dict[str, Any]] = field(default_factory=list)
+    benchmarks: list[dict[str, Any]] = field(default_factory=list)
+    run_id: str = ""
+    generated_at: str = ""
+    today: dt.date | None = None
+
+
+def _finish_tests(data: RunData, waivers: list[exp.Waiver]) -> None:
+    for t in data.tests.values():
+        t.observed, t.message = oc.combine_phases(t.phases)
+        t.outcome = t.observed
+        for w in waivers:
+            if not w.matches_test(t.nodeid):
+                continue
+            w.matched.append(t.nodeid)
+            if t.outcome in oc.WAIVABLE:
+                t.outcome, t.waiver, w.status = oc.WAIVED, w.id, exp.APPLIED
+    for w in waivers:
+        if w.test is None:
+            continue
+        if not w.matched:
+            w.status, w.note = exp.STALE, "matched no test of this run"
+        elif w.status != exp.APPLIED:
+            w.status, w.note = exp.UNNEEDED, "every matched test passed or did not run"
+
+
+def _clauses(data: RunData, waivers: list[exp.Waiver], required: set[str]) -> list[dict]:
+    by_clause: dict[str, list[TestRecord]] = {}
+    for t in data.tests.values():
+        for cid in t.clauses:
+            by_clause.setdefault(cid, []).append(t)
+    clause_waivers = {}
+    for w in waivers:
+        if w.clause is not None:
+            clause_waivers.setdefault(w.clause, []).append(w)
+            if w.clause not in data.clauses:
+                w.status, w.note = exp.STALE, f"no clause {w.clause} in SPEC.md"
+    sections = data.mustpass.sections if data.mustpass else {}
+    result = []
+    for cid, clause in data.clauses.items():
+        tests = sorted(by_clause.get(cid, []), key=lambda t: t.nodeid)
+        observed = oc.aggregate(t.observed for t in tests)
+        outcome = oc.aggregate(t.outcome for t in tests)
+        waiver = next((t.waiver for t in tests if t.outcome == oc.WAIVED and outcome == oc.WAIVED),
+                      None)
+        for w in clause_waivers.get(cid, []):
+            if outcome == oc.NOT_RUN:
+                w.status, w.note = exp.STALE, f"no test of {cid} ran"
+                continue
+            w.matched.append(cid)
+            if outcome in oc.WAIVABLE:
+                outcome, waiver, w.status = oc.WAIVED, w.id, exp.APPLIED
+            elif w.status != exp.APPLIED:
+                w.status, w.note = exp.UNNEEDED, f"{cid} is {outcome} without it"
+        not_run = [t for t in tests if t.outcome in (oc.SKIPPED, oc.NOT_RUN, oc.NOT_SUPPORTED)]
+        notes = sorted({f"{t.nodeid}: {t.outcome}" + (f" ({t.message})" if t.message else "")
+                        for t in not_run})
+        section = sections.get(cid)
+        result.append({
+            "id": cid, "title": clause.title, "area": clause.area,
+            "withdrawn": clause.withdrawn, "outcome": outcome, "observed_outcome": observed,
+            "must_pass": cid in required,
+            "mustpass_section": section.header if section else None,
+            "tests": [t.nodeid for t in tests], "waiver": waiver,
+            "partial": bool(not_run) and len(not_run) < len(tests), "notes": notes[:20],
+        })
+    return result
+
+
+def _verdict(data: RunData, clauses: list[dict], required: set[str],
+             profiles: list[str]) -> dict[str, Any]:
+    fatal: list[dict[str, Any]] = []
+    incomplete: list[dict[str, Any]] = []
+    warnings: list[dict[str, Any]] = []
+
+    def reason(bucket: list, code: str, message: str, ids: list[str] | None = None) -> None:
+        bucket.append({"code": code, "message": message, "clauses": ids or []})
+
+    def listing(ids: list[str], limit: int = 20) -> str:
+        more = f" and {len(ids) - limit} more" if len(ids) > limit else ""
+        return ", ".join(ids[:limit]) + more
+
+    rt = data.runtime
+    if rt.get("spec_version") != data.spec_version:
+        reason(fatal, "spec-version-mismatch",
+               f"runtime {rt.get('name')} targets spec {rt.get('spec_version')}, the suite "
+               f"certifies spec {data.spec_version}")
+    if data.mustpass is None:
+        reason(fatal, "mustpass-missing", data.mustpass_error
+               or f"no must-pass list for spec {data.spec_version}")
+    else:
+        if not data.mustpass_official:
+            reason(fatal, "mustpass-unofficial",
+                   f"must-pass list {data.mustpass.path} is not the official list of spec "
+                   f"{data.spec_version}")
+        if data.mustpass.profiles and not profiles:
+            wanted = "; ".join(f"{n}: {' '.join(c)}" for n, c in data.mustpass.profiles.items())
+            reason(fatal, "no-profile",
+                   f"runtime declares no complete profile of the must-pass list ({wanted})")
+        unknown = sorted(set(data.mustpass.sections) - set(data.clauses))
+        if unknown:
+            reason(fatal, "mustpass-unknown-clause",
+                   f"must-pass list names clauses missing from SPEC.md: {', '.join(unknown)}",
+                   unknown)
+        unlisted = [cid for cid, c in data.clauses.items()
+                    if not c.withdrawn and cid not in data.mustpass.sections]
+        if unlisted:
+            reason(warnings, "mustpass-out-of-date",
+                   f"{len(unlisted)} clause(s) of SPEC.md are not on the must-pass list: "
+                   f"{listing(unlisted)}", unlisted)
+    if data.collection_errors:
+        reason(fatal, "collection-errors",
+               f"{len(data.collection_errors)} test module(s) failed to collect: "
+               + ", ".join(data.collection_errors[:5]))
+    if data.exitstatus == 3:
+        reason(fatal, "internal-error", "pytest reported an internal error")
+    req = [c for c in clauses if c["must_pass"]]
+    for outcome in FAILING:
+        ids = [c["id"] for c in req if c["outcome"] == outcome]
+        if ids:
+            reason(fatal, f"mustpass-{outcome.lower().replace('_', '-')}",
+                   f"{len(ids)} must-pass clause(s) {outcome}: {listing(ids)}", ids)
+    not_run = [c["id"] for c in req if c["outcome"] == oc.NOT_RUN]
+    if not_run:
+        reason(incomplete, "mustpass-not-run",
+               f"{len(not_run)} must-pass clause(s) not exercised: {listing(not_run)}", not_run)
+    if data.selection_reasons:
+        reason(incomplete, "subset-selection",
+               "the run selected part of the suite: " + "; ".join(data.selection_reasons))
+    unreported = sorted(t.nodeid for t in data.tests.values() if t.outcome == oc.NOT_RUN)
+    if unreported:
+        reason(incomplete, "tests-not-run",
+               f"{len(unreported)} collected test(s) never ran, e.g. {unreported[0]}")
+    if data.exitstatus == 2:
+        reason(incomplete, "interrupted", "the session was interrupted")
+
+    git = data.suite.get("git") or {}
+    if not git.get("commit"):
+        reason(warnings, "suite-commit-unknown", "the suite's git commit is unknown")
+    if git.get("dirty"):
+        reason(warnings, "suite-dirty", "the suite's working tree has uncommitted changes")
+    profile = data.invocation.get("hypothesis_profile")
+    if profile != "certify":
+        reason(warnings, "hypothesis-profile",
+               f"Hypothesis profile {profile!r}; certification runs use 'certify'")
+    partial = [c["id"] for c in req if c["partial"]]
+    if partial:
+        reason(warnings, "partial-clauses",
+               f"must-pass clause(s) partly exercised (some tests skipped, unsupported or not run): "
+               f"{listing(partial)}", partial)
+    for w in data.expectations.waivers:
+        if w.status in (exp.STALE, exp.UNNEEDED, exp.EXPIRED):
+            reason(warnings, f"waiver-{w.status}", f"waiver {w.id} is {w.status}: {w.note}")
+
+    status = NOT_CERTIFIED if fatal else INCOMPLETE if incomplete else CERTIFIED
+    return {"status": status, "reasons": fatal + incomplete, "warnings": warnings,
+            "profiles": profiles}
+
+
+def _counts(values: list[str], order: tuple[str, ...]) -> dict[str, Any]:
+    c = Counter(values)
+    return {"total": len(values), "by_outcome": {o: c.get(o, 0) for o in order}}
+
+
+def build(data: RunData) -> dict[str, Any]:
+    """The certification document for ``data``; mutates waiver statuses."""
+    target = data.target
+    models = [d["model"] for d in target.get("devices", [])]
+    waivers = exp.activate(data.expectations, models, data.today)
+    _finish_tests(data, waivers)
+    caps = data.runtime.get("capabilities") or []
+    gpu_target = target.get("kind") == "gpu"
+    required = set(data.mustpass.required(caps, gpu_target)) if data.mustpass else set()
+    profiles = data.mustpass.satisfied_profiles(caps) if data.mustpass else []
+    clauses = _clauses(data, waivers, required)
+    verdict = _verdict(data, clauses, required, profiles)
+    live = [c for c in clauses if not c["withdrawn"]]
+    tests = sorted(data.tests.values(), key=lambda t: t.nodeid)
+    mp = data.mustpass
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "run_id": data.run_id,
+        "generated_at": data.generated_at,
+        "verdict": verdict,
+        "runtime": data.runtime,
+        "suite": data.suite,
+        "spec": {"version": data.spec_version, "clauses": len(live)},
+        "mustpass": {
+            "path": str(mp.path) if mp else None, "sha256": mp.sha256 if mp else None,
+            "official": data.mustpass_official if mp else False,
+            "error": data.mustpass_error,
+            "profiles": {k: list(v) for k, v in mp.profiles.items()} if mp else {},
+            "required": sorted(required),
+        },
+        "expectations": data.expectations.to_json(),
+        "python": data.python,
+        "platform": data.platform,
+        "execution_target": target,
+        "invocation": {**data.invocation, "exitstatus": data.exitstatus,
+                       "selection_complete": not data.selection_reasons,
+                       "selection_reasons": data.selection_reasons,
+                       "collection_errors": data.collection_errors},
+        "summary": {
+            "clauses": _counts([c["outcome"] for c in live], oc.CLAUSE_OUTCOMES),
+            "must_pass": _counts([c["outcome"] for c in live if c["must_pass"]],
+                                 oc.CLAUSE_OUTCOMES),
+            "tests": _counts([t.outcome for t in tests], oc.TEST_OUTCOMES),
+        },
+        "clauses": clauses,
+        "tests": [t.to_json() for t in tests],
+        "artifacts": data.artifacts,
+        "benchmarks": data.benchmarks,
+    }

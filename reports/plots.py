@@ -1,0 +1,177 @@
+"""Figures of the report as SVG text (matplotlib, Agg backend); only what the run produced."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+from typing import Any
+
+MIB = 1024 * 1024
+MAX_PER_NAME = 6
+
+
+def _pyplot():
+    import matplotlib
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+    plt.rcParams.update({"svg.fonttype": "none", "font.size": 10, "axes.grid": True,
+                         "grid.alpha": 0.3, "axes.spines.top": False,
+                         "axes.spines.right": False, "svg.hashsalt": "antman"})
+    return plt
+
+
+def _svg(fig) -> str:
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
+    import matplotlib.pyplot as plt
+    plt.close(fig)
+    text = buf.getvalue()
+    return text[text.index("<svg"):]
+
+
+def _nums(values: Any) -> list[float]:
+    return [float(v) for v in values] if isinstance(values, Sequence) else []
+
+
+def e2e_timeline(data: dict[str, Any], title: str) -> str | None:
+    steps = _nums(data.get("steps", []))
+    if not steps:
+        return None
+    plt = _pyplot()
+    period = _nums(data.get("period_us", []))
+    fig, axes = plt.subplots(2 if period else 1, 1, sharex=True, squeeze=False,
+                             figsize=(8, 5.2 if period else 3.2))
+    mem = axes[0][0]
+    for key, label, style in (("device_bytes", "device in use", "-"),
+                              ("host_bytes", "host (fallback) in use", "-"),
+                              ("limit", "memory limit", "--")):
+        ys = _nums(data.get(key, []))
+        if len(ys) == len(steps):
+            mem.step(steps, [y / MIB for y in ys], style, where="post", label=label)
+    mem.set_ylabel("MiB")
+    mem.legend(loc="lower left", bbox_to_anchor=(0, 1.0), ncol=3, fontsize=8, frameon=False)
+    if period and len(period) == len(steps):
+        ax = axes[1][0]
+        ax.plot(steps, [p / 1000 for p in period], ".-", color="#6a1b9a", label="step period")
+        ax.set_ylabel("step period (ms)")
+    axes[-1][0].set_xlabel("training step")
+    for ev in data.get("events", []) or []:
+        if isinstance(ev, dict) and "step" in ev:
+            for row in axes:
+                row[0].axvline(float(ev["step"]), color="#555", lw=0.8, ls=":")
+            mem.annotate(str(ev.get("label", "")), (float(ev["step"]), 0.5),
+                         xycoords=("data", "axes fraction"), rotation=90, fontsize=7,
+                         va="center", ha="right", color="#333",
+                         bbox={"boxstyle": "round,pad=0.2", "fc": "white", "ec": "none",
+                               "alpha": 0.8})
+    return _svg(fig)
+
+
+def idle_slots(data: dict[str, Any], title: str) -> str | None:
+    slots = _nums(data.get("slots_us", []))
+    if not slots:
+        return None
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(5.5, 3.4))
+    ax.hist([s / 1000 for s in slots], bins=min(40, max(5, len(set(slots)))), color="#1565c0")
+    if data.get("expected_us") is not None:
+        ax.axvline(float(data["expected_us"]) / 1000, color="#c62828", ls="--",
+                   label="expected")
+        ax.legend(frameon=False, fontsize=8)
+    ax.set_xlabel("idle slot (ms)")
+    ax.set_ylabel("count")
+    return _svg(fig)
+
+
+def throttle_accuracy(data: dict[str, Any], title: str) -> str | None:
+    target = _nums(data.get("target_percent", []))
+    measured = _nums(data.get("measured_percent", []))
+    if not target or len(target) != len(measured):
+        return None
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(4.2, 3.6))
+    ax.plot([0, 100], [0, 100], color="#999", lw=1, label="ideal")
+    tol = data.get("tolerance_percent")
+    if tol is not None:
+        ax.fill_between([0, 100], [-float(tol), 100 - float(tol)],
+                        [float(tol), 100 + float(tol)], color="#2e7d32", alpha=0.12,
+                        label=f"±{tol} %")
+    ax.scatter(target, measured, color="#1565c0", zorder=3, label="measured")
+    ax.set_xlabel("perfControl (%)")
+    ax.set_ylabel("measured compute share (%)")
+    ax.set_xlim(0, 105)
+    ax.set_ylim(0, 105)
+    ax.legend(frameon=False, fontsize=8)
+    return _svg(fig)
+
+
+def series(data: dict[str, Any], title: str) -> str | None:
+    xs = _nums(data.get("x", []))
+    lines = data.get("series")
+    if not xs or not isinstance(lines, dict):
+        return None
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 3.2))
+    for label, ys in lines.items():
+        ys = _nums(ys)
+        if len(ys) == len(xs):
+            ax.plot(xs, ys, ".-", label=str(label))
+    ax.set_xlabel(str(data.get("xlabel", "")))
+    ax.set_ylabel(str(data.get("ylabel", "")))
+    ax.legend(frameon=False, fontsize=8)
+    return _svg(fig)
+
+
+def benchmarks(results: list[dict[str, Any]]) -> str | None:
+    rows = [r for r in results if r.get("stats", {}).get("mean") is not None]
+    if not rows:
+        return None
+    plt = _pyplot()
+    rows = rows[:40]
+    fig, ax = plt.subplots(figsize=(7, 0.3 * len(rows) + 1.0))
+    names = [str(r["name"]) for r in rows]
+    mean = [r["stats"]["mean"] * 1e6 for r in rows]
+    lo = [m - r["stats"]["min"] * 1e6 for m, r in zip(mean, rows)]
+    hi = [r["stats"]["max"] * 1e6 - m for m, r in zip(mean, rows)]
+    ax.barh(range(len(rows)), mean, height=0.6, xerr=[lo, hi], color="#1565c0", ecolor="#555",
+            capsize=2)
+    ax.set_ylim(len(rows) - 0.5, -0.5)
+    ax.set_yticks(range(len(rows)), names, fontsize=8)
+    ax.set_xlabel("time per call (µs): mean, bars min-max")
+    if max(mean) / max(min(mean), 1e-9) > 100:
+        ax.set_xscale("log")
+    return _svg(fig)
+
+
+RENDERERS = {"e2e_timeline": e2e_timeline, "idle_slots": idle_slots,
+             "throttle_accuracy": throttle_accuracy}
+TITLES = {"e2e_timeline": "Memory and step period across the mid-run config change",
+          "idle_slots": "Idle-slot distribution",
+          "throttle_accuracy": "Throttle accuracy"}
+
+
+def figures(doc: dict[str, Any]) -> list[dict[str, str]]:
+    """``[{"name", "title", "nodeid", "svg"}]`` for the artifacts and benchmarks present."""
+    out: list[dict[str, str]] = []
+    counts: dict[str, int] = {}
+    for art in doc.get("artifacts", []):
+        name = art["name"]
+        if counts.get(name, 0) >= MAX_PER_NAME:
+            continue
+        fn = RENDERERS.get(name, series)
+        given = art["data"].get("title") if isinstance(art["data"], dict) else None
+        title = TITLES.get(name) or str(given or name.replace("_", " "))
+        try:
+            svg = fn(art["data"], title) if isinstance(art["data"], dict) else None
+        except Exception as exc:  # bad data from a test: say so instead of failing the report
+            svg = None
+            out.append({"name": name, "title": title, "nodeid": art["nodeid"], "svg": "",
+                        "error": f"cannot plot: {exc}"})
+        if svg:
+            counts[name] = counts.get(name, 0) + 1
+            out.append({"name": name, "title": title, "nodeid": art["nodeid"], "svg": svg})
+    if doc.get("benchmarks"):
+        svg = benchmarks(doc["benchmarks"])
+        if svg:
+            out.append({"name": "benchmarks", "title": "Benchmarks", "nodeid": "", "svg": svg})
+    return out

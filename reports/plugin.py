@@ -1,0 +1,523 @@
+"""pytest plugin: the certification report of every run.
+
+Every run (with or without xdist; only the controller writes) gets a folder
+``<report-dir>/<UTC time>-<runtime>-<pid>/`` holding ``certification.json`` (valid against
+``reports/schema/certification.schema.json``), ``certification.md``, a self-contained
+``certification.html``, ``junit.xml`` (unless ``--junitxml`` names another file) and the
+plots as SVG; ``<report-dir>/latest`` points at the newest folder (a symlink, or a file
+naming it where symlinks are unavailable). The newest 50 run folders are kept. The terminal
+summary prints the verdict, the counts per outcome and the folder.
+
+Options: ``--report-dir DIR`` (default ``reports/out`` under the rootdir), ``--no-report``,
+``--expectations FILE`` (waivers, see ``reports.expectations``), ``--mustpass FILE``
+(another must-pass list; such a run is never CERTIFIED) and ``--require-certified`` (exit
+status 0 exactly when the verdict is CERTIFIED, so waived failures do not fail the run).
+
+How data crosses xdist workers: at collection each item gets ``user_properties``
+``antman:clause`` / ``antman:capability`` / ``antman:gpu`` (they travel with every report and
+land in the JUnit XML); ``pytest_runtest_makereport`` adds ``antman:outcome`` when the test's
+exception (or one it wraps) carries ``antman_outcome`` ("TIMEOUT", "CRASH", "ERROR" or
+"FAIL"; see ``reports.outcomes``) and ``antman:hypothesis_seed`` /
+``antman:hypothesis_seed_source`` for Hypothesis tests. Each worker also puts its whole
+collection (clauses, capabilities per node ID) into ``workeroutput``, so a test whose worker
+crashed before reporting still has its clauses; the controller learns the collected IDs from
+``pytest_xdist_node_collection_finished``, so tests that never ran are NOT_RUN.
+
+Hypothesis seeds: after the call phase the plugin reads what Hypothesis left on the test
+function: the seed it generated (source ``generated``; reproduce with ``@seed(N)`` or
+``--hypothesis-seed=N``), an explicit ``@seed`` (``explicit``), ``derandomize`` (``derandomize``;
+the seed is a hash of the test, so rerunning with the same profile reproduces it) or a global
+``--hypothesis-seed`` (``global``).
+
+Artifacts for the plots: tests call the ``report_artifacts`` fixture,
+``report_artifacts.add(name, data)`` with JSON-serialisable ``data``. Rendered names:
+
+- ``e2e_timeline``: ``steps``, ``device_bytes``, ``host_bytes``, ``limit``, ``period_us``
+  (lists of equal length, per training step) and ``events`` (``[{"step": n, "label": s}]``):
+  the memory and step-period timeline of the mid-run config scenario;
+- ``idle_slots``: ``slots_us`` (list), optional ``expected_us``: the idle-slot distribution;
+- ``throttle_accuracy``: ``target_percent`` and ``measured_percent`` (lists), optional
+  ``tolerance_percent``: measured against requested perfControl;
+- any other name whose data has ``x`` (list) and ``series`` (``{label: list}``), optional
+  ``xlabel``/``ylabel``/``title``: a line plot. Anything else is kept in the JSON only.
+
+pytest-benchmark results (when benchmarks ran, i.e. without xdist) go into the report as a
+table and a plot of the mean time per benchmark with its min-max range.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import re
+import sys
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conformance import plugin as conformance_plugin
+from conformance import spec
+from reports import environment, model
+from reports import expectations as exp
+from reports import mustpass as mp
+from reports import outcomes as oc
+
+PROP_CLAUSE = "antman:clause"
+PROP_CAPABILITY = "antman:capability"
+PROP_GPU = "antman:gpu"
+PROP_OUTCOME = "antman:outcome"
+PROP_SEED = "antman:hypothesis_seed"
+PROP_SEED_SOURCE = "antman:hypothesis_seed_source"
+PROP_ARTIFACT = "antman:artifact"
+WORKEROUTPUT_TESTS = "antman_tests"
+WORKEROUTPUT_DESELECTED = "antman_deselected"
+_ARTIFACT_NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+_RECORDER = "antman-certification-recorder"
+KEEP_RUNS = 50
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("antman-report", "AntMan certification report")
+    group.addoption("--report-dir", default=None, metavar="DIR",
+                    help="where run folders are written (default: reports/out under rootdir)")
+    group.addoption("--no-report", action="store_true", default=False,
+                    help="do not write the certification report")
+    group.addoption("--expectations", default=None, metavar="FILE",
+                    help="TOML file of waivers for the implementation under test")
+    group.addoption("--mustpass", default=None, metavar="FILE",
+                    help="must-pass list to use instead of conformance/mustpass/<spec>.txt "
+                         "(such a run is never CERTIFIED)")
+    group.addoption("--require-certified", action="store_true", default=False,
+                    help="exit status 0 exactly when the verdict is CERTIFIED")
+
+
+# --------------------------------------------------------------------------- every process
+
+def is_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+def item_meta(item: pytest.Item) -> dict[str, Any]:
+    clauses = list(dict.fromkeys(c for m in item.iter_markers("clause") for c in m.args))
+    caps = list(dict.fromkeys(c for m in item.iter_markers("capability") for c in m.args))
+    return {"clauses": clauses, "capabilities": caps,
+            "gpu": item.get_closest_marker("gpu") is not None}
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        meta = item_meta(item)
+        item.user_properties.extend((PROP_CLAUSE, c) for c in meta["clauses"])
+        item.user_properties.extend((PROP_CAPABILITY, c) for c in meta["capabilities"])
+        if meta["gpu"]:
+            item.user_properties.append((PROP_GPU, "true"))
+
+
+def pytest_deselected(items: list[pytest.Item]) -> None:
+    if not items:
+        return
+    config = items[0].config
+    if is_worker(config):
+        out = config.workeroutput  # type: ignore[attr-defined]
+        out[WORKEROUTPUT_DESELECTED] = out.get(WORKEROUTPUT_DESELECTED, 0) + len(items)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    if is_worker(session.config):
+        session.config.workeroutput[WORKEROUTPUT_TESTS] = {  # type: ignore[attr-defined]
+            item.nodeid: item_meta(item) for item in session.items}
+
+
+def hypothesis_seed(item: pytest.Item) -> tuple[str | None, str] | None:
+    """(seed, source) of a Hypothesis test after it ran, else None."""
+    fn = getattr(item, "obj", None)
+    fn = getattr(fn, "__func__", fn)
+    if fn is None or "hypothesis" not in sys.modules:
+        return None
+    from hypothesis import core, is_hypothesis_test
+    if not is_hypothesis_test(fn):
+        return None
+    generated = getattr(fn, "_hypothesis_internal_use_generated_seed", None)
+    explicit = getattr(fn, "_hypothesis_internal_use_seed", None)
+    used = getattr(fn, "_hypothesis_internal_use_settings", None)
+    if generated is not None:
+        return str(generated), "generated"
+    if explicit is not None:
+        return str(explicit), "explicit"
+    if used is not None and getattr(used, "derandomize", False):
+        return None, "derandomize"
+    if core.global_force_seed is not None:
+        return str(core.global_force_seed), "global"
+    return None, "unknown"
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    report = yield
+    extra: list[tuple[str, Any]] = []
+    stamped = oc.exception_outcome(call.excinfo.value if call.excinfo else None)
+    if stamped:
+        extra.append((PROP_OUTCOME, stamped))
+    if report.when == "call":
+        seed = hypothesis_seed(item)
+        if seed is not None:
+            extra += [(PROP_SEED, seed[0] or ""), (PROP_SEED_SOURCE, seed[1])]
+    if extra:  # on the item, so later reports (and the JUnit XML) carry them too
+        shared = report.user_properties is item.user_properties
+        item.user_properties.extend(extra)
+        if not shared:
+            report.user_properties = [*report.user_properties, *extra]
+    return report
+
+
+class ReportArtifacts:
+    """Data a test hands to the report for plotting (see the module docstring)."""
+
+    def __init__(self, node: pytest.Item) -> None:
+        self._node = node
+
+    def add(self, name: str, data: Any) -> None:
+        if not _ARTIFACT_NAME.match(name):
+            raise ValueError(f"artifact name {name!r} must match {_ARTIFACT_NAME.pattern}")
+        try:
+            data = json.loads(json.dumps(data, allow_nan=False))
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"artifact {name!r} is not JSON-serialisable: {exc}") from exc
+        self._node.user_properties.append((PROP_ARTIFACT, {"name": name, "data": data}))
+
+
+@pytest.fixture
+def report_artifacts(request: pytest.FixtureRequest) -> ReportArtifacts:
+    """Hands plot data (timelines, idle slots, accuracy) to the certification report."""
+    return ReportArtifacts(request.node)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Moves artifacts off the report (out of the JUnit XML) onto ``report.antman_artifacts``."""
+    props = getattr(report, "user_properties", None) or []
+    arts = [v for k, v in props if k == PROP_ARTIFACT]
+    if arts:
+        report.antman_artifacts = arts  # type: ignore[attr-defined]
+        report.user_properties = [(k, v) for k, v in props if k != PROP_ARTIFACT]
+
+
+# --------------------------------------------------------------------------- controller
+
+@pytest.hookimpl(tryfirst=True)  # before junitxml reads ``xmlpath``
+def pytest_configure(config: pytest.Config) -> None:
+    if is_worker(config) or config.getoption("--no-report"):
+        return
+    opt = config.option
+    if getattr(opt, "help", False) or getattr(opt, "version", False) \
+            or getattr(opt, "collectonly", False):
+        return
+    path = config.getoption("--expectations")
+    expectations = exp.Expectations()
+    if path:
+        try:
+            expectations = exp.load(Path(path).resolve())
+        except exp.ExpectationsError as exc:
+            raise pytest.UsageError(str(exc)) from exc
+    recorder = CertificationRecorder(config, expectations)
+    config.pluginmanager.register(recorder, _RECORDER)
+    if not getattr(opt, "xmlpath", None) and config.pluginmanager.has_plugin("junitxml"):
+        opt.xmlpath = str(recorder.run_dir / "junit.xml")
+        recorder.junit_is_ours = True
+
+
+def safe_name(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-.") or "runtime"
+
+
+def certification_root() -> Path:
+    """The directory a complete certification run must select (the conformance package)."""
+    return Path(conformance_plugin.__file__).resolve().parent
+
+
+def selection_reasons(config: pytest.Config, deselected: int) -> list[str]:
+    opt = config.option
+    reasons = []
+    if getattr(opt, "keyword", ""):
+        reasons.append(f"-k {opt.keyword!r}")
+    if getattr(opt, "markexpr", ""):
+        reasons.append(f"-m {opt.markexpr!r}")
+    if getattr(opt, "deselect", None):
+        reasons.append(f"--deselect {' '.join(opt.deselect)}")
+    if getattr(opt, "lf", False):
+        reasons.append("--last-failed")
+    if getattr(opt, "stepwise", False) or getattr(opt, "stepwise_skip", False):
+        reasons.append("--stepwise")
+    root = certification_root()
+    invocation = Path(config.invocation_params.dir)
+    for ignored in (getattr(opt, "ignore", None) or []):
+        if (invocation / ignored).resolve().is_relative_to(root):
+            reasons.append(f"--ignore {ignored}")
+    if getattr(opt, "ignore_glob", None):
+        reasons.append(f"--ignore-glob {' '.join(opt.ignore_glob)}")
+    args = [str(a) for a in config.args] or [str(invocation)]
+    nodeids = [a for a in args if "::" in a]
+    if nodeids:
+        reasons.append(f"node IDs given: {' '.join(nodeids[:3])}")
+    paths = [(invocation / a).resolve() for a in args if "::" not in a]
+    if not nodeids and not any(root.is_relative_to(p) for p in paths):
+        shown = " ".join(str(a) for a in args[:3])
+        reasons.append(f"paths {shown} do not include {root.name}/")
+    if deselected:
+        reasons.append(f"{deselected} test(s) deselected")
+    return reasons
+
+
+def benchmark_results(config: pytest.Config) -> list[dict[str, Any]]:
+    session = getattr(config, "_benchmarksession", None)
+    results = []
+    for bench in getattr(session, "benchmarks", None) or []:
+        if not bench:
+            continue
+        try:
+            d = bench.as_dict(include_data=False)
+        except Exception:  # a benchmark that errored has no stats
+            continue
+        stats = {k: d["stats"].get(k) for k in
+                 ("min", "max", "mean", "stddev", "median", "iqr", "ops", "rounds",
+                  "iterations")}
+        entry = {"name": d.get("name"), "fullname": d.get("fullname"),
+                 "group": d.get("group"), "stats": stats,
+                 "extra_info": d.get("extra_info") or {}}
+        results.append(json.loads(json.dumps(entry, default=str)))
+    return results
+
+
+class CertificationRecorder:
+    """Controller-side collector of reports; writes the run folder at session end."""
+
+    def __init__(self, config: pytest.Config, expectations: exp.Expectations) -> None:
+        self.config = config
+        self.expectations = expectations
+        self.started = time.time()
+        self.tests: dict[str, model.TestRecord] = {}
+        self.collected: set[str] = set()
+        self.collection_errors: list[str] = []
+        self.deselected = 0
+        self.artifacts: dict[str, list[dict[str, Any]]] = {}
+        self.junit_is_ours = False
+        self.document: dict[str, Any] | None = None
+        self.write_error: str | None = None
+        self.runtime_error: str | None = None
+        self.runtime = None
+        try:
+            self.runtime = conformance_plugin.load_runtime(config)
+            name = self.runtime.NAME
+        except pytest.UsageError as exc:
+            self.runtime_error = str(exc)
+            name = conformance_plugin.runtime_module_name(config)
+        base = config.getoption("--report-dir")
+        base = Path(base) if base else config.rootpath / "reports" / "out"
+        if not base.is_absolute():
+            base = Path(config.invocation_params.dir) / base
+        stamp = dt.datetime.fromtimestamp(self.started, dt.timezone.utc)
+        self.base = base
+        self.run_dir = base / f"{stamp:%Y%m%dT%H%M%SZ}-{safe_name(str(name))}-{os.getpid()}"
+
+    # -- collection
+    def record(self, nodeid: str) -> model.TestRecord:
+        rec = self.tests.get(nodeid)
+        if rec is None:
+            rec = self.tests[nodeid] = model.TestRecord(nodeid)
+        return rec
+
+    def learn(self, nodeid: str, meta: dict[str, Any]) -> None:
+        rec = self.record(nodeid)
+        if not (rec.clauses or rec.capabilities or rec.gpu):
+            rec.clauses, rec.capabilities = list(meta["clauses"]), list(meta["capabilities"])
+            rec.gpu = bool(meta["gpu"])
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        for item in session.items:
+            self.collected.add(item.nodeid)
+            self.learn(item.nodeid, item_meta(item))
+
+    def pytest_deselected(self, items: list[pytest.Item]) -> None:
+        self.deselected += len(items)
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        if report.failed:
+            self.collection_errors.append(report.nodeid or "<session>")
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: Iterable[str]) -> None:
+        for nodeid in ids:
+            self.collected.add(nodeid)
+            self.record(nodeid)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        out = getattr(node, "workeroutput", None) or {}
+        for nodeid, meta in (out.get(WORKEROUTPUT_TESTS) or {}).items():
+            self.learn(nodeid, meta)
+        self.deselected = max(self.deselected, out.get(WORKEROUTPUT_DESELECTED, 0))
+
+    # -- results
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        rec = self.record(report.nodeid)
+        props = list(getattr(report, "user_properties", None) or [])
+        if not (rec.clauses or rec.capabilities or rec.gpu):
+            rec.clauses = list(dict.fromkeys(v for k, v in props if k == PROP_CLAUSE))
+            rec.capabilities = list(dict.fromkeys(v for k, v in props if k == PROP_CAPABILITY))
+            rec.gpu = any(k == PROP_GPU for k, _ in props)
+        stamped = next((v for k, v in props if k == PROP_OUTCOME), None)
+        rec.phases.append(oc.phase_outcome(report, stamped))
+        rec.duration_s += float(getattr(report, "duration", 0.0) or 0.0)
+        node = getattr(report, "node", None)
+        if node is not None:
+            rec.worker = str(getattr(getattr(node, "gateway", None), "id", "") or None)
+        seed = next((v for k, v in props if k == PROP_SEED), None)
+        source = next((v for k, v in props if k == PROP_SEED_SOURCE), None)
+        if source is not None:
+            rec.hypothesis = {"seed": seed or None, "source": source}
+        arts = getattr(report, "antman_artifacts", None)
+        if arts:
+            self.artifacts[report.nodeid] = [{"nodeid": report.nodeid, **a} for a in arts]
+
+    # -- the document
+    def run_data(self, session: pytest.Session) -> model.RunData:
+        config = self.config
+        for nodeid in self.collected:
+            self.record(nodeid)
+        version = spec.spec_version()
+        mp_path = config.getoption("--mustpass")
+        official = mp.official_path(version)
+        mp_file = Path(mp_path).resolve() if mp_path else official
+        must, must_error = None, None
+        try:
+            must = mp.load(mp_file)
+        except FileNotFoundError:
+            must_error = f"no must-pass list {mp_file} for spec {version}"
+        except (OSError, mp.MustPassError) as exc:
+            must_error = f"must-pass list {mp_file} is invalid: {exc}"
+        try:
+            from hypothesis import settings as hyp_settings
+            profile = hyp_settings.get_current_profile_name()
+        except Exception:
+            profile = config.getoption("--hypothesis-profile", default=None)
+        finished = time.time()
+        invocation = {
+            "args": list(config.invocation_params.args),
+            "rootdir": str(config.rootpath),
+            "xdist_workers": int(getattr(config.option, "numprocesses", 0) or 0),
+            "hypothesis_profile": profile,
+            "hypothesis_seed": config.getoption("--hypothesis-seed", default=None),
+            "timeout_s": _timeout(config),
+            "started_at": _iso(self.started), "finished_at": _iso(finished),
+            "duration_s": round(finished - self.started, 3),
+            "runtime_error": self.runtime_error,
+        }
+        invocation["hypothesis_seed"] = (None if invocation["hypothesis_seed"] is None
+                                         else str(invocation["hypothesis_seed"]))
+        artifacts = [a for arts in self.artifacts.values() for a in arts]
+        return model.RunData(
+            clauses=spec.load_clauses(), spec_version=version, tests=self.tests,
+            runtime=environment.runtime_info(
+                self.runtime, conformance_plugin.runtime_module_name(config),
+                config.getoption("--worker-cmd", default=None)),
+            suite=environment.suite_info(), python=environment.python_info(),
+            platform=environment.platform_info(), target=environment.execution_target(),
+            invocation=invocation, mustpass=must, mustpass_error=must_error,
+            mustpass_official=must is not None and mp_file.resolve() == official.resolve(),
+            expectations=self.expectations,
+            selection_reasons=selection_reasons(config, self.deselected),
+            collection_errors=self.collection_errors, exitstatus=int(session.exitstatus),
+            artifacts=artifacts, benchmarks=benchmark_results(config),
+            run_id=self.run_dir.name, generated_at=_iso(finished))
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        try:
+            self.document = model.build(self.run_data(session))
+            from reports import writer
+            errors = writer.write_run(self.document, self.run_dir,
+                                      junit="junit.xml" if self.junit_is_ours else
+                                      getattr(self.config.option, "xmlpath", None))
+            writer.point_latest(self.base, self.run_dir)
+            if errors:
+                self.write_error = ("certification.json does not match its schema: "
+                                    + "; ".join(errors[:5]))
+            writer.prune(self.base, keep=KEEP_RUNS)
+        except Exception as exc:  # the report must never hide the test results
+            import traceback
+            self.write_error = "".join(traceback.format_exception(exc))
+        if self.config.getoption("--require-certified") and self.document is not None \
+                and int(session.exitstatus) in (0, 1):
+            ok = self.document["verdict"]["status"] == model.CERTIFIED
+            session.exitstatus = pytest.ExitCode.OK if ok else pytest.ExitCode.TESTS_FAILED
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        tr = terminalreporter
+        tr.section("AntMan certification", bold=True)
+        if self.document is None:
+            tr.write_line(f"report not written: {self.write_error}", red=True)
+            return
+        for line, markup in summary_lines(self.document, self.run_dir):
+            tr.write_line(line, **markup)
+        if self.write_error:
+            tr.write_line(f"report incomplete: {self.write_error}", red=True)
+
+
+def summary_lines(doc: dict[str, Any], run_dir: Path) -> list[tuple[str, dict[str, bool]]]:
+    v = doc["verdict"]
+    colour = {model.CERTIFIED: {"green": True, "bold": True},
+              model.NOT_CERTIFIED: {"red": True, "bold": True},
+              model.INCOMPLETE: {"yellow": True, "bold": True}}[v["status"]]
+    rt = doc["runtime"]
+    target = doc["execution_target"]
+    where = target["model"] if target["kind"] == "gpu" else "simulated device"
+    lines = [(f"verdict: {v['status']}  ({rt['name']} {rt['version']}, spec "
+              f"{doc['spec']['version']}, {where})", colour)]
+    for r in v["reasons"][:12]:
+        lines.append((f"  - {r['message']}", {"red": v["status"] == model.NOT_CERTIFIED}))
+
+    def counts(key: str) -> str:
+        s = doc["summary"][key]
+        parts = [f"{o} {n}" for o, n in s["by_outcome"].items() if n]
+        return f"{s['total']} ({', '.join(parts) or 'none'})"
+
+    lines.append((f"must-pass clauses: {counts('must_pass')}", {}))
+    lines.append((f"clauses: {counts('clauses')}", {}))
+    lines.append((f"tests: {counts('tests')}", {}))
+    for w in doc["expectations"]["waivers"]:
+        if w["status"] != exp.APPLIED:
+            lines.append((f"waiver {w['id']}: {w['status']} ({w['note']})",
+                          {"yellow": w["status"] in (exp.STALE, exp.UNNEEDED, exp.EXPIRED)}))
+    for warn in v["warnings"]:
+        if not warn["code"].startswith("waiver-"):
+            lines.append((f"note: {warn['message']}", {}))
+    junit = (doc.get("files") or {}).get("junit")
+    others = "certification.json, certification.md" + (", junit.xml" if junit == "junit.xml"
+                                                        else "")
+    lines.append((f"report: {run_dir / 'certification.html'}", {"bold": True}))
+    lines.append((f"        (and {others} in that folder"
+                  + (f"; JUnit XML: {junit}" if junit and junit != "junit.xml" else "") + ")",
+                  {}))
+    return lines
+
+
+def _iso(ts: float) -> str:
+    return dt.datetime.fromtimestamp(ts, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _timeout(config: pytest.Config) -> float | None:
+    value = getattr(config.option, "timeout", None)
+    if value is None:
+        try:
+            value = config.getini("timeout")
+        except (ValueError, KeyError):
+            value = None
+    try:
+        return float(value) if value not in (None, "") else None
+    except (TypeError, ValueError):
+        return None

@@ -1,0 +1,136 @@
+"""``certification.md``: the certification document as Markdown (verdict first)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from reports import model
+
+SYMBOL = {"PASS": "✅", "FAIL": "❌", "ERROR": "🟧", "TIMEOUT": "⏱️", "CRASH": "💀",
+          "NOT_SUPPORTED": "➖", "WAIVED": "🛡️", "NOT_RUN": "⬜", "SKIPPED": "⏭️"}
+VERDICT_SYMBOL = {model.CERTIFIED: "✅", model.NOT_CERTIFIED: "❌", model.INCOMPLETE: "⚠️"}
+
+
+def _cell(text: Any) -> str:
+    return str(text if text is not None else "").replace("|", "\\|").replace("\n", " ")
+
+
+def target_text(target: dict[str, Any]) -> str:
+    if target["kind"] != "gpu":
+        return "simulated device" + (f" ({target['note']})" if target.get("note") else "")
+    n = len(target["devices"])
+    return (f"{n} × {target['model']}, driver {target['driver_version']}, "
+            f"CUDA {target['cuda_version']}")
+
+
+def render(doc: dict[str, Any], figures: list[dict[str, str]]) -> str:
+    v = doc["verdict"]
+    rt, suite = doc["runtime"], doc["suite"]
+    out = [f"# {VERDICT_SYMBOL[v['status']]} {v['status']}", ""]
+    out.append(f"**{rt['name']} {rt['version']}** (module `{rt['module']}`) against SPEC.md "
+               f"**{doc['spec']['version']}**, on {target_text(doc['execution_target'])}; "
+               f"profile: {', '.join(v['profiles']) or 'none'}; {doc['generated_at']}.")
+    out.append("")
+    if v["reasons"]:
+        out += ["## Why", ""] + [f"- {r['message']}" for r in v["reasons"]] + [""]
+    if v["warnings"]:
+        out += ["## Notes", ""] + [f"- {w['message']}" for w in v["warnings"]] + [""]
+
+    out += ["## Summary", "", "| | total | " + " | ".join(
+        f"{SYMBOL[o]} {o}" for o in doc["summary"]["tests"]["by_outcome"]) + " |",
+        "|---|---:|" + "---:|" * len(doc["summary"]["tests"]["by_outcome"])]
+    for key, label in (("must_pass", "must-pass clauses"), ("clauses", "all clauses"),
+                       ("tests", "tests")):
+        s = doc["summary"][key]
+        cells = [str(s["by_outcome"].get(o, "")) if o in s["by_outcome"] else "–"
+                 for o in doc["summary"]["tests"]["by_outcome"]]
+        out.append(f"| {label} | {s['total']} | " + " | ".join(cells) + " |")
+    out.append("")
+
+    out += ["## Clause grid", "", "Legend: " + ", ".join(
+        f"{SYMBOL[o]} {o}" for o in ("PASS", "WAIVED", "NOT_SUPPORTED", "FAIL", "ERROR",
+                                     "TIMEOUT", "CRASH", "NOT_RUN")) +
+        "; *italic* = not must-pass in this run.", "", "| area | clauses |", "|---|---|"]
+    areas: dict[str, list[dict]] = {}
+    for c in doc["clauses"]:
+        if not c["withdrawn"]:
+            areas.setdefault(c["area"], []).append(c)
+    for area, cs in areas.items():
+        cells = " ".join(f"{SYMBOL[c['outcome']]}" + (c["id"] if c["must_pass"]
+                                                       else f"*{c['id']}*") for c in cs)
+        out.append(f"| {area} | {cells} |")
+    out.append("")
+
+    waivers = doc["expectations"]["waivers"]
+    if waivers:
+        out += ["## Waivers", "", f"File: `{doc['expectations']['path']}`", "",
+                "| waiver | status | matched | reason | link |", "|---|---|---|---|---|"]
+        for w in waivers:
+            out.append(f"| {_cell(w['id'])} | {w['status']} {_cell(w['note'])} | "
+                       f"{_cell(', '.join(w['matched'][:5]))} | {_cell(w['reason'])} | "
+                       f"{w['link']} |")
+        out.append("")
+
+    if figures:
+        out += ["## Figures", ""]
+        for f in figures:
+            if f.get("file"):
+                out += [f"### {f['title']}", "", f"![{f['title']}]({f['file']})",
+                        "" if not f["nodeid"] else f"From `{f['nodeid']}`.", ""]
+    if doc["benchmarks"]:
+        out += ["## Benchmarks", "", "| benchmark | mean (µs) | min (µs) | max (µs) | "
+                "stddev (µs) | rounds |", "|---|---:|---:|---:|---:|---:|"]
+        for b in doc["benchmarks"]:
+            s = b["stats"]
+            out.append(f"| {_cell(b['fullname'])} | {s['mean'] * 1e6:.2f} | "
+                       f"{s['min'] * 1e6:.2f} | {s['max'] * 1e6:.2f} | "
+                       f"{(s['stddev'] or 0) * 1e6:.2f} | {s['rounds']} |")
+        out.append("")
+
+    out += ["## Clauses by area", ""]
+    for area, cs in areas.items():
+        out += [f"### {area}", "", "| clause | outcome | must-pass | tests | notes |",
+                "|---|---|---|---:|---|"]
+        for c in cs:
+            note = f"waiver {c['waiver']}" if c["waiver"] else ""
+            if c["partial"]:
+                note = (note + "; " if note else "") + "some tests skipped"
+            out.append(f"| {c['id']} {_cell(c['title'])} | {SYMBOL[c['outcome']]} "
+                       f"{c['outcome']} | {'yes' if c['must_pass'] else ''} | "
+                       f"{len(c['tests'])} | {_cell(note)} |")
+        out.append("")
+
+    bad = [t for t in doc["tests"] if t["outcome"] not in ("PASS",)]
+    if bad:
+        out += ["## Tests that did not pass", "", "| test | outcome | clauses | message |",
+                "|---|---|---|---|"]
+        for t in bad:
+            msg = (t["message"] or "")[:300]
+            outcome = t["outcome"] + (f" (observed {t['observed_outcome']})"
+                                      if t["outcome"] != t["observed_outcome"] else "")
+            out.append(f"| `{_cell(t['nodeid'])}` | {SYMBOL[t['outcome']]} {outcome} | "
+                       f"{', '.join(t['clauses'])} | {_cell(msg)} |")
+        out.append("")
+
+    git = suite.get("git") or {}
+    tgt = doc["execution_target"]
+    inv = doc["invocation"]
+    out += ["## Provenance", "",
+            f"- Runtime: {rt['name']} {rt['version']}, module `{rt['module']}` ({rt['path']}), "
+            f"targets spec {rt['spec_version']}; capabilities: "
+            f"{', '.join(rt['capabilities']) or 'none'}"
+            + (f"; worker command `{rt['worker_cmd']}`" if rt.get("worker_cmd") else ""),
+            f"- Suite: {suite['name']} {suite['version']}, commit {git.get('commit') or 'unknown'}"
+            f"{' (dirty)' if git.get('dirty') else ''}",
+            f"- Must-pass list: `{doc['mustpass']['path']}` (sha256 "
+            f"{(doc['mustpass']['sha256'] or '')[:12]}, "
+            f"{'official' if doc['mustpass']['official'] else 'NOT official'}), "
+            f"{len(doc['mustpass']['required'])} clauses required in this run",
+            f"- Execution target: {target_text(tgt)}",
+            f"- Python {doc['python']['version']} ({doc['python']['implementation']}) on "
+            f"{doc['platform']['platform']}",
+            f"- Invocation: `pytest {' '.join(inv['args'])}`; xdist workers "
+            f"{inv['xdist_workers']}; Hypothesis profile {inv['hypothesis_profile']}; "
+            f"exit status {inv['exitstatus']}; {inv['duration_s']} s",
+            ""]
+    return "\n".join(out)
