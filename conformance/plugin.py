@@ -42,8 +42,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def runtime_module_name(config: pytest.Config) -> str:
-    return (config.getoption("--runtime") or os.environ.get("ANTMAN_RUNTIME")
-            or DEFAULT_RUNTIME)
+    explicit = config.getoption("--runtime") or os.environ.get("ANTMAN_RUNTIME")
+    if not explicit and config.getoption("--worker-cmd", default=None):
+        return "conformance.blackbox"  # a worker command alone: certify it as a black box
+    return explicit or DEFAULT_RUNTIME
 
 
 def load_runtime(config: pytest.Config) -> types.ModuleType:
@@ -72,6 +74,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "clause(*ids): SPEC.md clauses this test checks")
     config.addinivalue_line("markers", "capability(*names): runtime capabilities required")
     config.addinivalue_line("markers", "gpu: needs a real NVIDIA GPU")
+    config.addinivalue_line("markers",
+                            "tensorflow: needs TensorFlow installed (tox -e certify-tf)")
     if not config.getoption("--hypothesis-profile", default=None):
         settings.load_profile("ci")
 
