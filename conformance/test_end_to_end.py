@@ -1,0 +1,271 @@
+"""E2E clauses: the training workload under the control plane, config rewritten mid-run.
+
+The resource management and statistics actions run on the test's virtual clock; their file
+listener polls in real time (every 10 ms) so that it never moves virtual time, and each test
+waits (real time, generously bounded) until a rewritten config is in force before measuring.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from conformance.execution_helpers import (GPU, OP_MANAGER_PREFIX, POST, manager_threads,
+                                           sim_runtime, wait_until)
+from fixtures.config_writer import ConfigWriter, config_document
+
+pytestmark = pytest.mark.capability("workload", "executor")
+
+MiB = 1 << 20
+
+
+class ManagedRuntime:
+    """A simulated runtime with GPUStatistics and GPUResourceManagement on ``clock``."""
+
+    def __init__(self, rt, tmp_path, clock, *, gpu_memory_bytes: int = 64 * MiB) -> None:
+        self.rt = rt
+        self.clock = clock
+        self.config = tmp_path / "config.json"
+        self.status = tmp_path / "status.json"
+        self.writer = ConfigWriter(self.config)
+        self.writer.write(config_document(perf=100))
+        self.listener = rt.FileListener(poll_interval_s=0.01)       # real clock, see above
+        self.registry = rt.SessionRunActionRegistry()
+        self.statistics = rt.GPUStatistics(str(self.status), clock=clock)
+        self.registry.register(POST, 1, self.statistics)
+        self.rm = rt.GPUResourceManagement(str(self.config), clock=clock,
+                                           file_listener=self.listener, registry=self.registry)
+        self.ctx = rt.create_runtime(backend="sim", gpu_memory_bytes=gpu_memory_bytes,
+                                     clock=clock, config_file=None, status_file=None,
+                                     registry=self.registry)
+        self.gpu = self.ctx.device_mgr.lookup_device(GPU)
+        self.bus_id = rt.get_pci_bus_id(self.gpu.attributes.physical_device_desc)
+
+    def set_perf(self, perf: int, *, in_place: bool = False) -> None:
+        doc = config_document(perf=perf)
+        if in_place:
+            self.writer.write_in_place(doc)
+        else:
+            self.writer.write(doc)
+        wait_until(lambda: self.rm.perf_control == perf, f"perfControl {perf} to be in force")
+
+    def status_doc(self) -> dict:
+        return json.loads(self.status.read_text())
+
+    def close(self) -> None:
+        self.rm.close()
+        self.ctx.close()
+        self.listener.close()
+        self.writer.cleanup()
+
+
+@pytest.fixture
+def managed_factory(rt, tmp_path, tf_env):
+    made: list[ManagedRuntime] = []
+
+    def make(clock, **kw) -> ManagedRuntime:
+        m = ManagedRuntime(rt, tmp_path, clock, **kw)
+        made.append(m)
+        return m
+
+    yield make
+    for m in made:
+        m.close()
+
+
+def periods(workload, clock, steps: int) -> list[int]:
+    """Start-to-start step periods on the clock (``steps`` periods, ``steps + 1`` steps)."""
+    starts = []
+    for _ in range(steps + 1):
+        starts.append(clock.now_us())
+        workload.step()
+    return [b - a for a, b in zip(starts, starts[1:])]
+
+
+# -- E2E-1, E2E-2 ----------------------------------------------------------------------------
+
+@pytest.mark.clause("E2E-1")
+def test_workload_graph_and_api(rt) -> None:
+    with sim_runtime(rt) as ctx:
+        wl = rt.MLPWorkload(ctx, batch=8, input_dim=6, hidden=12, layers=3, classes=4,
+                            cost_us=5)
+        nodes = list(wl.graph.nodes)
+        assert {n.device for n in nodes} == {GPU}, "every node on GPU:0 [E2E-1]"
+        ops = {n.op for n in nodes}
+        for op in ("MatMul", "BiasAdd", "Relu", "SoftmaxCrossEntropyWithLogits", "Mean",
+                   "BiasAddGrad", "ReluGrad", "ApplyGradientDescent"):
+            assert op in ops, f"the training graph lacks {op} [E2E-1]"
+        assert sum(n.op == "ApplyGradientDescent" for n in nodes) == 6, \
+            "one SGD update per weight and bias of 3 layers [E2E-1]"
+        costed = {n.op for n in nodes if n.attrs.get("cost_us") == 5}
+        assert costed == {"MatMul", "BiasAdd", "Relu", "ReluGrad", "BiasAddGrad",
+                          "SoftmaxCrossEntropyWithLogits", "Mean", "ApplyGradientDescent"}, \
+            f"cost_us set on {sorted(costed)} [E2E-1]"
+        loss = wl.step()
+        assert isinstance(loss, float) and np.isfinite(loss), f"step() returned {loss!r}"
+        assert isinstance(wl.evaluate(), float)
+        assert wl.param_bytes == 4 * (6 * 12 + 12 + 12 * 12 + 12 + 12 * 4 + 4)
+        big = rt.MLPWorkload.sized_for(ctx, 4 * MiB, layers=2, batch=64, input_dim=32)
+        assert big.param_bytes + big.step_bytes <= 4 * MiB, "sized_for overshoots [E2E-1]"
+        wider = rt.MLPWorkload(ctx, batch=64, input_dim=32, hidden=big.hidden + 1, layers=2)
+        assert wider.param_bytes + wider.step_bytes > 4 * MiB, \
+            "sized_for must pick the widest hidden that fits [E2E-1]"
+        wl.close()
+        assert wl.session.closed and not ctx.closed, "close() closes the session only [E2E-1]"
+
+
+@pytest.mark.clause("E2E-1")
+def test_workload_command_line(rt) -> None:
+    env = dict(os.environ, ANTMAN_DEVICE="sim")
+    env.pop("GPU_CONFIG_FILE", None)
+    env.pop("GPU_STATUS_FILE", None)
+    proc = subprocess.run([sys.executable, "-m", f"{rt.__name__}.workload", "--steps", "3",
+                           "--backend", "sim", "--hidden", "16"],
+                          capture_output=True, text=True, timeout=60, env=env)
+    assert proc.returncode == 0, f"workload CLI failed: {proc.stderr[-2000:]} [E2E-1]"
+    steps = [json.loads(line) for line in proc.stdout.splitlines() if '"step"' in line]
+    assert [s["step"] for s in steps] == [0, 1, 2], f"CLI output {proc.stdout!r} [E2E-1]"
+    assert all(isinstance(s["loss"], float) and "duration_us" in s for s in steps)
+
+
+@pytest.mark.clause("E2E-2")
+@pytest.mark.parametrize("seed", [0, 5])
+def test_loss_falls_and_is_deterministic(rt, seed: int) -> None:
+    runs = []
+    for _ in range(2):
+        with sim_runtime(rt) as ctx:
+            wl = rt.MLPWorkload(ctx, seed=seed)
+            runs.append([wl.step() for _ in range(50)])
+    losses = runs[0]
+    assert runs[0] == runs[1], "two identical workloads must give identical losses [E2E-2]"
+    first, last = np.mean(losses[:5]), np.mean(losses[-5:])
+    assert last < first / 2, f"seed {seed}: loss {first:.3f} -> {last:.3f} over 50 steps " \
+                             f"[E2E-2]"
+
+
+# -- E2E-3 -----------------------------------------------------------------------------------
+
+@pytest.mark.clause("E2E-3", "RM-8", "STAT-5", "STAT-6")
+@pytest.mark.capability("resource_management", "statistics", "vmem", "adjustable",
+                        "virtual_clock")
+def test_shrink_mid_run_uses_host_fallback_and_keeps_learning(rt, managed_factory,
+                                                              virtual_clock) -> None:
+    m = managed_factory(virtual_clock)
+    wl = rt.MLPWorkload(m.ctx, batch=1024, input_dim=8, hidden=256, seed=3)
+    alloc = m.gpu.get_allocator()
+    bfc = alloc.device_allocator
+    pools = rt.GPUAdjustableAllocator()
+    for _ in range(5):
+        wl.step()
+    pool_before = pools.get_mem_pool_stats(bfc).pool_bytes
+    assert pool_before > MiB and alloc.host_allocator.get_stats().peak_bytes_in_use == 0, \
+        f"the workload must fit on the GPU first (pool {pool_before})"
+    virtual_clock.advance(11_000_000)
+    wl.step()
+    info = m.status_doc()["gpuUsageInfo"][m.bus_id]
+    assert info["deviceMemPoolSize"] == pool_before and info["hostMemUsedMax"] == 0
+
+    m.writer.write_in_place(config_document(limits={m.bus_id: MiB}, perf=100))
+    wait_until(lambda: m.rm.memory_limits.get(m.bus_id) == MiB, "the 1 MiB limit to arrive")
+    eval_at_shrink = wl.evaluate()             # runs, so its boundary applies the limit
+    pool_after = pools.get_mem_pool_stats(bfc).pool_bytes
+    assert bfc.get_stats().bytes_limit == MiB, \
+        f"bytes_limit {bfc.get_stats().bytes_limit} after the boundary, expected {MiB} [E2E-3]"
+    assert pool_after <= MiB < pool_before, \
+        f"pool {pool_before} -> {pool_after} bytes, expected at most {MiB} [E2E-3]"
+    losses = [wl.step() for _ in range(10)]
+    assert all(np.isfinite(losses))
+    assert alloc.host_allocator.get_stats().peak_bytes_in_use > 0, \
+        "steps beyond the device limit must use host fallback [E2E-3]"
+    assert pools.get_mem_pool_stats(bfc).pool_bytes <= MiB, "the pool grew past the limit"
+    eval_after = wl.evaluate()
+    assert eval_after < eval_at_shrink, \
+        f"loss {eval_at_shrink:.3f} -> {eval_after:.3f} over 10 steps after the shrink [E2E-3]"
+    virtual_clock.advance(11_000_000)
+    wl.step()
+    info = m.status_doc()["gpuUsageInfo"][m.bus_id]
+    assert info["deviceMemPoolSize"] <= MiB and info["hostMemUsedMax"] > 0 \
+        and info["swapReason"] in ("OOM", "FRAGMENT"), \
+        f"statistics after the shrink: {info} [E2E-3]"
+
+
+# -- E2E-4, E2E-6 ----------------------------------------------------------------------------
+
+@pytest.mark.clause("E2E-4", "E2E-6", "OPM-4", "RM-10", "RM-11")
+@pytest.mark.capability("resource_management", "gpu_op_manager", "virtual_clock")
+def test_perf_control_sets_the_step_period(rt, managed_factory, auto_clock) -> None:
+    m = managed_factory(auto_clock)
+    wl = rt.MLPWorkload(m.ctx, cost_us=1000, seed=1)
+    base = periods(wl, auto_clock, 3)
+    c = base[0]
+    assert c > 0 and base == [c] * 3, f"unthrottled periods {base} [E2E-4]"
+    losses = [wl.step()]
+    for perf in (50, 25):
+        m.set_perf(perf, in_place=perf == 25)
+        before = len(auto_clock.sleeps_of(OP_MANAGER_PREFIX))
+        got = periods(wl, auto_clock, 6)
+        expected = c * 100 // perf - 50
+        assert got == [expected] * 6, (
+            f"perfControl {perf}: periods {got} µs, expected {expected} = {c} * 100 // {perf}"
+            f" - 50 [E2E-4]")
+        # 7 steps alternate: sleep after the step, then idle slots inside the next one; the
+        # manager thread of each of the 3 managed steps waits its idle slots and its kernels.
+        in_step = sum(auto_clock.sleeps_of(OP_MANAGER_PREFIX)[before:])
+        assert in_step == 3 * (c * 100 // perf - c - 50) + 3 * c, (
+            f"perfControl {perf}: the manager threads waited {in_step} µs over 7 steps, "
+            f"expected 3 managed steps of idle slots (T - C - 50) plus kernels (C) "
+            f"[E2E-4, OPM-4]")
+        losses.append(wl.step())
+    m.set_perf(100)
+    before = len(auto_clock.sleeps_of(OP_MANAGER_PREFIX))
+    assert periods(wl, auto_clock, 4) == [c] * 4, "periods back at perfControl 100 [E2E-6]"
+    assert auto_clock.sleeps_of(OP_MANAGER_PREFIX)[before:] == [] and manager_threads() == [], \
+        "no GpuOpManager after returning to perfControl 100 [E2E-6]"
+    assert losses[-1] < losses[0], f"loss must keep falling while throttled: {losses} [E2E-4]"
+
+
+# -- E2E-5 -----------------------------------------------------------------------------------
+
+@pytest.mark.clause("E2E-5", "RM-12")
+@pytest.mark.capability("resource_management", "virtual_clock")
+def test_perf_control_zero_suspends_until_nonzero(rt, managed_factory, virtual_clock) -> None:
+    m = managed_factory(virtual_clock)
+    wl = rt.MLPWorkload(m.ctx, seed=2)
+    losses: list[float] = []
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def train() -> None:
+        try:
+            while not stop.is_set():
+                losses.append(wl.step())
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    worker = threading.Thread(target=train, name="test-trainer", daemon=True)
+    worker.start()
+    try:
+        wait_until(lambda: len(losses) >= 10, "10 training steps")
+        m.set_perf(0)
+        wait_until(lambda: "test-trainer" in virtual_clock.waiting_threads(),
+                   "the training step to suspend at its step boundary")
+        held = len(losses)
+        time.sleep(0.1)
+        assert len(losses) == held and worker.is_alive(), \
+            "training went on at perfControl 0 [E2E-5]"
+        assert not errors, f"the suspended step failed: {errors} [E2E-5]"
+        m.set_perf(50)
+        wait_until(lambda: len(losses) >= held + 40, "training to resume after perfControl 50")
+    finally:
+        stop.set()
+        m.rm.wake_suspended()
+        worker.join(10)
+    assert not worker.is_alive() and not errors, f"training failed: {errors} [E2E-5]"
+    assert np.mean(losses[-5:]) < np.mean(losses[:5]), "the loss must keep falling [E2E-5]"

@@ -1,0 +1,625 @@
+"""EXEC clauses: graph, kernels, buffers through the allocator, errors, scheduling, leaks."""
+
+from __future__ import annotations
+
+import random
+import threading
+
+import numpy as np
+import pytest
+
+from conformance.execution_helpers import (CPU, GPU, INTER_OP_PREFIX, Log, antman_threads,
+                                           py_func, sim_runtime)
+
+pytestmark = pytest.mark.capability("executor")
+
+
+@pytest.fixture
+def ctx(rt):
+    with sim_runtime(rt, gpu_memory_bytes=64 << 20) as c:
+        yield c
+
+
+def allocator_of(ctx, device):
+    return ctx.device_mgr.lookup_device(device).get_allocator()
+
+
+# -- EXEC-1, EXEC-2 -------------------------------------------------------------------------
+
+@pytest.mark.clause("EXEC-1")
+def test_add_node_returns_the_name_and_rejects_bad_nodes(rt) -> None:
+    g = rt.Graph()
+    assert g.add_node("a", "Placeholder", dtype="float32") == "a", "add_node('a') [EXEC-1]"
+    assert g.add_node("later", "Identity", ["b:0"]) == "later", \
+        "add_node with an input added later must be accepted [EXEC-1]"
+    assert issubclass(rt.GraphError, ValueError), "GraphError must be a ValueError [EXEC-1]"
+    bad = [
+        (("a", "Identity", ["later"]), "duplicate name"),
+        (("c", "NoSuchOp"), "unknown op"),
+        (("", "NoOp"), "empty name"),
+        (("bad name", "NoOp"), "space in name"),
+        (("d", "Add", ["^a", "a"]), "data input after a control input"),
+        (("e", "Identity", [""]), "empty input"),
+        (("f", "Identity", [3]), "non-str input"),
+    ]
+    for args, why in bad:
+        with pytest.raises(rt.GraphError):
+            g.add_node(*args)
+            pytest.fail(f"add_node{args} accepted ({why}) [EXEC-1]")
+
+
+@pytest.mark.clause("EXEC-2")
+def test_validation_rejects_unknown_inputs_bad_indices_and_cycles(rt, ctx) -> None:
+    g = rt.Graph()
+    g.add_node("a", "Placeholder", dtype="float32")
+    g.add_node("b", "Identity", ["nowhere"])
+    with pytest.raises(rt.GraphError, match="nowhere"):
+        g.validate()
+    with pytest.raises(rt.GraphError):
+        ctx.new_session(g)
+
+    g = rt.Graph()
+    g.add_node("a", "Placeholder", dtype="float32")
+    g.add_node("b", "Identity", ["a:1"])
+    with pytest.raises(rt.GraphError, match="a:1"):
+        g.validate()
+
+    g = rt.Graph()
+    g.add_node("a", "Identity", ["c"])
+    g.add_node("b", "Identity", ["a"])
+    g.add_node("c", "Identity", ["^b", ])
+    with pytest.raises(rt.GraphError) as info:
+        g.validate()
+    msg = str(info.value)
+    assert "->" in msg and all(n in msg for n in "abc"), \
+        f"cycle error {msg!r} must list the cycle a -> b -> c [EXEC-2]"
+
+
+@pytest.mark.clause("EXEC-2")
+def test_unknown_device_fails_the_run_naming_node_and_device(rt, ctx) -> None:
+    g = rt.Graph()
+    g.add_node("c", "Const", device="/device:GPU:7", value=1.0)
+    s = ctx.new_session(g)
+    with pytest.raises(rt.InvalidArgumentError) as info:
+        s.run(["c"])
+    assert "c" in str(info.value) and "GPU:7" in str(info.value), \
+        f"run(['c']) on GPU:7 raised {info.value!r} [EXEC-2]"
+
+
+# -- EXEC-3 ----------------------------------------------------------------------------------
+
+METADATA = {
+    "NoOp": (0, False), "Const": (1, False), "Placeholder": (1, False),
+    "Variable": (1, False), "Identity": (1, False), "Assign": (1, True),
+    "ApplyGradientDescent": (1, True), "MatMul": (1, True), "BiasAdd": (1, True),
+    "BiasAddGrad": (1, True), "Add": (1, True), "Relu": (1, True), "ReluGrad": (1, True),
+    "Sum": (1, True), "Mean": (1, True), "SoftmaxCrossEntropyWithLogits": (2, True),
+    "PyFunc": (1, True),
+}
+
+
+@pytest.mark.clause("EXEC-3")
+@pytest.mark.parametrize("op", sorted(METADATA))
+def test_kernel_metadata(rt, op: str) -> None:
+    kernel = rt.OpRegistry.global_registry().lookup(op)
+    n, expensive = METADATA[op]
+    assert kernel.num_outputs_for({}) == n, f"lookup({op!r}).num_outputs_for({{}}) [EXEC-3]"
+    assert kernel.is_expensive is expensive, f"lookup({op!r}).is_expensive [EXEC-3]"
+    assert kernel.is_async is False, f"lookup({op!r}).is_async [EXEC-3]"
+
+
+@pytest.mark.clause("EXEC-3")
+def test_unknown_op_lookup_and_pyfunc_outputs(rt) -> None:
+    with pytest.raises(rt.GraphError):
+        rt.OpRegistry.global_registry().lookup("NoSuchOp")
+    kernel = rt.OpRegistry.global_registry().lookup("PyFunc")
+    assert kernel.num_outputs_for({"num_outputs": 3}) == 3, "PyFunc num_outputs attr [EXEC-3]"
+
+
+# -- EXEC-4 ----------------------------------------------------------------------------------
+
+def _softmax_xent(logits: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    x = logits.astype(np.float64)
+    m = x.max(axis=1, keepdims=True)
+    log_sm = x - m - np.log(np.exp(x - m).sum(axis=1, keepdims=True))
+    return -(labels * log_sm).sum(axis=1), np.exp(log_sm) - labels
+
+
+@pytest.mark.clause("EXEC-4")
+@pytest.mark.parametrize("device", [CPU, GPU])
+def test_kernel_values(rt, ctx, device: str) -> None:
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((4, 3)).astype(np.float32)
+    b = rng.standard_normal((3, 5)).astype(np.float32)
+    bias = rng.standard_normal(5).astype(np.float32)
+    labels = np.eye(5, dtype=np.float32)[[0, 3, 1, 4]]
+    g = rt.Graph()
+
+    def add(name, op, inputs=(), **attrs):
+        return g.add_node(name, op, inputs, device=device, **attrs)
+
+    add("a", "Placeholder", dtype="float32", shape=(4, 3))
+    add("b", "Placeholder", dtype="float32", shape=(None, 5))
+    add("bias", "Const", value=bias)
+    add("mm", "MatMul", ["a", "b"])
+    add("mm_ta", "MatMul", ["a", "a"], transpose_a=True)
+    add("mm_tb", "MatMul", ["a", "a"], transpose_b=True)
+    add("ba", "BiasAdd", ["mm", "bias"])
+    add("bag", "BiasAddGrad", ["ba"])
+    add("sum_all", "Sum", ["ba"])
+    add("mean0", "Mean", ["ba"], axis=0)
+    add("sum1k", "Sum", ["ba"], axis=1, keep_dims=True)
+    add("add", "Add", ["ba", "bias"])
+    add("relu", "Relu", ["ba"])
+    add("relu_grad", "ReluGrad", ["mm", "ba"])
+    add("labels", "Placeholder", dtype="float32")
+    add("xent", "SoftmaxCrossEntropyWithLogits", ["ba", "labels"])
+    add("ident", "Identity", ["relu"])
+    s = ctx.new_session(g)
+    names = ["mm", "mm_ta", "mm_tb", "ba", "bag", "sum_all", "mean0", "sum1k", "add", "relu",
+             "relu_grad", "xent:0", "xent:1", "ident", "bias"]
+    out = dict(zip(names, s.run(names, {"a": a, "b": b, "labels": labels})))
+    mm = a.astype(np.float64) @ b
+    ba = mm + bias
+    loss, backprop = _softmax_xent(ba.astype(np.float32), labels)
+    expected = {
+        "mm": mm, "mm_ta": a.T.astype(np.float64) @ a, "mm_tb": a.astype(np.float64) @ a.T,
+        "ba": ba, "bag": ba.sum(axis=0), "sum_all": ba.sum(), "mean0": ba.mean(axis=0),
+        "sum1k": ba.sum(axis=1, keepdims=True), "add": ba + bias, "relu": np.maximum(ba, 0),
+        "relu_grad": mm * (ba > 0), "xent:0": loss, "xent:1": backprop,
+        "ident": np.maximum(ba, 0), "bias": bias,
+    }
+    for name in names:
+        got = out[name]
+        assert isinstance(got, np.ndarray), f"run({name!r}) returned {type(got)} [SESS-2]"
+        assert got.dtype == np.float32, f"{name}: dtype {got.dtype}, expected float32 [EXEC-4]"
+        np.testing.assert_allclose(got, expected[name], rtol=1e-5, atol=1e-5,
+                                   err_msg=f"run({name!r}) on {device} [EXEC-4]")
+
+
+@pytest.mark.clause("EXEC-4")
+@pytest.mark.parametrize("device", [CPU, GPU])
+def test_variables_assign_and_gradient_descent(rt, ctx, device: str) -> None:
+    g = rt.Graph()
+    g.add_node("v", "Variable", device=device, initial_value=np.array([1.0, 2.0], np.float32))
+    g.add_node("alpha", "Const", device=device, value=np.float32(0.5))
+    g.add_node("delta", "Placeholder", device=device, dtype="float32")
+    g.add_node("step", "ApplyGradientDescent", ["v", "alpha", "delta"], device=device)
+    g.add_node("value", "Placeholder", device=device, dtype="float32")
+    g.add_node("assign", "Assign", ["v", "value"], device=device)
+    s = ctx.new_session(g)
+    (v0,) = s.run(["v"])
+    np.testing.assert_array_equal(v0, [1.0, 2.0], err_msg="initial_value [EXEC-4]")
+    (v1,) = s.run(["step"], {"delta": np.array([2.0, -4.0], np.float32)})
+    np.testing.assert_allclose(v1, [0.0, 4.0], err_msg="ApplyGradientDescent [EXEC-4]")
+    np.testing.assert_allclose(s.run(["v"])[0], [0.0, 4.0],
+                               err_msg="the update must persist across runs [EXEC-4]")
+    s.run([], {"value": np.array([7.0, 8.0], np.float32)}, ["assign"])
+    np.testing.assert_allclose(s.run(["v"])[0], [7.0, 8.0], err_msg="Assign [EXEC-4]")
+    with pytest.raises(rt.InvalidArgumentError):
+        s.run(["assign"], {"value": np.zeros(3, np.float32)})
+
+
+@pytest.mark.clause("EXEC-4")
+def test_pyfunc_outputs_and_shape_errors(rt, ctx) -> None:
+    g = rt.Graph()
+    g.add_node("x", "Placeholder", device=GPU, dtype="float32")
+    g.add_node("two", "PyFunc", ["x"], device=GPU, num_outputs=2,
+               func=lambda x: (x * 2, x.sum()))
+    g.add_node("bad_mm", "MatMul", ["x", "x"], device=GPU)
+    s = ctx.new_session(g)
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    d, total = s.run(["two:0", "two:1"], {"x": x})
+    np.testing.assert_array_equal(d, x * 2, err_msg="PyFunc output 0 [EXEC-4]")
+    assert float(total) == 15.0, f"PyFunc output 1 = {total} [EXEC-4]"
+    with pytest.raises(rt.InvalidArgumentError) as info:
+        s.run(["bad_mm"], {"x": x})
+    assert info.value.node_name == "bad_mm" and "bad_mm" in str(info.value), \
+        f"MatMul of [2,3]x[2,3] raised {info.value!r} [EXEC-4]"
+
+
+# -- EXEC-5, EXEC-6 --------------------------------------------------------------------------
+
+ALLOCATING_GRAPHS = [
+    # (op, inputs fed, attrs, number of allocations, largest allocation in bytes)
+    ("Relu", {"x": np.ones((3, 5), np.float32)}, {}, 2, 60),
+    ("MatMul", {"x": np.ones((2, 3), np.float32), "y": np.ones((3, 7), np.float32)}, {}, 3,
+     84),
+    ("Identity", {"x": np.ones((4, 4), np.float32)}, {}, 1, 64),
+    ("Sum", {"x": np.ones((8,), np.float32)}, {}, 2, 32),
+    ("SoftmaxCrossEntropyWithLogits",
+     {"x": np.ones((2, 3), np.float32), "y": np.ones((2, 3), np.float32)}, {}, 4, 24),
+]
+
+
+@pytest.mark.clause("EXEC-5", "EXEC-6")
+@pytest.mark.parametrize("op,feeds,attrs,count,largest", ALLOCATING_GRAPHS,
+                         ids=[g[0] for g in ALLOCATING_GRAPHS])
+def test_each_output_is_one_exact_allocation(rt, ctx, op, feeds, attrs, count,
+                                             largest) -> None:
+    g = rt.Graph()
+    for name in feeds:
+        g.add_node(name, "Placeholder", device=CPU, dtype="float32")
+    g.add_node("op", op, list(feeds), device=CPU, **attrs)
+    s = ctx.new_session(g)
+    alloc = allocator_of(ctx, CPU)
+    fetches = [f"op:{i}" for i in range(rt.OpRegistry.global_registry().lookup(op)
+                                        .num_outputs_for(attrs))]
+    s.run(fetches, feeds)                 # the executor exists; the CPU pool has started
+    alloc.clear_stats()
+    before = alloc.get_stats()
+    s.run(fetches, feeds)
+    after = alloc.get_stats()
+    assert after.num_allocs - before.num_allocs == count, (
+        f"run({fetches}) of {op} made {after.num_allocs - before.num_allocs} allocations, "
+        f"expected {count} [EXEC-5]")
+    assert after.largest_alloc_size == largest, (
+        f"run({fetches}) of {op}: largest allocation {after.largest_alloc_size} bytes, "
+        f"expected {largest} [EXEC-5]")
+    assert after.bytes_in_use == before.bytes_in_use, (
+        f"after run({fetches}) of {op}: {after.bytes_in_use} bytes in use, expected "
+        f"{before.bytes_in_use} [EXEC-6]")
+
+
+@pytest.mark.clause("EXEC-6")
+def test_a_buffer_is_freed_when_its_last_consumer_has_run(rt, ctx) -> None:
+    alloc = allocator_of(ctx, CPU)
+    seen: list[int] = []
+
+    def probe(x):
+        seen.append(alloc.get_stats().bytes_in_use)
+        return x[:1]
+
+    g = rt.Graph()
+    g.add_node("a", "Placeholder", device=CPU, dtype="float32")
+    g.add_node("b", "Relu", ["a"], device=CPU)
+    g.add_node("c", "Relu", ["b"], device=CPU)
+    g.add_node("p", "PyFunc", ["c"], device=CPU, func=probe)
+    s = ctx.new_session(g)
+    feed = {"a": np.ones(1000, np.float32)}
+    s.run(["p"], feed)
+    base = alloc.get_stats().bytes_in_use
+    s.run(["p"], feed)
+    assert seen[-1] - base == 4000, (
+        f"while 'p' ran, {seen[-1] - base} bytes of the step were in use; only its input "
+        f"'c' (4000 bytes) may be: 'a' and 'b' had no consumer left [EXEC-6]")
+    assert alloc.get_stats().bytes_in_use == base, "step buffers left after run [EXEC-6]"
+
+
+@pytest.mark.clause("EXEC-5", "EXEC-6")
+def test_variables_and_constants_are_session_owned(rt, ctx) -> None:
+    alloc = allocator_of(ctx, GPU)
+    start = alloc.get_stats().bytes_in_use
+    g = rt.Graph()
+    g.add_node("v", "Variable", device=GPU, initial_value=np.zeros((64, 64), np.float32))
+    g.add_node("c", "Const", device=GPU, value=np.ones((64, 64), np.float32))
+    g.add_node("s", "Add", ["v", "c"], device=GPU)
+    s = ctx.new_session(g)
+    s.run(["s"])
+    held = alloc.get_stats().bytes_in_use
+    assert held > start, "the variable and the constant must stay allocated [EXEC-5]"
+    for _ in range(3):
+        s.run(["s"])
+        assert alloc.get_stats().bytes_in_use == held, "run(['s']) leaked [EXEC-6]"
+    s.close()
+    assert alloc.get_stats().bytes_in_use == start, \
+        "close() must deallocate variables and constants [EXEC-5, SESS-8]"
+
+
+@pytest.mark.clause("EXEC-5")
+def test_host_fallback_buffers_compute_correctly(rt, tf_env) -> None:
+    tf_env.set("TF_GPU_VMEM", "true")
+    tf_env.set("TF_RO_PLANNED_GPU", "10000")   # room for host fallback (VMEM-5, VMEM-6)
+    with sim_runtime(rt, gpu_memory_bytes=256 << 10) as c:
+        a = np.random.default_rng(1).standard_normal((300, 300)).astype(np.float32)
+        g = rt.Graph()
+        g.add_node("a", "Placeholder", device=GPU, dtype="float32")
+        g.add_node("aa", "MatMul", ["a", "a"], device=GPU)
+        g.add_node("r", "Relu", ["aa"], device=GPU)
+        g.add_node("s", "Sum", ["r"], device=GPU, axis=1)
+        (out,) = c.new_session(g).run(["s"], {"a": a})
+        alloc = allocator_of(c, GPU)
+        assert alloc.host_allocator.get_stats().peak_bytes_in_use > 0, \
+            "360 KB tensors on a 256 KiB GPU must use host fallback [EXEC-5]"
+        np.testing.assert_allclose(out, np.maximum(a.astype(np.float64) @ a, 0).sum(axis=1),
+                                   rtol=1e-4, err_msg="host-fallback MatMul [EXEC-5]")
+        assert alloc.get_stats().bytes_in_use == 0
+
+
+# -- EXEC-7, EXEC-8, EXEC-9 ------------------------------------------------------------------
+
+@pytest.mark.clause("EXEC-7", "EXEC-9", "EXEC-6")
+def test_allocation_failure_names_device_node_and_bytes(rt, tf_env, auto_clock) -> None:
+    tf_env.set("TF_GPU_VMEM", "false")
+    with sim_runtime(rt, gpu_memory_bytes=1 << 20, clock=auto_clock) as c:
+        log = Log()
+        g = rt.Graph()
+        g.add_node("small", "Placeholder", device=GPU, dtype="float32")
+        g.add_node("r", "Relu", ["small"], device=GPU)
+        g.add_node("big", "Placeholder", device=GPU, dtype="float32")
+        g.add_node("after", "PyFunc", ["big"], device=GPU, func=py_func(log, "after"))
+        s = c.new_session(g)
+        feeds = {"small": np.ones(16, np.float32), "big": np.ones(1 << 19, np.float32)}
+        with pytest.raises(rt.ResourceExhaustedError) as info:
+            s.run(["r", "after"], feeds)
+        e = info.value
+        assert isinstance(e, rt.OpError)
+        assert e.node_name == "big" and e.num_bytes == 1 << 21 and "GPU:0" in e.device, (
+            f"OOM error fields node_name={e.node_name!r} num_bytes={e.num_bytes} "
+            f"device={e.device!r} [EXEC-7]")
+        for part in ("big", str(1 << 21), "GPU:0"):
+            assert part in str(e), f"OOM message {str(e)!r} lacks {part!r} [EXEC-7]"
+        assert log.snapshot() == [], "the consumer of the failed node ran [EXEC-9]"
+        assert allocator_of(c, GPU).get_stats().bytes_in_use == 0, \
+            "a failed step must free every buffer it allocated [EXEC-6]"
+        (ok,) = s.run(["r"], {"small": -np.ones(16, np.float32)})
+        assert ok.sum() == 0, "the session must stay usable after an OOM [SESS-5]"
+
+
+@pytest.mark.clause("EXEC-8", "EXEC-9", "EXEC-6")
+@pytest.mark.parametrize("device", [CPU, GPU])
+def test_kernel_error_fails_the_step(rt, ctx, device: str) -> None:
+    log = Log()
+    boom = ValueError("boom")
+
+    def fail(x):
+        raise boom
+
+    g = rt.Graph()
+    g.add_node("x", "Placeholder", device=device, dtype="float32")
+    g.add_node("bad", "PyFunc", ["x"], device=device, func=fail)
+    g.add_node("consumer", "PyFunc", ["bad"], device=device, func=py_func(log, "consumer"))
+    s = ctx.new_session(g)
+    before = allocator_of(ctx, device).get_stats().bytes_in_use
+    with pytest.raises(rt.OpError) as info:
+        s.run(["consumer"], {"x": np.ones(4, np.float32)})
+    e = info.value
+    assert isinstance(e, rt.UnknownError), f"a ValueError in a kernel gave {e!r} [EXEC-8]"
+    assert e.__cause__ is boom, "the kernel's exception must be the __cause__ [EXEC-8]"
+    assert e.node_name == "bad" and "bad" in str(e), f"error {e!r} must name 'bad' [EXEC-8]"
+    assert log.snapshot() == [], "the consumer of the failed node ran [EXEC-9]"
+    assert allocator_of(ctx, device).get_stats().bytes_in_use == before, \
+        f"the failed step left buffers allocated on {device} [EXEC-6]"
+
+
+@pytest.mark.clause("EXEC-8")
+def test_op_error_from_a_kernel_is_the_step_error(rt, ctx) -> None:
+    def fail():
+        raise rt.InvalidArgumentError("custom reason")
+
+    g = rt.Graph()
+    g.add_node("bad", "PyFunc", device=GPU, func=fail)
+    with pytest.raises(rt.InvalidArgumentError, match="custom reason") as info:
+        ctx.new_session(g).run(["bad"])
+    assert info.value.node_name == "bad" and info.value.op == "PyFunc", \
+        f"node_name/op not filled in: {info.value.node_name!r}/{info.value.op!r} [EXEC-8]"
+
+
+# -- EXEC-10, EXEC-11 ------------------------------------------------------------------------
+
+def _random_dag(rt, rng: random.Random, n: int, log: Log):
+    g = rt.Graph()
+    deps: dict[str, list[str]] = {}
+    for i in range(n):
+        name = f"n{i}"
+        preds = rng.sample([f"n{j}" for j in range(i)], k=min(i, rng.randint(0, 3)))
+        data, control = preds[: len(preds) // 2 + 1], preds[len(preds) // 2 + 1:]
+        device = rng.choice([CPU, GPU])
+        g.add_node(name, "PyFunc", data + [f"^{c}" for c in control], device=device,
+                   func=py_func(log, name), is_expensive=rng.random() < 0.5)
+        deps[name] = preds
+    return g, deps
+
+
+@pytest.mark.clause("EXEC-10")
+@pytest.mark.parametrize("seed", range(4))
+def test_every_node_runs_once_after_its_inputs(rt, ctx, seed: int) -> None:
+    rng = random.Random(seed)
+    log = Log()
+    g, deps = _random_dag(rt, rng, 24, log)
+    fetch = [f"n{i}" for i in rng.sample(range(24), 3)]
+    needed: set[str] = set()
+    stack = list(fetch)
+    while stack:
+        n = stack.pop()
+        if n not in needed:
+            needed.add(n)
+            stack.extend(deps[n])
+    s = ctx.new_session(g)
+    for step in range(10):
+        log.clear()
+        s.run(fetch)
+        order = log.snapshot()
+        assert sorted(order) == sorted(needed), (
+            f"step {step} of run({fetch}) ran {sorted(order)}, expected exactly the needed "
+            f"nodes {sorted(needed)}, once each [EXEC-10]")
+        pos = {n: i for i, n in enumerate(order)}
+        for n in order:
+            late = [d for d in deps[n] if pos[d] > pos[n]]
+            assert not late, f"{n} ran before its inputs {late} (order {order}) [EXEC-10]"
+
+
+def _thread_graph(rt, log: Log, children: list[tuple[str, bool]], device: str = CPU,
+                  before: dict | None = None):
+    g = rt.Graph()
+    g.add_node("root", "PyFunc", device=device, is_expensive=False,
+               func=py_func(log, "root", record="thread"))
+    for name, expensive in children:
+        g.add_node(name, "PyFunc", ["root"], device=device, is_expensive=expensive,
+                   func=py_func(log, name, record="thread",
+                                before=(before or {}).get(name)))
+    return g
+
+
+def _threads(log: Log) -> dict[str, tuple[int, int]]:
+    """name -> (thread ident, position in the log)."""
+    return {tag: (ident, i) for i, (tag, _, ident) in enumerate(log.snapshot())}
+
+
+@pytest.mark.clause("EXEC-11")
+def test_inexpensive_consumers_run_inline_in_edge_order(rt, ctx) -> None:
+    log = Log()
+    a_started = threading.Event()
+
+    def c_waits_for_a():
+        assert a_started.wait(10), "expensive 'a' was not dispatched: it never started " \
+                                   "while 'c' ran [EXEC-11]"
+
+    g = rt.Graph()
+    g.add_node("root", "PyFunc", device=CPU, is_expensive=False,
+               func=py_func(log, "root", record="thread"))
+    g.add_node("a", "PyFunc", ["root"], device=CPU, is_expensive=True,
+               func=py_func(log, "a", record="thread", before=a_started.set))
+    g.add_node("c", "PyFunc", ["root"], device=CPU, is_expensive=False,
+               func=py_func(log, "c", record="thread", before=c_waits_for_a))
+    g.add_node("b", "PyFunc", ["root"], device=CPU, is_expensive=True,
+               func=py_func(log, "b", record="thread"))
+    g.add_node("d", "PyFunc", ["root"], device=CPU, is_expensive=False,
+               func=py_func(log, "d", record="thread"))
+    s = ctx.new_session(g)
+    for _ in range(5):
+        log.clear()
+        a_started.clear()
+        s.run(["a", "b", "c", "d"])
+        t = _threads(log)
+        assert t["c"][0] == t["root"][0] and t["d"][0] == t["root"][0], \
+            f"inexpensive c, d must run on root's thread: {log.snapshot()} [EXEC-11]"
+        assert t["c"][1] < t["d"][1], f"c must run before d (edge order) [EXEC-11]"
+        assert t["a"][0] != t["root"][0], f"expensive a ran inline: {log.snapshot()} [EXEC-11]"
+
+
+@pytest.mark.clause("EXEC-11")
+def test_last_expensive_consumer_stays_inline(rt, ctx) -> None:
+    log = Log()
+    a_started = threading.Event()
+
+    def b_waits_for_a():
+        assert a_started.wait(10), "'a' was not dispatched to the runner [EXEC-11]"
+
+    g = _thread_graph(rt, log, [("a", True), ("b", True)],
+                      before={"a": a_started.set, "b": b_waits_for_a})
+    g.add_node("solo", "PyFunc", ["b"], device=CPU, is_expensive=True,
+               func=py_func(log, "solo", record="thread"))
+    s = ctx.new_session(g)
+    for _ in range(5):
+        log.clear()
+        a_started.clear()
+        s.run(["a", "solo"])
+        t = _threads(log)
+        assert t["b"][0] == t["root"][0], \
+            f"the last expensive consumer 'b' must stay on root's thread: {log.snapshot()} " \
+            f"[EXEC-11]"
+        assert t["a"][0] != t["root"][0], f"'a' must be dispatched: {log.snapshot()} [EXEC-11]"
+        assert t["solo"][0] == t["b"][0], \
+            f"a sole expensive consumer stays inline: {log.snapshot()} [EXEC-11]"
+
+
+@pytest.mark.clause("EXEC-11", "EXEC-3")
+def test_gpu_nodes_are_never_expensive(rt, ctx) -> None:
+    log = Log()
+    g = _thread_graph(rt, log, [("g1", True), ("g2", True), ("g3", True)], device=GPU)
+    s = ctx.new_session(g)
+    log.clear()
+    s.run(["g1", "g2", "g3"])
+    order = [tag for tag, _, _ in log.snapshot()]
+    idents = {ident for _, _, ident in log.snapshot()}
+    assert order == ["root", "g1", "g2", "g3"] and len(idents) == 1, (
+        f"GPU nodes (expensive kernels) must all run inline on one thread in edge order: "
+        f"{log.snapshot()} [EXEC-11, EXEC-3]")
+
+
+@pytest.mark.clause("EXEC-11", "SESS-7")
+def test_roots_are_handed_to_the_runner(rt, ctx) -> None:
+    log = Log()
+    x_started, y_started = threading.Event(), threading.Event()
+
+    def x_first():
+        x_started.set()
+        assert y_started.wait(10), "root y did not start while root x ran [EXEC-11]"
+
+    def y_first():
+        y_started.set()
+        assert x_started.wait(10), "root x did not start while root y ran [EXEC-11]"
+
+    g = rt.Graph()
+    g.add_node("x", "PyFunc", device=CPU, is_expensive=False,
+               func=py_func(log, "x", record="thread", before=x_first))
+    g.add_node("y", "PyFunc", device=GPU, func=py_func(log, "y", record="thread",
+                                                        before=y_first))
+    ctx.new_session(g).run(["x", "y"])
+    names = {tag: name for tag, name, _ in log.snapshot()}
+    assert all(n.startswith(INTER_OP_PREFIX) for n in names.values()), \
+        f"nodes ran on {names}, expected the session's inter-op pool [SESS-7]"
+
+
+@pytest.mark.clause("EXEC-3")
+def test_async_pyfunc_runs(rt, ctx) -> None:
+    g = rt.Graph()
+    g.add_node("x", "Placeholder", device=GPU, dtype="float32")
+    g.add_node("a", "PyFunc", ["x"], device=GPU, is_async=True, func=lambda x: x + 1)
+    g.add_node("b", "Relu", ["a"], device=GPU)
+    (out,) = ctx.new_session(g).run(["b"], {"x": np.array([-3.0, 1.0], np.float32)})
+    np.testing.assert_array_equal(out, [0.0, 2.0], err_msg="async PyFunc [EXEC-3]")
+
+
+# -- EXEC-12, EXEC-13 ------------------------------------------------------------------------
+
+@pytest.mark.clause("EXEC-12")
+def test_cost_us_waits_on_the_clock_before_the_kernel(rt, auto_clock) -> None:
+    with sim_runtime(rt, clock=auto_clock) as c:
+        seen: list[int] = []
+        g = rt.Graph()
+        g.add_node("a", "PyFunc", device=GPU, cost_us=100,
+                   func=lambda: seen.append(auto_clock.now_us()) or np.float32(0))
+        g.add_node("b", "PyFunc", ["a"], device=GPU, cost_us=250,
+                   func=lambda x: seen.append(auto_clock.now_us()) or x)
+        g.add_node("c", "PyFunc", ["b"], device=CPU, cost_us=0,
+                   func=lambda x: seen.append(auto_clock.now_us()) or x)
+        s = c.new_session(g)
+        t0 = auto_clock.now_us()
+        s.run(["c"])
+        assert [t - t0 for t in seen] == [100, 350, 350], (
+            f"kernels ran at {[t - t0 for t in seen]} µs, expected [100, 350, 350] "
+            f"(cost_us waited before each kernel) [EXEC-12]")
+        g.add_node("bad", "PyFunc", device=GPU, cost_us=-1, func=lambda: np.float32(0))
+        with pytest.raises(rt.GraphError):
+            s.run(["bad"])
+
+
+@pytest.mark.clause("EXEC-13", "EXEC-6")
+def test_no_allocator_or_thread_leak_over_1000_steps(rt, ctx) -> None:
+    g = rt.Graph()
+    g.add_node("x", "Placeholder", device=GPU, dtype="float32")
+    g.add_node("w", "Variable", device=GPU, initial_value=np.eye(4, dtype=np.float32))
+    g.add_node("alpha", "Const", device=GPU, value=np.float32(0.0))
+    g.add_node("y", "MatMul", ["x", "w"], device=GPU)
+    g.add_node("r", "Relu", ["y"], device=GPU)
+    g.add_node("s", "Sum", ["r"], device=GPU)
+    g.add_node("upd", "ApplyGradientDescent", ["w", "alpha", "w"], device=CPU)
+    g.add_node("maybe_fail", "PyFunc", ["s"], device=CPU,
+               func=lambda v: (_ for _ in ()).throw(ValueError("planned")) if v <= 0 else v)
+    s = ctx.new_session(g)
+    gpu = allocator_of(ctx, GPU)
+    x = np.ones((2, 4), np.float32)
+    s.run(["maybe_fail"], {"x": x}, ["upd"])
+    base_bytes = gpu.get_stats().bytes_in_use
+    base_threads = antman_threads()
+    failures = 0
+    for i in range(1000):
+        if i % 100 == 99:
+            with pytest.raises(rt.OpError):
+                s.run(["maybe_fail"], {"x": -x})
+            failures += 1
+        else:
+            s.run(["maybe_fail"], {"x": x}, ["upd"])
+    assert failures == 10
+    assert gpu.get_stats().bytes_in_use == base_bytes, (
+        f"after 1000 steps {gpu.get_stats().bytes_in_use} bytes in use on GPU:0, "
+        f"{base_bytes} after the first [EXEC-13]")
+    extra = antman_threads() - base_threads
+    assert all(n.startswith(INTER_OP_PREFIX) for n in extra), \
+        f"threads started by steps and left alive: {sorted(extra)} [EXEC-13]"
+    pool = {n for n in antman_threads() if n.startswith(INTER_OP_PREFIX)}
+    s.close()
+    left = pool & antman_threads()
+    assert not left, f"session.close() left its threads {sorted(left)} [SESS-8]"

@@ -1,0 +1,331 @@
+"""OPM clauses: GPU ops queued while throttled, idle slots before launches, FIFO, shutdown.
+
+Exact on the virtual clock: every idle slot is a clock wait, so a queued op's launch time is
+the sum of the slots before it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from conformance.execution_helpers import (CPU, GPU, INTER_OP_PREFIX, OP_MANAGER_PREFIX, POST,
+                                           Log, manager_threads, recording_action,
+                                           run_in_thread, sim_runtime, wait_until)
+
+pytestmark = pytest.mark.capability("executor", "gpu_op_manager", "resource_management",
+                                    "virtual_clock")
+
+
+class Managed:
+    """A runtime on a virtual clock with a GPUResourceManagement action (no config file)."""
+
+    def __init__(self, rt, clock) -> None:
+        self.rt = rt
+        self.clock = clock
+        self._cm = sim_runtime(rt, clock=clock)
+        self.ctx = self._cm.__enter__()
+        self.rm = rt.GPUResourceManagement(None, clock=clock, registry=self.ctx.registry)
+        self.post = Log()
+        self.ctx.registry.register(POST, 1, recording_action(rt, "post", self.post))
+
+    def throttle(self, perf: int, idle_us: int) -> None:
+        assert self.rm.parse_manage_info_from_json(f'{{"perfControl": {perf}}}') or \
+            self.rm.perf_control == perf
+        self.rm.set_estimated_idle_time(idle_us)
+
+    def close(self) -> None:
+        self.rm.close()
+        self._cm.__exit__(None, None, None)
+
+
+@pytest.fixture
+def managed(rt, auto_clock):
+    m = Managed(rt, auto_clock)
+    yield m
+    m.close()
+
+
+@pytest.fixture
+def managed_manual(rt, virtual_clock):
+    m = Managed(rt, virtual_clock)
+    yield m
+    m.close()
+
+
+def probe(log: Log, tag: str, clock, rm):
+    """A PyFunc body recording (tag, clock time, E, thread name) at its launch."""
+
+    def func(*args):
+        log.add((tag, clock.now_us(), rm.get_estimated_idle_time(),
+                 threading.current_thread().name))
+        return np.float32(len(args))
+
+    return func
+
+
+def expected_slots(e: int, n: int) -> list[int]:
+    slots = []
+    for i in range(n):
+        slot = e // (n - i)
+        slots.append(slot)
+        e -= slot
+    return slots
+
+
+def chain(rt, n: int, log: Log, clock, rm, device: str = GPU):
+    g = rt.Graph()
+    for i in range(n):
+        g.add_node(f"op{i}", "PyFunc", [f"op{i - 1}"] if i else [], device=device,
+                   func=probe(log, f"op{i}", clock, rm))
+    return g
+
+
+# -- OPM-4 -----------------------------------------------------------------------------------
+
+@pytest.mark.clause("OPM-4", "OPM-3", "OPM-5")
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 8, 16, 33, 64])
+@pytest.mark.parametrize("idle", [1, 63, 1000, 999_983])
+def test_idle_slot_before_each_launch(rt, managed, n: int, idle: int) -> None:
+    log = Log()
+    s = managed.ctx.new_session(chain(rt, n, log, managed.clock, managed.rm))
+    managed.throttle(50, idle)
+    t0 = managed.clock.now_us()
+    s.run([f"op{n - 1}"])
+    slots = expected_slots(idle, n)
+    got = log.snapshot()
+    assert [e[0] for e in got] == [f"op{i}" for i in range(n)]
+    launch = [e[1] - t0 for e in got]
+    spent = np.cumsum(slots).tolist()
+    assert launch == spent, (
+        f"N={n}, E={idle}: ops launched at {launch[:8]}... µs, expected the sums of the idle "
+        f"slots floor(E_i / N_i) {spent[:8]}... (slot waited BEFORE each launch) [OPM-4]")
+    remaining = [e[2] for e in got]
+    assert remaining == [idle - x for x in spent], (
+        f"N={n}, E={idle}: E seen at each launch {remaining[:8]}..., expected "
+        f"{[idle - x for x in spent][:8]}... (each slot deducted) [OPM-4]")
+    assert remaining[-1] == 0, "E must be spent exactly by the step's last GPU op [OPM-4]"
+    assert all(e[3].startswith(OP_MANAGER_PREFIX) for e in got), \
+        f"queued ops must run on the manager thread: {sorted({e[3] for e in got})} [OPM-3]"
+    (_, graph_id, *_), = managed.post.snapshot()
+    assert managed.rm.get_executor_queued_op_num(graph_id) == n, \
+        f"set_executor_queued_op_num({graph_id}, {n}) expected [OPM-5]"
+
+
+@pytest.mark.clause("OPM-3", "OPM-4")
+def test_fifo_launch_order(rt, managed) -> None:
+    log = Log()
+    clock, rm = managed.clock, managed.rm
+    g = rt.Graph()
+    g.add_node("root", "PyFunc", device=CPU, is_expensive=False,
+               func=probe(log, "root", clock, rm))
+    names = [f"g{i}" for i in (3, 1, 4, 0, 5, 9, 2, 6)]
+    for name in names:                     # consumers in this insertion order (EXEC-11)
+        g.add_node(name, "PyFunc", ["root"], device=GPU, func=probe(log, name, clock, rm))
+    g.add_node("cpu_tail", "PyFunc", ["root"], device=CPU, is_expensive=False,
+               func=probe(log, "cpu_tail", clock, rm))
+    s = managed.ctx.new_session(g)
+    for _ in range(3):
+        log.clear()
+        managed.throttle(50, 8000)
+        t0 = clock.now_us()
+        s.run(names + ["cpu_tail"])
+        gpu = [e for e in log.snapshot() if e[0] in names]
+        assert [e[0] for e in gpu] == names, \
+            f"launch order {[e[0] for e in gpu]}, expected the queue order {names} [OPM-3]"
+        assert [e[1] - t0 for e in gpu] == np.cumsum([1000] * 8).tolist(), \
+            f"launch times {[e[1] - t0 for e in gpu]} [OPM-4]"
+        cpu_thread = next(e[3] for e in log.snapshot() if e[0] == "cpu_tail")
+        assert cpu_thread.startswith(INTER_OP_PREFIX), \
+            f"a CPU node ran on {cpu_thread}, not queued [OPM-2]"
+
+
+# -- OPM-1, OPM-2 ----------------------------------------------------------------------------
+
+@pytest.mark.clause("OPM-2")
+def test_synchronous_gpu_kernels_are_queued_too(rt, managed) -> None:
+    log = Log()
+    clock, rm = managed.clock, managed.rm
+    g = rt.Graph()
+    g.add_node("x", "Placeholder", device=GPU, dtype="float32")
+    g.add_node("mm", "MatMul", ["x", "x"], device=GPU)
+    g.add_node("p", "PyFunc", ["mm"], device=GPU, func=probe(log, "p", clock, rm))
+    g.add_node("c", "PyFunc", ["p"], device=CPU, func=probe(log, "c", clock, rm))
+    s = managed.ctx.new_session(g)
+    managed.throttle(50, 300)
+    t0 = clock.now_us()
+    s.run(["c"], {"x": np.eye(2, dtype=np.float32)})
+    (p, c) = log.snapshot()
+    assert p[1] - t0 == 300 and p[2] == 0, (
+        f"the Placeholder and MatMul must be queued with slots of 100 µs each: 'p' launched "
+        f"at {p[1] - t0} µs with E={p[2]}, expected 300 and 0 [OPM-2, OPM-4]")
+    assert clock.sleeps_of(OP_MANAGER_PREFIX) == [100, 100, 100], \
+        f"manager waits {clock.sleeps_of(OP_MANAGER_PREFIX)} [OPM-2]"
+    assert c[3].startswith(INTER_OP_PREFIX), f"the CPU node ran on {c[3]} [OPM-2]"
+
+
+@pytest.mark.clause("OPM-1")
+@pytest.mark.parametrize("perf,idle,device", [(100, 1000, GPU), (50, 0, GPU), (50, 1000, CPU)],
+                         ids=["perf100", "E0", "no-gpu-op"])
+def test_no_queueing_when_not_managed(rt, managed, perf: int, idle: int, device: str) -> None:
+    log = Log()
+    clock, rm = managed.clock, managed.rm
+    alive: list[list[str]] = []
+
+    def look(x):
+        alive.append(manager_threads())
+        return x
+
+    g = chain(rt, 3, log, clock, rm, device=device)
+    g.add_node("look", "PyFunc", ["op2"], device=device, func=look)
+    s = managed.ctx.new_session(g)
+    managed.throttle(perf, idle)
+    t0 = clock.now_us()
+    s.run(["look"])
+    got = log.snapshot()
+    assert [e[1] - t0 for e in got] == [0, 0, 0], \
+        f"perf={perf}, E={idle}, {device}: ops waited {[e[1] - t0 for e in got]} µs [OPM-1]"
+    assert [e[2] for e in got] == [idle] * 3, "E must not change inside the step [OPM-1]"
+    assert not any(e[3].startswith(OP_MANAGER_PREFIX) for e in got) and alive == [[]], \
+        f"perf={perf}, E={idle}: a GpuOpManager thread existed: {alive} [OPM-1]"
+    assert clock.sleeps_of(OP_MANAGER_PREFIX) == []
+
+
+# -- OPM-6, OPM-7 ----------------------------------------------------------------------------
+
+@pytest.mark.clause("OPM-6")
+def test_last_op_on_the_manager_thread_is_joined_by_run(rt, managed) -> None:
+    log = Log()
+    s = managed.ctx.new_session(chain(rt, 2, log, managed.clock, managed.rm))
+    seen: set[str] = set()
+    for _ in range(50):
+        log.clear()
+        managed.throttle(50, 10)
+        s.run(["op1"])
+        last = log.snapshot()[-1]
+        assert last[3].startswith(OP_MANAGER_PREFIX), \
+            f"the step's last node ran on {last[3]}, expected the manager thread [OPM-3]"
+        seen.add(last[3])
+        assert manager_threads() == [], \
+            f"run() returned with manager threads alive: {manager_threads()} [OPM-6]"
+    assert len(seen) == 50, "each managed step must have its own manager thread [OPM-3]"
+
+
+@contextlib.contextmanager
+def slow_manager_exit(delay_s: float = 0.05):
+    """Make every GpuOpManager thread started meanwhile linger ``delay_s`` before it ends.
+
+    A trace hook (``threading.settrace``) delays the return of the thread's outermost frame,
+    so a manager thread that ``run`` does not join is certainly still alive when ``run``
+    returns, while a joined one has ended.
+    """
+    hooked: list[str] = []
+
+    def tracer(frame, event, arg):
+        if event != "call":
+            return None
+        me = threading.current_thread()
+        if not me.name.startswith(OP_MANAGER_PREFIX) or getattr(me, "_exit_delayed", False):
+            return None
+        me._exit_delayed = True
+        hooked.append(me.name)
+
+        def outermost(frame, event, arg):
+            if event == "return":
+                time.sleep(delay_s)
+            return outermost
+
+        return outermost
+
+    threading.settrace(tracer)
+    try:
+        yield hooked
+    finally:
+        threading.settrace(None)
+
+
+@pytest.mark.clause("OPM-6")
+@pytest.mark.parametrize("last", ["gpu", "cpu"], ids=["ends-on-manager", "ends-elsewhere"])
+def test_run_joins_the_manager_thread(rt, managed, last: str) -> None:
+    log = Log()
+    g = chain(rt, 2, log, managed.clock, managed.rm)
+    g.add_node("tail", "PyFunc", ["op1"], device=GPU if last == "gpu" else CPU,
+               func=probe(log, "tail", managed.clock, managed.rm))
+    s = managed.ctx.new_session(g)
+    with slow_manager_exit() as hooked:
+        for _ in range(3):
+            managed.throttle(50, 30)
+            s.run(["tail"])
+            assert manager_threads() == [], (
+                f"run() returned while the step's manager thread was alive: "
+                f"{manager_threads()} (the step ended on the "
+                f"{'manager' if last == 'gpu' else 'inter-op'} thread) [OPM-6]")
+    assert len(hooked) == 3, f"expected one manager thread per managed step, saw {len(hooked)}"
+
+
+@pytest.mark.clause("OPM-7", "OPM-6", "EXEC-9")
+def test_failure_elsewhere_interrupts_the_idle_slot(rt, managed_manual) -> None:
+    m = managed_manual
+    clock = m.clock
+    log = Log()
+
+    def fail_while_slot_waits():
+        wait_until(lambda: any(n.startswith(OP_MANAGER_PREFIX)
+                               for n in clock.waiting_threads()),
+                   "the manager thread to wait in an idle slot")
+        raise RuntimeError("failure elsewhere")
+
+    g = rt.Graph()
+    g.add_node("gpu_op", "PyFunc", device=GPU, func=probe(log, "gpu_op", clock, m.rm))
+    g.add_node("gpu_next", "PyFunc", ["gpu_op"], device=GPU,
+               func=probe(log, "gpu_next", clock, m.rm))
+    g.add_node("fail", "PyFunc", device=CPU, func=fail_while_slot_waits)
+    s = m.ctx.new_session(g)
+    m.throttle(50, 10 ** 9)
+    t0 = clock.now_us()
+    runner, out = run_in_thread(lambda: s.run(["gpu_next", "fail"]), "test-managed-run")
+    runner.join(10)
+    assert not runner.is_alive(), "run() hung: the idle slot was not interrupted [OPM-7]"
+    assert isinstance(out.get("error"), rt.OpError) and "failure elsewhere" in str(out["error"]), \
+        f"run() must raise the step's first error, got {out} [OPM-7]"
+    assert log.snapshot() == [], "a queued op was launched after the step failed [OPM-7]"
+    waits = [r for r in clock.records if r.thread.startswith(OP_MANAGER_PREFIX)]
+    assert waits and all(r.interrupted for r in waits) and clock.now_us() == t0, \
+        f"the slot must end at once, without clock time: {waits} [OPM-7]"
+    assert manager_threads() == [], f"manager threads left: {manager_threads()} [OPM-6]"
+
+
+@pytest.mark.clause("OPM-7", "SESS-8")
+def test_close_interrupts_the_idle_slot(rt, managed_manual) -> None:
+    m = managed_manual
+    log = Log()
+    s = m.ctx.new_session(chain(rt, 2, log, m.clock, m.rm))
+    m.throttle(50, 10 ** 9)
+    runner, out = run_in_thread(lambda: s.run(["op1"]), "test-managed-run")
+    wait_until(lambda: any(n.startswith(OP_MANAGER_PREFIX) for n in m.clock.waiting_threads()),
+               "the manager thread to wait in an idle slot")
+    s.close()
+    runner.join(10)
+    assert not runner.is_alive(), "run() hung after close() [OPM-7]"
+    assert isinstance(out.get("error"), rt.CancelledError), \
+        f"close() during an idle slot must fail the step with CancelledError: {out} [OPM-7]"
+    assert log.snapshot() == [] and manager_threads() == [], \
+        f"ops launched {log.snapshot()} / threads left {manager_threads()} [OPM-6]"
+
+
+@pytest.mark.clause("OPM-6", "EXEC-13")
+def test_throttled_steps_leave_no_thread(rt, managed) -> None:
+    log = Log()
+    s = managed.ctx.new_session(chain(rt, 3, log, managed.clock, managed.rm))
+    s.run(["op2"])
+    before = {t.name for t in threading.enumerate()}
+    for i in range(200):
+        managed.throttle(50, 1 + i)
+        s.run(["op2"])
+    after = {t.name for t in threading.enumerate()}
+    assert not (after - before), f"threads left after 200 managed steps: {after - before} " \
+                                 f"[OPM-6]"

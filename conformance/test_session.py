@@ -1,0 +1,348 @@
+"""SESS clauses: DirectSession runs, action ordering around the step, errors, graph_id, close."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from conformance.execution_helpers import (CPU, GPU, INTER_OP_PREFIX, POST, PRE, Log,
+                                           antman_threads, py_func, recording_action,
+                                           run_in_thread, sim_runtime)
+
+pytestmark = pytest.mark.capability("executor", "session_run_actions")
+
+
+@pytest.fixture
+def ctx(rt):
+    with sim_runtime(rt) as c:
+        yield c
+
+
+def step_graph(rt, log: Log, *, fail: bool = False, device: str = GPU):
+    """x (fed) -> double (PyFunc logging "step") -> out (Relu)."""
+
+    def double(x):
+        log.add(("step",))
+        if fail:
+            raise RuntimeError("planned step failure")
+        return x * 2
+
+    g = rt.Graph()
+    g.add_node("x", "Placeholder", device=device, dtype="float32")
+    g.add_node("double", "PyFunc", ["x"], device=device, func=double)
+    g.add_node("out", "Relu", ["double"], device=device)
+    g.add_node("other", "Identity", ["x"], device=device)
+    return g
+
+
+FEED = {"x": np.array([1.0, -2.0], np.float32)}
+
+
+def kinds(log: Log) -> list[str]:
+    return [e[0] for e in log.snapshot()]
+
+
+# -- SESS-1, SESS-2 --------------------------------------------------------------------------
+
+@pytest.mark.clause("SESS-1")
+def test_construction_validates_and_new_session_uses_the_context(rt, ctx) -> None:
+    bad = rt.Graph()
+    bad.add_node("a", "Identity", ["missing"])
+    with pytest.raises(rt.GraphError):
+        rt.DirectSession(ctx.device_mgr, bad, registry=ctx.registry)
+    log = Log()
+    ctx.registry.register(PRE, 0, recording_action(rt, "pre", log))
+    s = ctx.new_session(step_graph(rt, Log()))
+    assert s.closed is False, "a new session is not closed [SESS-1]"
+    s.run(["out"], FEED)
+    (_, _, _, session, device_mgr), = log.snapshot()
+    assert session is s and device_mgr is ctx.device_mgr, \
+        "new_session() must use the context's registry and device_mgr [SESS-1, SESS-4]"
+
+
+@pytest.mark.clause("SESS-2")
+def test_fetch_order_targets_and_copies(rt, ctx) -> None:
+    log = Log()
+    s = ctx.new_session(step_graph(rt, log))
+    out, double, out2, x = s.run(["out", "double:0", "out", "x"], FEED)
+    np.testing.assert_array_equal(double, [2.0, -4.0], err_msg="run(['double:0']) [SESS-2]")
+    np.testing.assert_array_equal(out, [2.0, 0.0], err_msg="run(['out']) [SESS-2]")
+    np.testing.assert_array_equal(out2, out, err_msg="a fetch listed twice [SESS-2]")
+    np.testing.assert_array_equal(x, FEED["x"], err_msg="fetching a fed node [SESS-2]")
+    assert all(isinstance(v, np.ndarray) for v in (out, double, out2, x))
+    log.clear()
+    assert s.run([], FEED, ["double"]) == [], "a target-only run returns [] [SESS-2]"
+    assert kinds(log) == ["step"], "the target node must run [SESS-2]"
+    log.clear()
+    (only,) = s.run("other", FEED)
+    assert kinds(log) == [], "nodes the fetches do not need must not run [SESS-2]"
+    np.testing.assert_array_equal(only, FEED["x"])
+
+
+@pytest.mark.clause("SESS-2")
+def test_feeding_a_node_replaces_its_kernel(rt, ctx) -> None:
+    log = Log()
+    s = ctx.new_session(step_graph(rt, log))
+    (out,) = s.run(["out"], {"double": np.array([-1.0, 5.0], np.float32)})
+    np.testing.assert_array_equal(out, [0.0, 5.0], err_msg="feeding 'double' [SESS-2]")
+    assert kinds(log) == [], "a fed node's kernel must not run [SESS-2]"
+    (x,) = s.run(["x"], {"x:0": [1, 2]})
+    assert x.dtype == np.float32, f"a fed Placeholder converts to its dtype, got {x.dtype} " \
+                                  f"[SESS-2]"
+
+
+@pytest.mark.clause("SESS-2")
+def test_bad_names_and_missing_feeds(rt, ctx) -> None:
+    log = Log()
+    ctx.registry.register(PRE, 0, recording_action(rt, "pre", log))
+    g = step_graph(rt, Log())
+    g.add_node("shaped", "Placeholder", device=CPU, dtype="float32", shape=(None, 2))
+    g.add_node("use_shaped", "Identity", ["shaped"], device=CPU)
+    s = ctx.new_session(g)
+    for args in ((["nope"], FEED), (["out:1"], FEED), (["out"], {"nope": 1.0}),
+                 (["out"], FEED, ["nope"]), ([], FEED)):
+        with pytest.raises(rt.InvalidArgumentError):
+            s.run(*args)
+            pytest.fail(f"run{args} did not raise InvalidArgumentError [SESS-2]")
+    assert log.snapshot() == [], "a bad name must be rejected before any action runs [SESS-2]"
+    with pytest.raises(rt.InvalidArgumentError, match="You must feed a value for placeholder "
+                                                      "tensor 'x'"):
+        s.run(["out"])
+    (ok,) = s.run(["use_shaped"], {"shaped": np.zeros((5, 2))})
+    assert ok.shape == (5, 2)
+    with pytest.raises(rt.InvalidArgumentError):
+        s.run(["use_shaped"], {"shaped": np.zeros((5, 3))})
+
+
+# -- SESS-3 ----------------------------------------------------------------------------------
+
+@pytest.mark.clause("SESS-3")
+def test_graph_id_is_stable_per_signature(rt, ctx) -> None:
+    log = Log()
+    ctx.registry.register(POST, 1, recording_action(rt, "post", log))
+    s = ctx.new_session(step_graph(rt, Log()))
+
+    def gid(*args) -> int:
+        log.clear()
+        s.run(*args)
+        ((_, graph_id, *_),) = log.snapshot()
+        return graph_id
+
+    a = gid(["out", "double"], FEED)
+    assert isinstance(a, int) and a > 0, f"graph_id {a!r} must be a positive int [SESS-3]"
+    assert gid(["double", "out"], {"x:0": FEED["x"]}) == a, \
+        "fetch order and 'x' vs 'x:0' must not change graph_id [SESS-3]"
+    assert gid(["out", "double:0", "out"], FEED) == a, \
+        "a repeated fetch must not change graph_id [SESS-3]"
+    others = {gid(["out"], FEED), gid(["out"], FEED, ["double"]), gid(["double"], FEED),
+              gid(["out"], {"double": FEED["x"]})}
+    assert a not in others and len(others) == 4, \
+        f"different signatures must have different graph_ids: {a}, {others} [SESS-3]"
+    s2 = ctx.new_session(step_graph(rt, Log()))
+    log.clear()
+    s2.run(["out", "double"], FEED)
+    ((_, b, *_),) = log.snapshot()
+    assert b != a and b not in others, \
+        f"another session's signature reused graph_id {b} [SESS-3]"
+    for _ in range(3):
+        assert gid(["out", "double"], FEED) == a, "graph_id changed between runs [SESS-3]"
+
+
+# -- SESS-4, SESS-5 --------------------------------------------------------------------------
+
+@pytest.mark.clause("SESS-4")
+def test_pre_then_step_then_post_in_phase_order(rt, ctx) -> None:
+    log = Log()
+    reg = ctx.registry
+    reg.register(POST, 2, recording_action(rt, "post2", log))
+    reg.register(POST, 1, recording_action(rt, "post1", log))
+    reg.register(PRE, 0, recording_action(rt, "pre0", log))
+    reg.register(PRE, -1, recording_action(rt, "pre-1", log))
+    s = ctx.new_session(step_graph(rt, log))
+    for step in range(5):
+        log.clear()
+        s.run(["out"], FEED)
+        assert kinds(log) == ["pre-1", "pre0", "step", "post1", "post2"], \
+            f"step {step}: {kinds(log)} [SESS-4]"
+        pre = [e for e in log.snapshot() if e[0].startswith("pre")]
+        assert all(e[2] == 0 for e in pre), "PRE actions get sess_duration_us == 0 [SESS-4]"
+
+
+@pytest.mark.clause("SESS-4", "REG-10")
+@pytest.mark.capability("statistics", "resource_management")
+def test_statistics_before_resource_management_on_every_step(rt, tmp_path, tf_env) -> None:
+    config = tmp_path / "config.json"
+    config.write_text('{"perfControl": 100}')
+    log = Log()
+    with sim_runtime(rt, config_file=str(config), status_file=str(tmp_path / "status.json"),
+                     poll_interval_s=60.0) as c:
+        phases = [(p, a.name) for p, a in c.registry.actions(POST)]
+        assert phases == [(1, "GPUStatistics"), (2, "GPUResourceManagement")], \
+            f"POST actions of create_runtime: {phases} [REG-10]"
+        c.registry.register(POST, 1, recording_action(rt, "after-statistics", log))
+        c.registry.register(POST, 2, recording_action(rt, "after-resource-management", log))
+        s = c.new_session(step_graph(rt, log))
+        for step in range(3):
+            log.clear()
+            s.run(["out"], FEED)
+            assert kinds(log) == ["step", "after-statistics", "after-resource-management"], \
+                f"step {step}: {kinds(log)} [SESS-4, REG-10]"
+        assert (tmp_path / "status.json").exists(), \
+            "GPUStatistics (POST/1) did not run at the step boundary [SESS-4]"
+
+
+@pytest.mark.clause("SESS-4")
+@pytest.mark.capability("virtual_clock")
+def test_sess_duration_includes_pre_actions(rt, auto_clock) -> None:
+    with sim_runtime(rt, clock=auto_clock) as c:
+        log = Log()
+        c.registry.register(PRE, 0, recording_action(
+            rt, "pre", log, on_run=lambda o: auto_clock.sleep_us(700)))
+        c.registry.register(POST, 1, recording_action(
+            rt, "post1", log, on_run=lambda o: auto_clock.sleep_us(5000)))
+        c.registry.register(POST, 2, recording_action(rt, "post2", log))
+        g = rt.Graph()
+        g.add_node("work", "PyFunc", device=GPU, func=lambda: auto_clock.sleep_us(300) and 0.0)
+        g.add_node("costly", "Identity", ["work"], device=GPU, cost_us=41)
+        s = c.new_session(g)
+        for _ in range(3):
+            log.clear()
+            s.run(["costly"])
+            durations = {e[0]: e[2] for e in log.snapshot()}
+            assert durations == {"pre": 0, "post1": 1041, "post2": 1041}, (
+                f"sess_duration_us seen by actions: {durations}; expected 700 (PRE) + 300 + "
+                f"41 (step) = 1041 for both POST actions [SESS-4]")
+
+
+@pytest.mark.clause("SESS-5")
+def test_failed_step_skips_post_and_raises(rt, ctx) -> None:
+    log = Log()
+    ctx.registry.register(PRE, 0, recording_action(rt, "pre", log))
+    ctx.registry.register(POST, 1, recording_action(rt, "post", log))
+    s = ctx.new_session(step_graph(rt, log, fail=True))
+    for _ in range(2):
+        log.clear()
+        with pytest.raises(rt.OpError, match="planned step failure"):
+            s.run(["out"], FEED)
+        assert kinds(log) == ["pre", "step"], \
+            f"after a failed step the POST actions must not run: {kinds(log)} [SESS-5]"
+    log.clear()
+    (other,) = s.run(["other"], FEED)
+    assert kinds(log) == ["pre", "post"], "the session must stay usable [SESS-5]"
+
+
+@pytest.mark.clause("SESS-5")
+def test_action_errors_propagate_unchanged(rt, ctx) -> None:
+    log = Log()
+    pre_error = KeyError("pre failed")
+    reg = ctx.registry
+    pre = recording_action(rt, "pre", log, raises=pre_error)
+    reg.register(PRE, 0, pre)
+    reg.register(POST, 1, recording_action(rt, "post", log))
+    s = ctx.new_session(step_graph(rt, log))
+    with pytest.raises(KeyError) as info:
+        s.run(["out"], FEED)
+    assert info.value is pre_error, "a PRE error must propagate unchanged [SESS-5]"
+    assert kinds(log) == ["pre"], f"after a PRE error: {kinds(log)} [SESS-5]"
+    reg.unregister(PRE, 0, pre)
+
+    log.clear()
+    post_error = ValueError("post failed")
+    reg.register(POST, 2, recording_action(rt, "post2", log, raises=post_error))
+    reg.register(POST, 3, recording_action(rt, "post3", log))
+    with pytest.raises(ValueError) as info:
+        s.run(["out"], FEED)
+    assert info.value is post_error, "a POST error must propagate unchanged [SESS-5]"
+    assert kinds(log) == ["step", "post", "post2"], f"after a POST error: {kinds(log)} [SESS-5]"
+
+
+# -- SESS-6, SESS-7, SESS-8 ------------------------------------------------------------------
+
+@pytest.mark.clause("SESS-6")
+def test_concurrent_runs_are_separate_steps(rt, ctx) -> None:
+    log = Log()
+    ctx.registry.register(POST, 1, recording_action(rt, "post", log))
+    s = ctx.new_session(step_graph(rt, Log()))
+    errors: list[BaseException] = []
+
+    def worker(k: int) -> None:
+        try:
+            for i in range(40):
+                x = np.array([k, i], np.float32)
+                (out,) = s.run(["out"], {"x": x})
+                if not np.array_equal(out, x * 2):
+                    raise AssertionError(f"thread {k} step {i}: {out} != {x * 2}")
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert not errors, f"concurrent runs failed: {errors[0]!r} [SESS-6]"
+    assert len(log.snapshot()) == 160, f"{len(log.snapshot())} POST runs for 160 runs [SESS-6]"
+
+
+@pytest.mark.clause("SESS-7")
+def test_nodes_run_on_the_inter_op_pool(rt, ctx) -> None:
+    log = Log()
+    g = rt.Graph()
+    for i, device in enumerate((CPU, GPU, CPU)):
+        g.add_node(f"n{i}", "PyFunc", [f"n{i - 1}"] if i else [], device=device,
+                   func=py_func(log, f"n{i}", record="thread"))
+    ctx.new_session(g).run(["n2"])
+    names = [name for _, name, _ in log.snapshot()]
+    assert len(names) == 3 and all(n.startswith(INTER_OP_PREFIX) for n in names), \
+        f"nodes ran on threads {names}, expected {INTER_OP_PREFIX}* [SESS-7]"
+
+
+@pytest.mark.clause("SESS-8")
+def test_close_frees_joins_and_refuses_runs(rt, ctx) -> None:
+    gpu = ctx.device_mgr.lookup_device(GPU).get_allocator()
+    start_bytes = gpu.get_stats().bytes_in_use
+    before = antman_threads()
+    g = rt.Graph()
+    g.add_node("v", "Variable", device=GPU, initial_value=np.ones(1000, np.float32))
+    g.add_node("r", "Relu", ["v"], device=GPU)
+    with ctx.new_session(g) as s:
+        s.run(["r"])
+        assert gpu.get_stats().bytes_in_use > start_bytes
+    assert s.closed is True, "closed after the with block [SESS-8]"
+    assert gpu.get_stats().bytes_in_use == start_bytes, "close() must free variables [SESS-8]"
+    left = {n for n in antman_threads() - before if n.startswith(INTER_OP_PREFIX)}
+    assert not left, f"close() left threads {sorted(left)} [SESS-8]"
+    with pytest.raises(RuntimeError):
+        s.run(["r"])
+    s.close()  # idempotent
+
+
+@pytest.mark.clause("SESS-8", "EXEC-9")
+def test_close_cancels_a_running_step(rt, ctx) -> None:
+    log = Log()
+    entered, release = threading.Event(), threading.Event()
+
+    def blocker():
+        entered.set()
+        assert release.wait(10), "the test never released the kernel"
+        return np.float32(1.0)
+
+    g = rt.Graph()
+    g.add_node("block", "PyFunc", device=CPU, func=blocker)
+    g.add_node("after", "PyFunc", ["block"], device=CPU, func=py_func(log, "after"))
+    s = ctx.new_session(g)
+    runner, result = run_in_thread(lambda: s.run(["after"]), "test-session-run")
+    assert entered.wait(10), "the step did not start"
+    closer, closed = run_in_thread(s.close, "test-session-close")
+    closer.join(0.2)
+    assert closer.is_alive(), "close() must wait for the running step [SESS-8]"
+    release.set()
+    runner.join(10)
+    closer.join(10)
+    assert not runner.is_alive() and not closer.is_alive(), "run() or close() hung [SESS-8]"
+    assert isinstance(result.get("error"), rt.CancelledError), \
+        f"the running step must fail with CancelledError, got {result} [SESS-8]"
+    assert log.snapshot() == [], "a node started after close() cancelled the step [EXEC-9]"
+    assert "error" not in closed, f"close() raised {closed.get('error')!r}"

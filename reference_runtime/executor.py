@@ -1,0 +1,453 @@
+"""The graph executor (TensorFlow's ``ExecutorImpl`` / ``ExecutorState``), SPEC.md EXEC and OPM.
+
+``ExecutorImpl`` is built once per feed/fetch/target signature: the graph pruned to what
+the fetches and targets need (fed nodes become roots), each node bound to its kernel and
+device. ``ExecutorState`` runs one step, as TF 1.15 does:
+
+- ``run_async``: the root nodes (no inputs) are handed to the runner, one ``process`` each;
+- ``process``: runs nodes from its inline queue until empty; a node's outputs are
+  propagated to its consumers, and consumers whose inputs are all there become ready;
+- ``schedule_ready``: inexpensive ready nodes stay on the current thread (inline queue),
+  expensive ones go to the runner, except that the last expensive one runs inline when
+  nothing else is inline (TF's tail-recursion rule);
+- the first error (kernel error or failed allocation) aborts the step: no node starts after
+  it, the step ends once running kernels return, and every buffer of the step is freed.
+
+While the step is throttled, a ``GpuOpManager`` launches the step's GPU kernels (OPM).
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from reference_runtime.clock import REAL_CLOCK, Clock
+from reference_runtime.errors import (CancelledError, InvalidArgumentError, OpError,
+                                      UnknownError)
+from reference_runtime.gpu_op_manager import GpuOpManager, QueuedOp
+from reference_runtime.graph import Graph, GraphError, Node, parse_tensor_name
+from reference_runtime.kernels import (KernelDef, OpKernelContext, OpRegistry,
+                                       SessionResources)
+from reference_runtime.tensor import Buffer, StepAllocations, kernel_context, to_host
+
+__all__ = ["ExecutorImpl", "ExecutorState", "NodeItem", "StepStats", "Runner"]
+
+log = logging.getLogger("reference_runtime.executor")
+
+Runner = Callable[[Callable[[], None]], None]
+
+
+def _device_type(device: Any) -> str:
+    t = getattr(device, "device_type", None)
+    if isinstance(t, str) and t:
+        return t.upper()
+    return str(device.name).rsplit(":", 2)[-2].upper()
+
+
+@dataclass
+class NodeItem:
+    """A node bound to its kernel and device (TF ``NodeItem``)."""
+
+    id: int
+    node: Node
+    kernel: KernelDef
+    device: Any
+    num_outputs: int
+    is_gpu: bool
+    is_expensive: bool
+    is_async: bool
+    cost_us: int
+    inputs: list[tuple[int, int]] = field(default_factory=list)            # (src id, slot)
+    out_edges: list[list[tuple[int, int]]] = field(default_factory=list)   # slot -> (dst, i)
+    successors: list[int] = field(default_factory=list)   # one entry per in-edge of a dst
+    num_in_edges: int = 0
+    fetches: dict[int, list[int]] = field(default_factory=dict)   # slot -> fetch indices
+
+    @property
+    def name(self) -> str:
+        return self.node.name
+
+
+@dataclass
+class StepStats:
+    """What one step did (for tests and benchmarks)."""
+
+    step_id: int
+    nodes_run: list[str] = field(default_factory=list)
+    num_allocations: int = 0
+    bytes_allocated: int = 0
+    buffers_freed_at_end: int = 0
+    gpu_ops_queued: int = 0
+    idle_slots_us: list[int] = field(default_factory=list)
+    op_manager_thread: str | None = None
+
+
+class ExecutorImpl:
+    """The executable form of a graph for one feed/fetch/target signature."""
+
+    def __init__(self, graph: Graph, device_mgr: Any, *, feeds: Sequence[str],
+                 fetches: Sequence[str], targets: Sequence[str],
+                 registry: OpRegistry | None = None) -> None:
+        registry = registry or OpRegistry.global_registry()
+        graph.validate()
+        self.graph_version = graph.version
+        self.fetches = list(fetches)
+        self.feed_nodes: list[str] = []
+        fed: set[str] = set()
+        for name in feeds:
+            node_name, slot = parse_tensor_name(name)
+            if node_name not in graph:
+                raise InvalidArgumentError(f"Feed {name!r} is not a node of the graph")
+            n_out = registry.lookup(graph.node(node_name).op).num_outputs_for(
+                graph.node(node_name).attrs)
+            if slot != 0 or n_out != 1:
+                raise InvalidArgumentError(f"Feed {name!r}: only single-output nodes can be "
+                                           f"fed (output 0)")
+            fed.add(node_name)
+            self.feed_nodes.append(node_name)
+        fetch_refs: list[tuple[str, int]] = []
+        for name in fetches:
+            node_name, slot = parse_tensor_name(name)
+            if node_name not in graph:
+                raise InvalidArgumentError(f"Fetch {name!r} is not a node of the graph")
+            node = graph.node(node_name)
+            n_out = registry.lookup(node.op).num_outputs_for(node.attrs)
+            if slot >= n_out:
+                raise InvalidArgumentError(f"Fetch {name!r}: node {node_name!r} ({node.op}) "
+                                           f"has {n_out} output(s)")
+            fetch_refs.append((node_name, slot))
+        for name in targets:
+            if name not in graph:
+                raise InvalidArgumentError(f"Target {name!r} is not a node of the graph")
+        # Prune: everything the fetches and targets need, stopping at fed nodes.
+        needed: set[str] = set()
+        stack = [n for n, _ in fetch_refs] + list(targets)
+        while stack:
+            name = stack.pop()
+            if name in needed:
+                continue
+            needed.add(name)
+            if name not in fed:
+                stack.extend(graph.predecessors(name))
+        order = [n for n in graph.nodes if n.name in needed]
+        ids = {n.name: i for i, n in enumerate(order)}
+        self.items: list[NodeItem] = []
+        for i, node in enumerate(order):
+            kernel = registry.lookup("Placeholder" if node.name in fed else node.op)
+            try:
+                device = device_mgr.lookup_device(node.device)
+            except (KeyError, ValueError) as exc:
+                raise InvalidArgumentError(
+                    f"Cannot assign a device for operation {node.name!r}: {node.device} is "
+                    f"not available ({exc})", node_name=node.name, op=node.op) from None
+            is_gpu = _device_type(device) == "GPU"
+            # TF 1.15: kernels placed on a GPU only enqueue work, so never expensive.
+            expensive = kernel.expensive_for(node.attrs) and not is_gpu
+            cost = node.attrs.get("cost_us", 0)
+            if not isinstance(cost, int) or isinstance(cost, bool) or cost < 0:
+                raise GraphError(f"node {node.name!r}: cost_us must be a non-negative int, "
+                                 f"got {cost!r}")
+            n_out = registry.lookup(node.op).num_outputs_for(node.attrs)
+            item = NodeItem(i, node, kernel, device, n_out, is_gpu, expensive,
+                            kernel.async_for(node.attrs), cost)
+            item.out_edges = [[] for _ in range(n_out)]
+            self.items.append(item)
+        for item in self.items:
+            if item.name in fed:
+                continue
+            for k, (src, slot) in enumerate(item.node.input_refs()):
+                s = self.items[ids[src]]
+                item.inputs.append((s.id, slot))
+                s.out_edges[slot].append((item.id, k))
+                s.successors.append(item.id)
+                item.num_in_edges += 1
+            for src in item.node.control_inputs:
+                s = self.items[ids[src]]
+                s.successors.append(item.id)
+                item.num_in_edges += 1
+        for f, (node_name, slot) in enumerate(fetch_refs):
+            self.items[ids[node_name]].fetches.setdefault(slot, []).append(f)
+        self.roots = [it.id for it in self.items if it.num_in_edges == 0]
+        self.num_gpu_nodes = sum(1 for it in self.items if it.is_gpu)
+        self._fed = fed
+
+    @property
+    def node_names(self) -> list[str]:
+        return [it.name for it in self.items]
+
+    def run(self, *, feeds: Mapping[str, np.ndarray], runner: Runner,
+            resources: SessionResources, clock: Clock | None = None,
+            resource_management: Any = None, step_id: int = 0, key: Any = None,
+            on_start: Callable[["ExecutorState"], None] | None = None) -> list[np.ndarray]:
+        """Run one step synchronously; returns the fetched values (host arrays) or raises."""
+        state = ExecutorState(self, feeds=feeds, runner=runner, resources=resources,
+                              clock=clock, resource_management=resource_management,
+                              step_id=step_id, key=key)
+        if on_start is not None:
+            on_start(state)
+        return state.run()
+
+
+class ExecutorState:
+    """One step of an ``ExecutorImpl`` (TF ``ExecutorState``)."""
+
+    def __init__(self, impl: ExecutorImpl, *, feeds: Mapping[str, np.ndarray], runner: Runner,
+                 resources: SessionResources, clock: Clock | None,
+                 resource_management: Any, step_id: int, key: Any) -> None:
+        self.impl = impl
+        self.feeds = dict(feeds)
+        self.runner = runner
+        self.resources = resources
+        self.clock = clock if clock is not None else REAL_CLOCK
+        self.key = key
+        self.rm = resource_management
+        self.stats = StepStats(step_id)
+        self.step = StepAllocations()
+        self._lock = threading.Lock()
+        self._pending = [it.num_in_edges for it in impl.items]
+        self._inputs: list[list[Buffer | None]] = [[None] * len(it.inputs) for it in impl.items]
+        self._outstanding = 0
+        self._status: OpError | None = None
+        self._abort = threading.Event()
+        self._done = threading.Event()
+        self._finished = False
+        self.fetch_values: list[np.ndarray | None] = [None] * len(impl.fetches)
+        self.opm: GpuOpManager | None = None
+        if resource_management is not None and impl.num_gpu_nodes > 0:
+            perf = getattr(resource_management, "perf_control", 100)      # read once (OPM-1)
+            get_idle = getattr(resource_management, "get_estimated_idle_time", None)
+            idle = get_idle() if callable(get_idle) else 0
+            if perf < 100 and idle > 0:
+                self.opm = GpuOpManager(resource_management, num_ops=impl.num_gpu_nodes,
+                                        clock=self.clock, label=f"{key}-{step_id}")
+                self.stats.op_manager_thread = self.opm.thread.name
+
+    # -- driving the step -----------------------------------------------------------------
+    def run(self) -> list[np.ndarray]:
+        self.run_async()
+        self._done.wait()
+        if self.opm is not None:
+            self.opm.join()
+            self.stats.idle_slots_us = list(self.opm.idle_slots)
+            self.stats.gpu_ops_queued = self.opm.num_queued
+        if self._status is not None:
+            raise self._status
+        return [v if v is not None else np.empty(0) for v in self.fetch_values]
+
+    def run_async(self) -> None:
+        roots = list(self.impl.roots)
+        if not roots:
+            self._finish()
+            return
+        self._outstanding = len(roots)
+        self.schedule_ready(roots, None)
+
+    def cancel(self, error: OpError) -> None:
+        """Abort the step from outside (e.g. the session is closing)."""
+        self._record_error(error)
+
+    @property
+    def status(self) -> OpError | None:
+        return self._status
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    # -- scheduling -------------------------------------------------------------------------
+    def schedule_ready(self, ready: list[int], inline: collections.deque[int] | None) -> None:
+        """TF ``ScheduleReady``."""
+        if not ready:
+            return
+        if inline is None:
+            for nid in ready:
+                self._dispatch(nid)
+            return
+        items = self.impl.items
+        curr_expensive: int | None = None
+        for nid in ready:
+            if not items[nid].is_expensive:
+                inline.append(nid)
+            else:
+                if curr_expensive is not None:
+                    self._dispatch(curr_expensive)
+                curr_expensive = nid
+        if curr_expensive is not None:
+            if not inline:
+                inline.append(curr_expensive)
+            else:
+                self._dispatch(curr_expensive)
+
+    def _dispatch(self, nid: int) -> None:
+        try:
+            self.runner(lambda: self.process(nid))
+        except RuntimeError as exc:  # the runner's pool is shut down
+            self._record_error(CancelledError(f"step cancelled: cannot schedule node "
+                                              f"{self.impl.items[nid].name!r}: {exc}"))
+            self.process(nid)
+
+    def process(self, nid: int) -> None:
+        """TF ``Process``: run ``nid`` and the nodes it makes ready inline."""
+        try:
+            inline: collections.deque[int] = collections.deque([nid])
+            completed = False
+            items = self.impl.items
+            while inline:
+                item = items[inline.popleft()]
+                if self._abort.is_set():
+                    completed = self._skip(item)
+                elif self.opm is not None and item.is_gpu:
+                    self.opm.enqueue(QueuedOp(item.name, lambda it=item: self._launch(it),
+                                              lambda it=item: self._retire_unrun(it)))
+                elif item.is_async:
+                    self._launch(item)
+                else:
+                    error, ready = self._run_node(item)
+                    completed = self._node_done(error, ready, inline)
+            if completed:
+                self._finish()
+        except BaseException as exc:  # an executor bug must not hang the step
+            log.exception("executor: unexpected error in process()")
+            self._record_error(UnknownError(f"internal executor error: {exc!r}"))
+            raise
+
+    def _launch(self, item: NodeItem) -> None:
+        """Run an async or queued kernel; its successors go to the runner (TF's done callback)."""
+        if self._abort.is_set():
+            completed = self._skip(item)
+        else:
+            error, ready = self._run_node(item)
+            completed = self._node_done(error, ready, None)
+        if completed:
+            self._finish()
+
+    def _retire_unrun(self, item: NodeItem) -> None:
+        if self._skip(item):
+            self._finish()
+
+    def _skip(self, item: NodeItem) -> bool:
+        """A node that will not run because the step is aborting."""
+        self._release_inputs(item)
+        return self._node_done(CancelledError("step aborted"), [], None)
+
+    # -- running one node -------------------------------------------------------------------
+    def _run_node(self, item: NodeItem) -> tuple[OpError | None, list[int]]:
+        inputs = self._inputs[item.id]
+        buffers: list[Buffer] = [b for b in inputs if b is not None]
+        ctx = OpKernelContext(node=item.node, device=item.device, inputs=buffers,
+                              step=self.step, resources=self.resources, feeds=self.feeds,
+                              clock=self.clock, num_outputs=item.num_outputs)
+        error: OpError | None = None
+        try:
+            if len(buffers) != len(inputs):
+                raise InvalidArgumentError(f"node {item.name!r}: missing input")
+            if item.cost_us:
+                if not self.clock.sleep_us(item.cost_us, self._abort):
+                    raise CancelledError("step aborted during the kernel's compute time")
+            with kernel_context(item.device):
+                item.kernel.compute(ctx)
+            for slot, out in enumerate(ctx.outputs):
+                if out is None:
+                    raise InvalidArgumentError(f"{item.node.op} node {item.name!r} did not "
+                                               f"produce output {slot}")
+        except OpError as exc:
+            error = exc
+        except BaseException as exc:  # noqa: BLE001 - a kernel's own failure is the step's
+            error = UnknownError(f"{item.node.op} node {item.name!r} on {item.device.name}: "
+                                 f"{type(exc).__name__}: {exc}")
+            error.__cause__ = exc
+        if error is not None:
+            if error.node_name is None:
+                error.node_name = item.name
+            if error.op is None:
+                error.op = item.node.op
+            if error.device is None:
+                error.device = item.device.name
+            for out in ctx.outputs:
+                if out is not None:
+                    self.step.unref(out)
+            self._release_inputs(item)
+            return error, []
+        self._release_inputs(item)
+        with self._lock:
+            self.stats.nodes_run.append(item.name)
+        return None, self._propagate(item, ctx.outputs)
+
+    def _release_inputs(self, item: NodeItem) -> None:
+        slots = self._inputs[item.id]
+        for k, buf in enumerate(slots):
+            if buf is not None:
+                slots[k] = None
+                self.step.unref(buf)
+
+    def _propagate(self, item: NodeItem, outputs: list[Buffer | None]) -> list[int]:
+        """TF ``PropagateOutputs``: hand outputs to consumers; return the newly ready nodes."""
+        for slot, buf in enumerate(outputs):
+            assert buf is not None
+            for f in item.fetches.get(slot, ()):
+                self.fetch_values[f] = to_host(buf.array)
+            edges = item.out_edges[slot]
+            self.step.ref(buf, len(edges))
+            for dst, k in edges:
+                self._inputs[dst][k] = buf
+            self.step.unref(buf)          # the producer's own reference
+        ready: list[int] = []
+        with self._lock:
+            for dst in item.successors:
+                self._pending[dst] -= 1
+                if self._pending[dst] == 0:
+                    ready.append(dst)
+        return ready
+
+    def _record_error(self, error: OpError) -> bool:
+        with self._lock:
+            if self._status is not None:
+                return False
+            self._status = error
+        self._abort.set()
+        if self.opm is not None:
+            self.opm.abort()
+        return True
+
+    def _node_done(self, error: OpError | None, ready: list[int],
+                   inline: collections.deque[int] | None) -> bool:
+        """TF ``NodeDone``: returns True when this was the step's last outstanding node."""
+        if error is not None:
+            self._record_error(error)     # keeps the first error only
+        with self._lock:
+            if not ready or error is not None:
+                self._outstanding -= 1
+                completed = self._outstanding == 0
+            else:
+                self._outstanding += len(ready) - 1
+                completed = False
+        if error is None:
+            self.schedule_ready(ready, inline)
+        return completed
+
+    def _finish(self) -> None:
+        """TF ``Finish``: free what is left of the step, stop the op manager, signal done."""
+        with self._lock:
+            if self._finished:
+                return
+            self._finished = True
+        try:
+            self.stats.buffers_freed_at_end = self.step.free_all()
+            self.stats.num_allocations = self.step.num_allocated
+            self.stats.bytes_allocated = self.step.bytes_allocated
+            if self.opm is not None:
+                self.opm.shutdown()        # never joins when called from the manager thread
+                if self.opm.num_queued and self.rm is not None:
+                    self.rm.set_executor_queued_op_num(self.key, self.opm.num_queued)
+        except BaseException as exc:
+            log.exception("executor: error while finishing the step")
+            with self._lock:
+                if self._status is None:
+                    self._status = UnknownError(f"error while finishing the step: {exc!r}")
+        finally:
+            self._done.set()

@@ -1,0 +1,133 @@
+"""GpuOpManager: idle slots before GPU kernel launches while throttled (SPEC.md, OPM).
+
+AntMan's ``ExecutorState::AsyncGPUOpManager``. While a step is throttled (the estimated idle
+time E of GPUResourceManagement is positive and perfControl is below 100), the executor
+queues every kernel placed on a GPU instead of launching it; this manager's thread
+(``antman-gpu-op-manager-...``) launches them first in, first out, and waits an idle slot
+of ``floor(E / N)`` µs **before** each launch, where N is the number of the step's GPU ops
+not launched yet (this one included), deducting each slot from E. Waits go through the
+injected clock and are interrupted by ``abort``/``shutdown``; the thread blocks on a
+condition (no polling) while the queue is empty.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from reference_runtime.clock import REAL_CLOCK, Clock
+
+__all__ = ["GpuOpManager", "QueuedOp", "THREAD_NAME_PREFIX"]
+
+log = logging.getLogger("reference_runtime.gpu_op_manager")
+
+THREAD_NAME_PREFIX = "antman-gpu-op-manager"
+_ids = itertools.count(1)
+
+
+@dataclass(frozen=True)
+class QueuedOp:
+    """A GPU op waiting for its launch: ``launch()`` runs it, ``skip()`` retires it unrun."""
+
+    name: str
+    launch: Callable[[], None]
+    skip: Callable[[], None]
+
+
+class GpuOpManager:
+    """One step's op manager: a FIFO of queued GPU ops and the thread that launches them."""
+
+    def __init__(self, resource_management: Any, *, num_ops: int, clock: Clock | None = None,
+                 label: str = "") -> None:
+        self._rm = resource_management
+        self._clock = clock if clock is not None else REAL_CLOCK
+        self._remaining = max(0, int(num_ops))   # GPU ops of the step not launched yet
+        self._cv = threading.Condition()
+        self._queue: collections.deque[QueuedOp] = collections.deque()
+        self._cancel = threading.Event()          # interrupts an idle slot in progress
+        self._terminate = False
+        self._aborted = False
+        self.num_queued = 0                       # ops queued so far in this step
+        self.launched: list[str] = []             # launch order
+        self.idle_slots: list[int] = []           # µs waited before each launch
+        suffix = f"{label}-{next(_ids)}" if label else str(next(_ids))
+        self._thread = threading.Thread(target=self._run, name=f"{THREAD_NAME_PREFIX}-{suffix}",
+                                        daemon=True)
+        self._thread.start()
+
+    @property
+    def thread(self) -> threading.Thread:
+        return self._thread
+
+    def enqueue(self, op: QueuedOp) -> None:
+        """Queue ``op`` behind the ops already queued (FIFO)."""
+        with self._cv:
+            self._queue.append(op)
+            self.num_queued += 1
+            self._cv.notify()
+
+    def abort(self) -> None:
+        """The step failed: wake an idle slot in progress; queued ops are retired unrun."""
+        with self._cv:
+            self._aborted = True
+            self._cancel.set()
+            self._cv.notify()
+
+    def shutdown(self) -> None:
+        """Stop the thread (TF ``Finish``): wake it, and join it unless called from it."""
+        with self._cv:
+            self._terminate = True
+            self._cancel.set()
+            self._cv.notify()
+        self.join()
+
+    def join(self) -> None:
+        """Join the thread; a no-op on the manager thread itself (it exits on its own)."""
+        if threading.current_thread() is not self._thread:
+            self._thread.join()
+
+    @property
+    def queued(self) -> int:
+        with self._cv:
+            return len(self._queue)
+
+    # -- the thread -----------------------------------------------------------------------
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                while not self._queue and not self._terminate:
+                    self._cv.wait()
+                if not self._queue:
+                    return
+                op = self._queue.popleft()
+            try:
+                if not self._aborted:
+                    self._idle_slot()
+                if self._aborted:
+                    op.skip()
+                else:
+                    self.launched.append(op.name)
+                    op.launch()
+            except BaseException:  # launch/skip report their own errors; never die silently
+                log.exception("GPU op manager: op %s raised", op.name)
+
+    def _idle_slot(self) -> None:
+        n = max(self._remaining, 1)
+        self._remaining = max(self._remaining - 1, 0)
+        take = getattr(self._rm, "take_idle_slot", None)
+        if callable(take):
+            slot = int(take(n))                   # slot = E // N; E -= slot (atomically)
+        else:
+            slot = int(self._rm.get_estimated_idle_time()) // n
+            if slot > 0:
+                left = int(self._rm.get_estimated_idle_time()) - slot
+                self._rm.set_estimated_idle_time(max(left, 0))
+        if slot <= 0:
+            self.idle_slots.append(0)
+            return
+        self._clock.sleep_us(slot, self._cancel)
+        self.idle_slots.append(slot)

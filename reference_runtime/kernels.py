@@ -1,0 +1,477 @@
+"""Op registry and kernels (TensorFlow's ``OpRegistry`` / ``OpKernel``), SPEC.md EXEC clauses.
+
+Each op has one ``KernelDef``: its compute function, number of outputs and the metadata the
+executor schedules by: ``is_expensive`` (TF ``OpKernel::IsExpensive``, true unless a kernel
+says otherwise; a kernel placed on a GPU is never expensive, TF 1.15's rule) and
+``is_async`` (TF ``AsyncOpKernel``). Kernels compute with the device's array module
+(``ctx.xp``: NumPy or CuPy) and allocate every output through the device's allocator
+(``ctx.allocate_output``).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable, ClassVar
+
+import numpy as np
+
+from reference_runtime.errors import (FailedPreconditionError, InvalidArgumentError)
+from reference_runtime.tensor import Buffer, StepAllocations, allocate_buffer, device_xp, to_host
+
+__all__ = ["KernelDef", "OpRegistry", "OpKernelContext", "SessionResources", "register_kernel"]
+
+
+@dataclass(frozen=True)
+class KernelDef:
+    """One op's kernel and its scheduling metadata."""
+
+    op: str
+    compute: Callable[["OpKernelContext"], None]
+    num_outputs: int | Callable[[dict], int] = 1
+    is_expensive: bool = True
+    is_async: bool = False
+    per_node_metadata: bool = False  # PyFunc: attrs "is_expensive"/"is_async" override
+
+    def num_outputs_for(self, attrs: dict) -> int:
+        n = self.num_outputs(attrs) if callable(self.num_outputs) else self.num_outputs
+        return int(n)
+
+    def expensive_for(self, attrs: dict) -> bool:
+        if self.per_node_metadata and "is_expensive" in attrs:
+            return bool(attrs["is_expensive"])
+        return self.is_expensive
+
+    def async_for(self, attrs: dict) -> bool:
+        if self.per_node_metadata and "is_async" in attrs:
+            return bool(attrs["is_async"])
+        return self.is_async
+
+
+class OpRegistry:
+    """Op type -> ``KernelDef`` (TF ``OpRegistry::Global()`` plus the kernel registry)."""
+
+    _global: ClassVar["OpRegistry | None"] = None
+    _global_lock: ClassVar[threading.Lock] = threading.Lock()
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._kernels: dict[str, KernelDef] = {}
+
+    @classmethod
+    def global_registry(cls) -> "OpRegistry":
+        with cls._global_lock:
+            if cls._global is None:
+                cls._global = OpRegistry()
+            return cls._global
+
+    def register(self, kernel: KernelDef) -> KernelDef:
+        with self._lock:
+            if kernel.op in self._kernels:
+                raise ValueError(f"op {kernel.op!r} is already registered")
+            self._kernels[kernel.op] = kernel
+        return kernel
+
+    def find(self, op: str) -> KernelDef | None:
+        with self._lock:
+            return self._kernels.get(op)
+
+    def lookup(self, op: str) -> KernelDef:
+        kernel = self.find(op)
+        if kernel is None:
+            from reference_runtime.graph import GraphError
+            raise GraphError(f"unknown op {op!r}; registered ops: {', '.join(self.ops())}")
+        return kernel
+
+    def ops(self) -> list[str]:
+        with self._lock:
+            return sorted(self._kernels)
+
+    def is_expensive(self, op: str) -> bool:
+        return self.lookup(op).is_expensive
+
+    def is_async(self, op: str) -> bool:
+        return self.lookup(op).is_async
+
+
+def register_kernel(op: str, *, num_outputs: int | Callable[[dict], int] = 1,
+                    is_expensive: bool = True, is_async: bool = False,
+                    per_node_metadata: bool = False) -> Callable:
+    """Decorator: register ``fn(ctx)`` as the kernel of ``op`` in the global registry."""
+
+    def wrap(fn: Callable[["OpKernelContext"], None]) -> Callable:
+        OpRegistry.global_registry().register(KernelDef(
+            op, fn, num_outputs, is_expensive, is_async, per_node_metadata))
+        return fn
+
+    return wrap
+
+
+class SessionResources:
+    """State that outlives a step: variables and constants (TF ``ResourceMgr``)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.buffers: dict[str, Buffer] = {}
+
+    def get(self, key: str) -> Buffer | None:
+        with self.lock:
+            return self.buffers.get(key)
+
+    def get_or_create(self, key: str, create: Callable[[], Buffer]) -> Buffer:
+        with self.lock:
+            buf = self.buffers.get(key)
+            if buf is None:
+                buf = create()
+                self.buffers[key] = buf
+            return buf
+
+    def release_all(self) -> None:
+        with self.lock:
+            bufs = list(self.buffers.values())
+            self.buffers.clear()
+        for buf in bufs:
+            buf.release()
+
+    @property
+    def bytes(self) -> int:
+        with self.lock:
+            return sum(b.nbytes for b in self.buffers.values())
+
+
+class OpKernelContext:
+    """What a kernel sees: its node, device, inputs, and how to produce outputs."""
+
+    def __init__(self, *, node: Any, device: Any, inputs: list[Buffer],
+                 step: StepAllocations, resources: SessionResources, feeds: dict,
+                 clock: Any, num_outputs: int) -> None:
+        self.node = node
+        self.device = device
+        self.xp = device_xp(device)
+        self._inputs = inputs
+        self._step = step
+        self.resources = resources
+        self.feeds = feeds
+        self.clock = clock
+        self.outputs: list[Buffer | None] = [None] * num_outputs
+
+    # -- inputs -----------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return self.node.name
+
+    @property
+    def attrs(self) -> dict:
+        return self.node.attrs
+
+    @property
+    def num_inputs(self) -> int:
+        return len(self._inputs)
+
+    def input(self, i: int) -> Any:
+        return self._inputs[i].array
+
+    def input_buffer(self, i: int) -> Buffer:
+        return self._inputs[i]
+
+    def require_inputs(self, n: int) -> None:
+        if len(self._inputs) != n:
+            raise InvalidArgumentError(
+                f"{self.node.op} node {self.name!r} expects {n} input(s), got "
+                f"{len(self._inputs)}", node_name=self.name, op=self.node.op,
+                device=self.device.name)
+
+    def invalid(self, message: str) -> InvalidArgumentError:
+        return InvalidArgumentError(f"{self.node.op} node {self.name!r}: {message}",
+                                    node_name=self.name, op=self.node.op,
+                                    device=self.device.name)
+
+    # -- outputs ----------------------------------------------------------------------
+    def allocate_output(self, i: int, shape: tuple[int, ...], dtype: Any) -> Any:
+        """Allocate output ``i`` on this node's device and return its array."""
+        buf = self._step.allocate(self.device, tuple(shape), dtype, node_name=self.name)
+        self._set(i, buf)
+        return buf.array
+
+    def set_output_value(self, i: int, value: Any) -> None:
+        """Allocate output ``i`` and copy ``value`` (any array-like) into it."""
+        xp = self.xp
+        value = xp.asarray(value)
+        out = self.allocate_output(i, value.shape, value.dtype)
+        if out.size:
+            out[...] = value
+
+    def forward_input(self, i_in: int, i_out: int) -> None:
+        """Output ``i_out`` is input ``i_in``'s buffer (no allocation, TF ``set_output``)."""
+        buf = self._inputs[i_in]
+        self._step.ref(buf)
+        self._set(i_out, buf)
+
+    def set_output_buffer(self, i: int, buf: Buffer) -> None:
+        """Output ``i`` is a persistent buffer (variable or constant)."""
+        if not buf.persistent:
+            self._step.ref(buf)
+        self._set(i, buf)
+
+    def persistent_buffer(self, key: str, create: Callable[[], Any]) -> Buffer:
+        """The session-owned buffer ``key`` of this node, created from ``create()`` once."""
+
+        def make() -> Buffer:
+            value = np.asarray(create())
+            buf = allocate_buffer(self.device, value.shape, value.dtype, node_name=self.name,
+                                  persistent=True)
+            if value.size:
+                buf.array[...] = self.xp.asarray(value)
+            return buf
+
+        return self.resources.get_or_create(key, make)
+
+    def _set(self, i: int, buf: Buffer) -> None:
+        if self.outputs[i] is not None:
+            raise self.invalid(f"output {i} set twice")
+        self.outputs[i] = buf
+
+
+# -- kernels ------------------------------------------------------------------------------
+def _axis(attrs: dict) -> Any:
+    axis = attrs.get("axis")
+    if isinstance(axis, list):
+        axis = tuple(axis)
+    return axis
+
+
+@register_kernel("NoOp", num_outputs=0, is_expensive=False)
+def _no_op(ctx: OpKernelContext) -> None:
+    return None
+
+
+@register_kernel("Const", is_expensive=False)
+def _const(ctx: OpKernelContext) -> None:
+    if "value" not in ctx.attrs:
+        raise ctx.invalid("attr 'value' is required")
+    dtype = ctx.attrs.get("dtype")
+    buf = ctx.persistent_buffer(f"const/{ctx.name}",
+                                lambda: np.asarray(ctx.attrs["value"], dtype=dtype))
+    ctx.set_output_buffer(0, buf)
+
+
+def _check_shape(ctx: OpKernelContext, value: np.ndarray, shape: Any) -> None:
+    if shape is None:
+        return
+    shape = tuple(shape)
+    ok = len(shape) == value.ndim and all(
+        s is None or s == -1 or s == v for s, v in zip(shape, value.shape))
+    if not ok:
+        raise ctx.invalid(f"fed value has shape {list(value.shape)}, expected "
+                          f"{list(shape)}")
+
+
+@register_kernel("Placeholder", is_expensive=False)
+def _placeholder(ctx: OpKernelContext) -> None:
+    """Also the kernel of every fed node (TF's ``_Arg``)."""
+    if ctx.name not in ctx.feeds:
+        dtype = ctx.attrs.get("dtype", "float32")
+        raise ctx.invalid(f"You must feed a value for placeholder tensor {ctx.name!r} "
+                          f"with dtype {np.dtype(dtype).name}")
+    value = ctx.feeds[ctx.name]
+    if ctx.node.op == "Placeholder" and ctx.attrs.get("dtype") is not None:
+        try:
+            value = np.asarray(value, dtype=ctx.attrs["dtype"])
+        except (TypeError, ValueError) as exc:
+            raise ctx.invalid(f"cannot convert the fed value to "
+                              f"{np.dtype(ctx.attrs['dtype']).name}: {exc}") from None
+    _check_shape(ctx, value, ctx.attrs.get("shape"))
+    ctx.set_output_value(0, value)
+
+
+@register_kernel("Variable", is_expensive=False)
+def _variable(ctx: OpKernelContext) -> None:
+    def initial() -> np.ndarray:
+        if "initial_value" in ctx.attrs:
+            init = ctx.attrs["initial_value"]
+            init = init() if callable(init) else init
+            return np.asarray(init, dtype=ctx.attrs.get("dtype"))
+        raise FailedPreconditionError(
+            f"Attempting to use uninitialized value {ctx.name}", node_name=ctx.name,
+            op="Variable", device=ctx.device.name)
+
+    ctx.set_output_buffer(0, ctx.persistent_buffer(f"variable/{ctx.name}", initial))
+
+
+def _variable_input(ctx: OpKernelContext) -> Any:
+    buf = ctx.input_buffer(0)
+    if not buf.persistent:
+        raise ctx.invalid("input 0 must be a variable")
+    return buf.array
+
+
+@register_kernel("Assign")
+def _assign(ctx: OpKernelContext) -> None:
+    ctx.require_inputs(2)
+    ref, value = _variable_input(ctx), ctx.input(1)
+    if tuple(ref.shape) != tuple(value.shape):
+        raise ctx.invalid(f"shapes differ: variable {list(ref.shape)}, value "
+                          f"{list(value.shape)}")
+    ref[...] = value
+    ctx.forward_input(0, 0)
+
+
+@register_kernel("ApplyGradientDescent")
+def _apply_gradient_descent(ctx: OpKernelContext) -> None:
+    """var -= alpha * delta (inputs: var, alpha (scalar), delta)."""
+    ctx.require_inputs(3)
+    var, alpha, delta = _variable_input(ctx), ctx.input(1), ctx.input(2)
+    if tuple(var.shape) != tuple(delta.shape):
+        raise ctx.invalid(f"var and delta shapes differ: {list(var.shape)} vs "
+                          f"{list(delta.shape)}")
+    if getattr(alpha, "ndim", 0) != 0:
+        raise ctx.invalid(f"alpha is not a scalar: shape {list(alpha.shape)}")
+    var -= (alpha * delta).astype(var.dtype, copy=False)
+    ctx.forward_input(0, 0)
+
+
+@register_kernel("Identity", is_expensive=False)
+def _identity(ctx: OpKernelContext) -> None:
+    ctx.require_inputs(1)
+    ctx.forward_input(0, 0)
+
+
+@register_kernel("MatMul")
+def _mat_mul(ctx: OpKernelContext) -> None:
+    ctx.require_inputs(2)
+    a, b = ctx.input(0), ctx.input(1)
+    if a.ndim != 2 or b.ndim != 2:
+        raise ctx.invalid(f"In[0] and In[1] must be matrices: {list(a.shape)}, "
+                          f"{list(b.shape)}")
+    if ctx.attrs.get("transpose_a"):
+        a = a.T
+    if ctx.attrs.get("transpose_b"):
+        b = b.T
+    if a.shape[1] != b.shape[0]:
+        raise ctx.invalid(f"Matrix size-incompatible: In[0]: {list(a.shape)}, In[1]: "
+                          f"{list(b.shape)}")
+    out = ctx.allocate_output(0, (a.shape[0], b.shape[1]), np.result_type(a.dtype, b.dtype))
+    ctx.xp.matmul(a, b, out=out)
+
+
+@register_kernel("BiasAdd")
+def _bias_add(ctx: OpKernelContext) -> None:
+    ctx.require_inputs(2)
+    value, bias = ctx.input(0), ctx.input(1)
+    if bias.ndim != 1 or value.ndim < 2 or value.shape[-1] != bias.shape[0]:
+        raise ctx.invalid(f"Biases must be 1-D and match the last dimension of value: "
+                          f"value {list(value.shape)}, bias {list(bias.shape)}")
+    out = ctx.allocate_output(0, value.shape, value.dtype)
+    ctx.xp.add(value, bias, out=out)
+
+
+@register_kernel("BiasAddGrad")
+def _bias_add_grad(ctx: OpKernelContext) -> None:
+    ctx.require_inputs(1)
+    g = ctx.input(0)
+    if g.ndim < 2:
+        raise ctx.invalid(f"out_backprop must be at least 2-D: {list(g.shape)}")
+    out = ctx.allocate_output(0, (g.shape[-1],), g.dtype)
+    ctx.xp.sum(g, axis=tuple(range(g.ndim - 1)), out=out)
+
+
+@register_kernel("Add")
+def _add(ctx: OpKernelContext) -> None:
+    ctx.require_inputs(2)
+    x, y = ctx.input(0), ctx.input(1)
+    try:
+        shape = np.broadcast_shapes(tuple(x.shape), tuple(y.shape))
+    except ValueError:
+        raise ctx.invalid(f"Incompatible shapes: {list(x.shape)} vs {list(y.shape)}") from None
+    out = ctx.allocate_output(0, shape, np.result_type(x.dtype, y.dtype))
+    ctx.xp.add(x, y, out=out)
+
+
+@register_kernel("Relu")
+def _relu(ctx: OpKernelContext) -> None:
+    ctx.require_inputs(1)
+    x = ctx.input(0)
+    out = ctx.allocate_output(0, x.shape, x.dtype)
+    ctx.xp.maximum(x, 0, out=out)
+
+
+@register_kernel("ReluGrad")
+def _relu_grad(ctx: OpKernelContext) -> None:
+    """gradients * (features > 0)."""
+    ctx.require_inputs(2)
+    g, features = ctx.input(0), ctx.input(1)
+    if tuple(g.shape) != tuple(features.shape):
+        raise ctx.invalid(f"gradients {list(g.shape)} and features {list(features.shape)} "
+                          f"differ")
+    out = ctx.allocate_output(0, g.shape, g.dtype)
+    ctx.xp.multiply(g, features > 0, out=out)
+
+
+@register_kernel("SoftmaxCrossEntropyWithLogits", num_outputs=2)
+def _softmax_cross_entropy_with_logits(ctx: OpKernelContext) -> None:
+    """Outputs: loss [batch], backprop [batch, classes] = softmax(logits) - labels."""
+    ctx.require_inputs(2)
+    logits, labels = ctx.input(0), ctx.input(1)
+    if logits.ndim != 2 or tuple(logits.shape) != tuple(labels.shape):
+        raise ctx.invalid(f"logits and labels must be same-shaped matrices: "
+                          f"{list(logits.shape)} vs {list(labels.shape)}")
+    xp = ctx.xp
+    shifted = logits - xp.max(logits, axis=1, keepdims=True)
+    exp = xp.exp(shifted)
+    total = xp.sum(exp, axis=1, keepdims=True)
+    log_softmax = shifted - xp.log(total)
+    loss = ctx.allocate_output(0, (logits.shape[0],), logits.dtype)
+    xp.sum(-labels * log_softmax, axis=1, out=loss)
+    backprop = ctx.allocate_output(1, logits.shape, logits.dtype)
+    xp.subtract(exp / total, labels, out=backprop)
+
+
+def _reduce(ctx: OpKernelContext, fn_name: str) -> None:
+    ctx.require_inputs(1)
+    x = ctx.input(0)
+    axis = _axis(ctx.attrs)
+    keep = bool(ctx.attrs.get("keep_dims", False))
+    try:
+        shape = np.empty(tuple(x.shape), dtype=np.bool_).sum(axis=axis, keepdims=keep).shape
+    except (ValueError, TypeError) as exc:  # numpy.AxisError is a ValueError
+        raise ctx.invalid(f"bad axis {axis!r} for shape {list(x.shape)}: {exc}") from None
+    out = ctx.allocate_output(0, shape, x.dtype)
+    getattr(ctx.xp, fn_name)(x, axis=axis, keepdims=keep, out=out)
+
+
+@register_kernel("Sum")
+def _sum(ctx: OpKernelContext) -> None:
+    _reduce(ctx, "sum")
+
+
+@register_kernel("Mean")
+def _mean(ctx: OpKernelContext) -> None:
+    _reduce(ctx, "mean")
+
+
+def _py_func_outputs(attrs: dict) -> int:
+    return int(attrs.get("num_outputs", 1))
+
+
+@register_kernel("PyFunc", num_outputs=_py_func_outputs, per_node_metadata=True)
+def _py_func(ctx: OpKernelContext) -> None:
+    """Calls ``attrs["func"](*inputs)`` with host (NumPy) copies of the inputs.
+
+    The result (one array-like, or a tuple of ``num_outputs`` of them) is copied into
+    outputs allocated on the node's device.
+    """
+    func = ctx.attrs.get("func")
+    if not callable(func):
+        raise ctx.invalid("attr 'func' must be callable")
+    args = [to_host(ctx.input(i)) for i in range(ctx.num_inputs)]
+    result = func(*args)
+    n = len(ctx.outputs)
+    if n == 0:
+        return
+    values = (result,) if n == 1 else tuple(result)
+    if len(values) != n:
+        raise ctx.invalid(f"func returned {len(values)} value(s), expected {n}")
+    for i, value in enumerate(values):
+        if value is None:
+            raise ctx.invalid(f"func returned None for output {i}")
+        ctx.set_output_value(i, np.asarray(value))

@@ -1,0 +1,181 @@
+"""Tensor buffers: device memory obtained from a device's allocator, SPEC.md EXEC clauses.
+
+Every tensor a kernel produces is a ``Buffer``: an address from ``allocate_raw`` on its
+device's allocator (sized by ``nbytes``) plus the array holding its values. On the
+simulated device the simulated memory stores no bytes, so the values live in a NumPy
+array beside the address; a buffer that landed in host fallback computes the same way.
+On a CUDA device whose backend can wrap an address, the array is a view of that memory.
+
+``StepAllocations`` counts the references of a step's buffers and frees each one when its
+last reference is dropped, and frees whatever is left when the step ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import threading
+from typing import Any
+
+import numpy as np
+
+from reference_runtime.allocator import AllocationAttributes, Allocator
+from reference_runtime.errors import ResourceExhaustedError
+
+__all__ = ["Buffer", "StepAllocations", "ALLOCATOR_ALIGNMENT", "device_allocator",
+           "device_xp", "to_host", "allocate_buffer", "kernel_context"]
+
+ALLOCATOR_ALIGNMENT = 64  # TF Allocator::kAllocatorAlignment
+_KERNEL_ALLOCATION = AllocationAttributes()
+
+
+def device_allocator(device: Any) -> Allocator:
+    """The allocator kernels on ``device`` allocate from (TF ``Device::GetAllocator``)."""
+    get = getattr(device, "get_allocator", None)
+    if callable(get):
+        return get()
+    return device.allocator
+
+
+def device_xp(device: Any) -> Any:
+    """The array module of ``device`` (NumPy on the simulated device, CuPy on CUDA)."""
+    return getattr(device, "xp", None) or np
+
+
+def to_host(array: Any) -> np.ndarray:
+    """A NumPy copy of an array of any device."""
+    if isinstance(array, np.ndarray):
+        return array.copy()
+    get = getattr(array, "get", None)
+    if callable(get):  # CuPy
+        return get()
+    return np.array(array)
+
+
+class Buffer:
+    """One allocation holding a tensor's values."""
+
+    __slots__ = ("allocator", "ptr", "nbytes", "array", "refs", "persistent", "device_name",
+                 "freed")
+
+    def __init__(self, allocator: Allocator | None, ptr: int | None, nbytes: int, array: Any,
+                 device_name: str, *, persistent: bool = False) -> None:
+        self.allocator = allocator
+        self.ptr = ptr
+        self.nbytes = nbytes
+        self.array = array
+        self.refs = 0
+        self.persistent = persistent
+        self.device_name = device_name
+        self.freed = False
+
+    def release(self) -> None:
+        """Give the memory back to its allocator (once)."""
+        if self.freed:
+            return
+        self.freed = True
+        if self.allocator is not None and self.ptr is not None:
+            self.allocator.deallocate_raw(self.ptr)
+        self.array = None
+
+    def __repr__(self) -> str:
+        ptr = "None" if self.ptr is None else hex(self.ptr)
+        return (f"Buffer({self.device_name}, ptr={ptr}, nbytes={self.nbytes}, "
+                f"refs={self.refs}{', persistent' if self.persistent else ''})")
+
+
+def _is_cuda(device: Any) -> bool:
+    backend = getattr(device, "backend", None)
+    return getattr(backend, "name", None) == "cuda"
+
+
+def kernel_context(device: Any) -> contextlib.AbstractContextManager:
+    """Make ``device`` current while a kernel runs (CuPy's current device); else a no-op."""
+    if _is_cuda(device):
+        return device_xp(device).cuda.Device(int(device.tf_gpu_id))
+    return contextlib.nullcontext()
+
+
+def _array_over(device: Any, ptr: int | None, nbytes: int, shape: tuple[int, ...],
+                dtype: np.dtype) -> Any:
+    """The array holding a buffer's values: a view of the allocation on CUDA, else beside it."""
+    if ptr is not None and _is_cuda(device):
+        from reference_runtime.cuda_backend import as_cupy_array
+        return as_cupy_array(ptr, shape, dtype, device_id=int(device.tf_gpu_id), nbytes=nbytes)
+    return device_xp(device).empty(shape, dtype=dtype)
+
+
+def allocate_buffer(device: Any, shape: tuple[int, ...], dtype: Any, *, node_name: str,
+                    persistent: bool = False) -> Buffer:
+    """Allocate a tensor of ``shape``/``dtype`` on ``device``; OOM -> ResourceExhaustedError."""
+    dtype = np.dtype(dtype)
+    shape = tuple(int(d) for d in shape)
+    if any(d < 0 for d in shape):
+        raise ValueError(f"negative dimension in shape {shape}")
+    nbytes = math.prod(shape) * dtype.itemsize
+    allocator = device_allocator(device)
+    ptr = None
+    if nbytes > 0:
+        ptr = allocator.allocate_raw(ALLOCATOR_ALIGNMENT, nbytes, _KERNEL_ALLOCATION)
+        if ptr is None:
+            raise ResourceExhaustedError(
+                f"OOM when allocating tensor with shape {list(shape)} and type {dtype.name} "
+                f"({nbytes} bytes) on {device.name} by allocator {allocator.name} for node "
+                f"{node_name!r}", node_name=node_name, device=device.name, num_bytes=nbytes)
+    try:
+        array = _array_over(device, ptr, nbytes, shape, dtype)
+    except BaseException:
+        if ptr is not None:
+            allocator.deallocate_raw(ptr)
+        raise
+    return Buffer(allocator, ptr, nbytes, array, device.name, persistent=persistent)
+
+
+class StepAllocations:
+    """Reference counts of the buffers one step allocated; frees at zero and at step end."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._live: dict[int, Buffer] = {}
+        self.num_allocated = 0
+        self.bytes_allocated = 0
+
+    def allocate(self, device: Any, shape: tuple[int, ...], dtype: Any, *,
+                 node_name: str) -> Buffer:
+        buf = allocate_buffer(device, shape, dtype, node_name=node_name)
+        buf.refs = 1  # the producing node's own reference
+        with self._lock:
+            self._live[id(buf)] = buf
+            self.num_allocated += 1
+            self.bytes_allocated += buf.nbytes
+        return buf
+
+    def ref(self, buf: Buffer, count: int = 1) -> None:
+        if buf.persistent or count == 0:
+            return
+        with self._lock:
+            buf.refs += count
+
+    def unref(self, buf: Buffer) -> None:
+        if buf.persistent:
+            return
+        with self._lock:
+            buf.refs -= 1
+            if buf.refs > 0 or buf.freed:
+                return
+            self._live.pop(id(buf), None)
+        buf.release()
+
+    def free_all(self) -> int:
+        """Free every buffer still live; returns how many there were."""
+        with self._lock:
+            left = list(self._live.values())
+            self._live.clear()
+        for buf in left:
+            buf.release()
+        return len(left)
+
+    @property
+    def live(self) -> int:
+        with self._lock:
+            return len(self._live)
