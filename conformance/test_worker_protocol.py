@@ -1,0 +1,346 @@
+"""WORKER clauses: certify an implementation from outside, through its worker process.
+
+Each test starts its own worker (``worker`` fixture, fixtures/worker.py), so one broken
+behaviour never hides another. Times are read on the suite's monotonic clock; periods on
+the worker's (``t_us``). Tolerances and bounds are the ones SPEC.md states.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from collections.abc import Callable
+
+import pytest
+
+from fixtures.worker import MIB, TERMINATION_S, Record, WorkerProcess, median_period_us
+
+pytestmark = [pytest.mark.capability("worker")]
+
+WINDOW = 8                      # periods per median (WORKER-10)
+SILENCE_S = 1.5                 # suspension watched this long after D (WORKER-11)
+MIN_GAP_BOUND_S = 2.0           # G = max(2 s, 10 x B) (WORKER-8)
+STATUS_POLL_S = 0.05            # statistics file read every 50 ms (WORKER-9)
+STATUS_INTERVAL_S = 11.0        # 10 s dump interval counted in whole seconds (WORKER-9)
+SHRINK_TARGET = MIB             # WORKER-8, WORKER-9
+THROTTLE_STEP_MS = 100          # longer steps: throttling overheads weigh less (WORKER-10)
+
+
+def figure(rec: Record, name: str, clause: str) -> int:
+    value = rec[name]
+    assert value is not None, (f"step {rec['step']} reports {name}=null: the worker cannot "
+                               f"observe it, so {clause} cannot hold [{clause}]")
+    return value
+
+
+def step_ms(w: WorkerProcess) -> float:
+    return float(w.env["ANTMAN_WORKER_STEP_MS"])
+
+
+def baseline(w: WorkerProcess) -> tuple[float, float]:
+    """(B, G): the median unthrottled period in µs after 3 warm-up steps, and the gap bound."""
+    w.steps(3)
+    b = median_period_us(w.steps(WINDOW + 1))
+    return b, max(MIN_GAP_BOUND_S, 10 * b / 1e6)
+
+
+def until_in_force(w: WorkerProcess, t_write: float, check: Callable[[Record], None],
+                   n: int = 5) -> list[Record]:
+    """Step records up to the n-th that starts D after ``t_write``; ``check`` each of those."""
+    start_after = t_write + w.detection_bound_s
+    seen: list[Record] = []
+    in_force = 0
+    while in_force < n:
+        rec = w.next_step()
+        assert rec is not None
+        seen.append(rec)
+        if rec.start_s >= start_after:
+            check(rec)
+            in_force += 1
+    return seen
+
+
+def expect_limit(w: WorkerProcess, t_write: float, requested: int, expected: int,
+                 clause: str) -> Callable[[Record], None]:
+    def check(rec: Record) -> None:
+        limit = figure(rec, "device_limit", clause)
+        assert limit == expected, (
+            f"after maxDeviceMem={requested} for {w.bus_id!r} was written, step {rec['step']} "
+            f"(started {rec.start_s - t_write:.2f} s after the write, D="
+            f"{w.detection_bound_s:.2f} s) reports device_limit={limit}, expected {expected} "
+            f"[{clause}]")
+        in_use = figure(rec, "device_bytes_in_use", clause)
+        assert in_use <= expected, (
+            f"step {rec['step']} reports device_bytes_in_use={in_use} above the limit "
+            f"{expected} in force [{clause}]")
+    return check
+
+
+def assert_single_change(records: list[Record], old: int, new: int, clause: str) -> None:
+    limits = [r["device_limit"] for r in records]
+    odd = sorted(set(limits) - {old, new}, key=repr)
+    assert not odd, (f"device_limit took values {odd} while changing from {old} to {new} "
+                     f"[{clause}]")
+    first_new = limits.index(new)
+    assert old not in limits[first_new:], (
+        f"device_limit went back from {new} to {old} at step "
+        f"{records[first_new + limits[first_new:].index(old)]['step']} [{clause}]")
+    for rec in records[first_new:]:
+        in_use = figure(rec, "device_bytes_in_use", clause)
+        assert in_use <= new, (f"step {rec['step']} reports device_bytes_in_use={in_use} "
+                               f"above the limit {new} in force [{clause}]")
+
+
+def half_limit(w: WorkerProcess, divisor: int) -> int:
+    value = w.initial_limit // divisor // MIB * MIB
+    assert value > 0, f"the device's memory_limit {w.initial_limit} is below {divisor} MiB"
+    return value
+
+
+# -- WORKER-1..4: start, records, knobs, termination ------------------------------------
+@pytest.mark.clause("WORKER-1", "WORKER-2")
+def test_hello_then_one_record_per_step(worker) -> None:
+    w = worker()
+    hello = w.hello
+    assert hello is not None
+    buses = [d["pci_bus_id"] for d in hello["devices"]]
+    assert len(buses) == len(set(buses)), f"hello lists a pci_bus_id twice: {buses} [WORKER-2]"
+    # The harness checks every record (JSON, members, types, numbering, clock) as it reads.
+    steps = w.steps(10)
+    assert [r["step"] for r in steps] == list(range(10))
+
+
+@pytest.mark.clause("WORKER-3", "WORKER-4")
+def test_max_steps_writes_exactly_n_steps_then_exits_0(worker) -> None:
+    w = worker(ANTMAN_WORKER_MAX_STEPS=5)
+    steps = w.steps(5)
+    rc, extra = w.wait_exit(TERMINATION_S)
+    assert not extra, (f"ANTMAN_WORKER_MAX_STEPS=5: worker wrote {5 + len(extra)} step "
+                       f"records [WORKER-3]")
+    assert rc == 0, (f"ANTMAN_WORKER_MAX_STEPS=5: after step {steps[-1]['step']} the worker "
+                     f"{'still ran' if rc is None else f'exited with status {rc}'} "
+                     f"{TERMINATION_S:g} s later, expected exit status 0 [WORKER-3]")
+
+
+@pytest.mark.clause("WORKER-4")
+def test_stdin_eof_stops_the_worker_with_status_0(worker) -> None:
+    w = worker()
+    w.steps(3)
+    w.request_stop("stdin")
+    rc, _ = w.wait_exit(TERMINATION_S)
+    assert rc == 0, (f"standard input closed: worker "
+                     f"{'still ran' if rc is None else f'exited with status {rc}'} "
+                     f"after {TERMINATION_S:g} s, expected exit status 0 [WORKER-4]")
+
+
+@pytest.mark.clause("WORKER-4")
+def test_sigterm_stops_a_suspended_worker_with_status_0(worker) -> None:
+    w = worker()
+    w.steps(3)
+    t = w.rewrite_config(w.config(perf=0))
+    w.expect_silence(t + w.detection_bound_s)
+    w.request_stop("sigterm")
+    rc, _ = w.wait_exit(TERMINATION_S)
+    assert rc == 0, (f"SIGTERM while perfControl=0: worker "
+                     f"{'still ran' if rc is None else f'exited with status {rc}'} "
+                     f"after {TERMINATION_S:g} s, expected exit status 0 [WORKER-4]")
+
+
+# -- WORKER-5..8: memory limits ------------------------------------------------------------
+@pytest.mark.clause("WORKER-5", "WORKER-6")
+def test_memory_limit_in_force_from_a_step_boundary(worker) -> None:
+    w = worker()
+    l0, l1 = w.initial_limit, half_limit(w, 2)
+    for rec in w.steps(3):
+        assert figure(rec, "device_limit", "WORKER-6") == l0, (
+            f"before any limit was written step {rec['step']} reports device_limit="
+            f"{rec['device_limit']}, expected the hello memory_limit {l0} [WORKER-6]")
+    for old, new in ((l0, l1), (l1, l0)):
+        t = w.rewrite_config(w.config(limit=new))
+        seen = until_in_force(w, t, expect_limit(w, t, new, new, "WORKER-6"))
+        assert_single_change(seen, old, new, "WORKER-6")
+
+
+@pytest.mark.clause("WORKER-7")
+def test_limit_above_the_initial_limit_is_clamped(worker) -> None:
+    w = worker()
+    l0, l1 = w.initial_limit, half_limit(w, 2)
+    t = w.rewrite_config(w.config(limit=l1))
+    until_in_force(w, t, expect_limit(w, t, l1, l1, "WORKER-7"), n=1)
+    t = w.rewrite_config(w.config(limit=2 * l0))
+    until_in_force(w, t, expect_limit(w, t, 2 * l0, l0, "WORKER-7"))
+
+
+@pytest.mark.clause("WORKER-8")
+def test_shrink_below_demand_keeps_the_job_running(worker, report_artifacts) -> None:
+    w = worker()
+    l0 = w.initial_limit
+    _, gap = baseline(w)
+
+    def check(rec: Record) -> None:
+        limit = figure(rec, "device_limit", "WORKER-8")
+        in_use = figure(rec, "device_bytes_in_use", "WORKER-8")
+        assert SHRINK_TARGET <= limit < l0, (
+            f"after maxDeviceMem={SHRINK_TARGET} step {rec['step']} reports device_limit="
+            f"{limit}, expected {SHRINK_TARGET} <= limit < {l0} [WORKER-8]")
+        assert in_use <= limit, (f"step {rec['step']} reports device_bytes_in_use={in_use} "
+                                 f"above device_limit={limit} [WORKER-8]")
+
+    t = w.rewrite_config(w.config(limit=SHRINK_TARGET))
+    last = w.records[-1].read_s
+    try:
+        for rec in until_in_force(w, t, check, n=20):
+            assert rec.read_s - last <= gap, (
+                f"after maxDeviceMem={SHRINK_TARGET}: no step record for "
+                f"{rec.read_s - last:.2f} s before step {rec['step']}, more than {gap:.2f} s "
+                f"[WORKER-8]")
+            last = rec.read_s
+    finally:
+        report_artifacts.add("e2e_timeline", w.timeline())
+
+
+# -- WORKER-9: statistics ------------------------------------------------------------------
+@pytest.mark.clause("WORKER-9")
+def test_statistics_file_is_valid_and_updated(worker) -> None:
+    w = worker()
+    steps: list[Record] = [w.next_step()]
+    host_limit = int(w.env["TF_CUDA_HOST_MEM_LIMIT_IN_MB"]) * MIB
+
+    def poll(until: float, done: Callable[[bytes, dict], bool]) -> tuple[bytes, dict] | None:
+        while time.monotonic() < until:
+            tick = min(until, time.monotonic() + STATUS_POLL_S)
+            while (rec := w.next_step(until=tick)) is not None:
+                steps.append(rec)
+            got = w.read_status()
+            if got is not None and done(*got):
+                return got
+        return None
+
+    def check_entry(doc: dict, which: str) -> None:
+        usage = doc.get("gpuUsageInfo") or {}
+        assert w.bus_id in usage, (f"{which} statistics version has gpuUsageInfo keys "
+                                   f"{sorted(usage)}, expected {w.bus_id!r} [WORKER-9]")
+        got = usage[w.bus_id].get("hostMemPoolSize")
+        assert got == host_limit, (
+            f"{which} statistics version: hostMemPoolSize={got}, expected "
+            f"TF_CUDA_HOST_MEM_LIMIT_IN_MB x 2^20 = {host_limit} [WORKER-9]")
+
+    d = w.detection_bound_s
+    first = poll(steps[0].read_s + d, lambda data, doc: True)
+    assert first is not None, (f"GPU_STATUS_FILE {w.status_path} absent {d:.2f} s after the "
+                               f"first step record [WORKER-9]")
+    first_read = time.monotonic()
+    check_entry(first[1], "first")
+    w.rewrite_config(w.config(limit=SHRINK_TARGET))
+    second = poll(first_read + STATUS_INTERVAL_S + d, lambda data, doc: doc != first[1])
+    assert second is not None, (
+        f"GPU_STATUS_FILE unchanged {STATUS_INTERVAL_S + d:.2f} s after its first version, "
+        f"although maxDeviceMem={SHRINK_TARGET} was written [WORKER-9]:\n"
+        f"{first[0].decode(errors='replace')[:800]}")
+    second_read = time.monotonic()
+    check_entry(second[1], "updated")
+    recent = [r["duration_us"] for r in steps if r.read_s >= second_read - 10]
+    assert recent, "no step record in the 10 s before the update [WORKER-9]"
+    median = statistics.median(recent)
+    batch = second[1].get("miniBatchDuration")
+    assert isinstance(batch, (int, float)) and median / 10 <= batch <= median * 10, (
+        f"miniBatchDuration={batch} us, expected within a factor of 10 of the median step "
+        f"duration_us {median:.0f} [WORKER-9]")
+
+
+# -- WORKER-10, 11: perfControl ------------------------------------------------------------
+@pytest.mark.clause("WORKER-10", "WORKER-3")
+def test_perf_control_throttles_the_step_period(worker, report_artifacts) -> None:
+    w = worker(ANTMAN_WORKER_STEP_MS=THROTTLE_STEP_MS)
+    b, _ = baseline(w)
+    floor_us = step_ms(w) / 4 * 1000
+    assert b >= floor_us, (
+        f"median unthrottled period {b:.0f} us is below ANTMAN_WORKER_STEP_MS/4 = "
+        f"{floor_us:.0f} us: steps too short to measure throttling [WORKER-3]")
+    ratios: dict[int, float] = {}
+    try:
+        for perf in (50, 25, 100):
+            t = w.rewrite_config(w.config(perf=perf))
+            window = w.steps_starting_after(t + w.detection_bound_s, WINDOW + 1)
+            ratio = median_period_us(window) / b
+            ratios[perf] = round(ratio, 3)
+            expected = 100 / perf
+            low, high = 0.75 * expected, (1.25 if perf == 100 else 1.5) * expected
+            assert low <= ratio <= high, (
+                f"perfControl={perf}: median period / unthrottled median = {ratio:.3f}, "
+                f"expected [{low:g}, {high:g}] (B={b:.0f} us; ratios so far {ratios}) "
+                f"[WORKER-10]")
+    finally:
+        report_artifacts.add("throttle_accuracy", {
+            "target_percent": list(ratios),
+            "measured_percent": [round(100 / r, 2) for r in ratios.values()]})
+        report_artifacts.add("e2e_timeline", w.timeline())
+
+
+@pytest.mark.clause("WORKER-11")
+def test_perf_control_zero_suspends_and_nonzero_resumes(worker) -> None:
+    w = worker()
+    _, gap = baseline(w)
+    d = w.detection_bound_s
+    t = w.rewrite_config(w.config(perf=0))
+    late = [r for r in w.expect_silence(t + d + SILENCE_S) if r.read_s > t + d]
+    assert not late, (
+        f"perfControl=0: {len(late)} step records read more than D={d:.2f} s after the write, "
+        f"first step {late[0]['step']} at +{late[0].read_s - t:.2f} s [WORKER-11]")
+    t2 = w.rewrite_config(w.config(perf=100))
+    first = w.wait_for(lambda r: True, t2 + d - time.monotonic(),
+                       f"a step after perfControl=100 followed perfControl=0", "WORKER-11")
+    last = first.read_s
+    for _ in range(5):
+        rec = w.next_step(until=last + gap)
+        assert rec is not None, (f"after resuming, no step record for {gap:.2f} s "
+                                 f"[WORKER-11]")
+        last = rec.read_s
+
+
+# -- WORKER-12: bad config -----------------------------------------------------------------
+def bad_versions(bus: str) -> list[bytes]:
+    def js(obj: object) -> bytes:
+        return json.dumps(obj).encode()
+    return [
+        ('{"gpuConfigInfo": {"%s": {"maxDeviceMem": 10' % bus).encode(),
+        b"",
+        b"[]",
+        b"5",
+        js({"gpuConfigInfo": bus}),
+        js({"gpuConfigInfo": {bus: 268435456}}),
+        js({"gpuConfigInfo": {bus: {"maxDeviceMem": "268435456"}}}),
+        js({"gpuConfigInfo": {bus: {"maxDeviceMem": -268435456}}}),
+        js({"gpuConfigInfo": {bus: {"maxDeviceMem": 268435456.5}}}),
+        js({"perfControl": "0"}),
+        js({"perfControl": 4294967296}),
+        js({"perfControl": -1}),
+        b"\xff\xfe{}",
+    ]
+
+
+@pytest.mark.clause("WORKER-12")
+def test_bad_config_keeps_the_job_running_with_its_last_good_state(worker) -> None:
+    w = worker()
+    _, gap = baseline(w)
+    l1, l2 = half_limit(w, 2), half_limit(w, 4)
+    t = w.rewrite_config(w.config(limit=l1))
+    until_in_force(w, t, expect_limit(w, t, l1, l1, "WORKER-12"), n=1)
+    spacing = 2 * w.poll_interval_s + 0.1
+    written: list[bytes] = []
+    seen: list[Record] = []
+    for version in bad_versions(w.bus_id):
+        written.append(version)
+        t = w.rewrite_config(version)
+        seen += w.collect_until(t + spacing, max_gap_s=gap, clause="WORKER-12",
+                                context=lambda: f" after writing {written[-1][:80]!r}")
+    seen += w.collect_until(t + w.detection_bound_s, max_gap_s=gap, clause="WORKER-12",
+                            context=lambda: f" after writing {written[-1][:80]!r}")
+    for rec in seen:
+        limit = figure(rec, "device_limit", "WORKER-12")
+        assert limit == l1, (f"after bad config versions {[v[:40] for v in written]}, step "
+                             f"{rec['step']} reports device_limit={limit}, expected the last "
+                             f"good {l1} [WORKER-12]")
+    t = w.rewrite_config(w.config(limit=l2))
+    until_in_force(w, t, expect_limit(w, t, l2, l2, "WORKER-12"), n=1)

@@ -1,0 +1,163 @@
+"""The worker harness reports a hang, a crash and garbage as TIMEOUT, CRASH and FAIL.
+
+Runs the WORKER conformance module against each fake worker of ``meta_tests/workers`` as a
+black box (``--worker-cmd`` without ``--runtime``), all runs in parallel subprocesses, and
+checks that every run completes with a certification report giving each test the outcome
+the fake deserves. Also checks the black-box wiring with the reference worker and the
+NOT_SUPPORTED outcome when no worker command exists.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from conformance import spec
+
+ROOT = spec.ROOT
+WORKERS = ROOT / "meta_tests" / "workers"
+MODULE = "conformance/test_worker_protocol.py"
+RUN_TIMEOUT_S = 240          # a run that takes longer has hung: the harness failed
+WORKER_TIMEOUT_S = 1.0
+
+HELLO = "test_hello_then_one_record_per_step"
+MAX_STEPS = "test_max_steps_writes_exactly_n_steps_then_exits_0"
+STDIN = "test_stdin_eof_stops_the_worker_with_status_0"
+STATS = "test_statistics_file_is_valid_and_updated"
+
+#: fake -> (outcome of every test, {test: other outcome}, text every non-PASS message has)
+EXPECTED: dict[str, tuple[str, dict[str, str], str]] = {
+    "no_hello": ("TIMEOUT", {}, "--worker-timeout"),
+    "hang_after_hello": ("TIMEOUT", {}, "--worker-timeout"),
+    "crash_mid_run": ("CRASH", {}, "killed by signal"),
+    "garbage": ("FAIL", {}, "not JSON"),
+    "missing_field": ("FAIL", {}, "device_limit"),
+    "crash_on_config": ("CRASH", {HELLO: "PASS", MAX_STEPS: "PASS", STDIN: "PASS",
+                                  STATS: "FAIL"}, ""),
+}
+
+
+@dataclass
+class Run:
+    name: str
+    args: list[str]
+    report_dir: Path
+    proc: subprocess.Popen[str] | None = None
+    output: str = ""
+    returncode: int | None = None
+    wall_s: float = 0.0
+
+    def report(self) -> dict:
+        found = sorted(self.report_dir.glob("*/certification.json"))
+        assert found, (f"{self.name}: no certification.json under {self.report_dir}; "
+                       f"pytest said:\n{self.output[-3000:]}")
+        return json.loads(found[-1].read_text(encoding="utf-8"))
+
+    def outcomes(self) -> dict[str, tuple[str, str]]:
+        return {t["nodeid"].rsplit("::", 1)[-1]: (t["outcome"], t.get("message") or "")
+                for t in self.report()["tests"]}
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PYTEST_", "ANTMAN_", "GPU_CONFIG", "GPU_STATUS"))}
+    env.update(extra)
+    return env
+
+
+def _start(run: Run, env: dict[str, str]) -> None:
+    cmd = [sys.executable, "-m", "pytest", *run.args, "-q", "-p", "no:cacheprovider",
+           "-p", "no:randomly", "--report-dir", str(run.report_dir)]
+    run.wall_s = time.monotonic()
+    run.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+
+def _finish(run: Run, deadline: float) -> None:
+    assert run.proc is not None
+    try:
+        run.output, _ = run.proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        os.killpg(run.proc.pid, 9)
+        run.output, _ = run.proc.communicate()
+        pytest.fail(f"{run.name}: the conformance run did not complete within "
+                    f"{RUN_TIMEOUT_S} s:\n{run.output[-3000:]}")
+    run.returncode = run.proc.returncode
+    run.wall_s = time.monotonic() - run.wall_s
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Run]:
+    """Every conformance run of this module, started together, finished."""
+    base = tmp_path_factory.mktemp("worker-runs")
+    out: dict[str, Run] = {}
+    for fake in EXPECTED:
+        cmd = shlex.join([sys.executable, str(WORKERS / f"{fake}.py")])
+        out[fake] = Run(fake, [MODULE, "--worker-cmd", cmd,
+                               "--worker-timeout", str(WORKER_TIMEOUT_S)], base / fake)
+        _start(out[fake], _env())
+    reference = shlex.join(["env", "OPENBLAS_NUM_THREADS=1", sys.executable, "-m",
+                            "reference_runtime.worker"])
+    out["reference"] = Run("reference", [MODULE, "--worker-cmd", reference, "-k",
+                                         f"{HELLO} or {STDIN} or {MAX_STEPS}"],
+                           base / "reference")
+    _start(out["reference"], _env(ANTMAN_WORKER_NAME="reference via worker"))
+    out["no_command"] = Run("no_command", [MODULE], base / "no_command")
+    _start(out["no_command"], _env(ANTMAN_RUNTIME="conformance.blackbox"))
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    for run in out.values():
+        _finish(run, deadline)
+    return out
+
+
+@pytest.mark.parametrize("fake", sorted(EXPECTED))
+def test_fake_worker_outcomes(runs: dict[str, Run], fake: str) -> None:
+    run = runs[fake]
+    default, overrides, text = EXPECTED[fake]
+    got = run.outcomes()
+    assert len(got) >= 11, f"{fake}: only {sorted(got)} reported:\n{run.output[-2000:]}"
+    wrong = {name: outcome for name, (outcome, _) in got.items()
+             if outcome != overrides.get(name, default)}
+    assert not wrong, (f"{fake}: unexpected outcomes {wrong} (expected {default} except "
+                       f"{overrides})\n{run.output[-3000:]}")
+    for name, (outcome, message) in got.items():
+        if outcome != "PASS":
+            assert text in message, f"{fake}: {name} message lacks {text!r}: {message[:500]}"
+    assert run.returncode == 1, f"{fake}: pytest exit status {run.returncode}"
+
+
+def test_hung_workers_are_cut_off_by_the_worker_timeout(runs: dict[str, Run]) -> None:
+    # 11 tests, each bounded by --worker-timeout (1 s) plus start-up and a SIGKILL.
+    for fake in ("no_hello", "hang_after_hello"):
+        durations = [t["duration_s"] for t in runs[fake].report()["tests"]]
+        assert max(durations) < 10 * WORKER_TIMEOUT_S, (fake, durations)
+
+
+def test_garbage_failure_quotes_the_offending_line(runs: dict[str, Run]) -> None:
+    for _, message in runs["garbage"].outcomes().values():
+        assert "I tensorflow: step done, loss=0.5" in message, message[:500]
+
+
+def test_reference_worker_passes_as_a_black_box(runs: dict[str, Run]) -> None:
+    run = runs["reference"]
+    report = run.report()
+    assert report["runtime"]["name"] == "reference via worker", report["runtime"]
+    assert sorted(report["runtime"]["capabilities"]) == ["worker"], report["runtime"]
+    got = run.outcomes()
+    assert set(got.values()) and all(o == "PASS" for o, _ in got.values()), \
+        f"{got}\n{run.output[-3000:]}"
+    assert run.returncode == 0, run.output[-3000:]
+
+
+def test_no_worker_command_is_not_supported(runs: dict[str, Run]) -> None:
+    got = runs["no_command"].outcomes()
+    assert got and all(o == "NOT_SUPPORTED" for o, _ in got.values()), got
+    assert all("WORKER_COMMAND" in m for _, m in got.values()), got

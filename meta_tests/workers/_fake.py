@@ -1,0 +1,92 @@
+"""Shared loop of the fake workers: a plausible protocol speaker with one defect each.
+
+The fakes implement none of AntMan's behaviour (their steps are sleeps); they exist to
+prove that the harness reports a hang, a crash or garbage as such and always completes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import sys
+import threading
+import time
+
+STEP_S = float(os.environ.get("ANTMAN_WORKER_STEP_MS", "20") or 20) / 1000
+BUS_ID = "3b:00.0"
+LIMIT = 1 << 30
+
+
+def now_us() -> int:
+    return time.monotonic_ns() // 1000
+
+
+def emit(record: dict) -> None:
+    sys.stdout.write(json.dumps(record) + "\n")
+    sys.stdout.flush()
+
+
+def hello() -> None:
+    emit({"type": "hello", "protocol": 1,
+          "runtime": {"name": "fake-worker", "version": "0"}, "spec_version": "2026.11",
+          "pid": os.getpid(), "t_us": now_us(), "poll_interval_s": 0.1,
+          "devices": [{"name": "/device:GPU:0", "pci_bus_id": BUS_ID, "memory_limit": LIMIT}],
+          "workload": {"kind": "sleep", "step_s": STEP_S}})
+
+
+def step_record(k: int, duration_us: int) -> dict:
+    return {"type": "step", "step": k, "t_us": now_us(), "duration_us": duration_us,
+            "loss": 2.0 * math.exp(-k / 50), "device_bytes_in_use": 4096,
+            "host_bytes_in_use": 0, "device_limit": LIMIT}
+
+
+def stop_event() -> threading.Event:
+    """Set on stdin EOF or SIGTERM (WORKER-4)."""
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+
+    def watch_stdin() -> None:
+        # os.read on the raw descriptor: a daemon thread blocked in a buffered read would
+        # abort the interpreter at exit.
+        while os.read(0, 4096):
+            pass
+        stop.set()
+
+    threading.Thread(target=watch_stdin, daemon=True, name="fake-stdin").start()
+    return stop
+
+
+def config_mtime() -> int | None:
+    try:
+        return os.stat(os.environ["GPU_CONFIG_FILE"]).st_mtime_ns
+    except (KeyError, OSError):
+        return None
+
+
+def run(*, defect_at_step: int | None = None, defect=None, on_config_change=None,
+        mangle=None) -> None:
+    """Hello, then steps until stopped; ``defect`` runs before step ``defect_at_step``."""
+    stop = stop_event()
+    hello()
+    max_steps = int(os.environ.get("ANTMAN_WORKER_MAX_STEPS", "0") or 0)
+    seen_config = config_mtime()
+    k = 0
+    while not stop.is_set() and (max_steps == 0 or k < max_steps):
+        if defect is not None and k == defect_at_step:
+            defect()
+        if on_config_change is not None and config_mtime() != seen_config:
+            on_config_change()
+        start = time.monotonic()
+        time.sleep(STEP_S)
+        rec = step_record(k, int((time.monotonic() - start) * 1e6))
+        emit(mangle(rec) if mangle is not None else rec)
+        k += 1
+    sys.stdout.flush()
+    os._exit(0)
+
+
+def sleep_forever() -> None:
+    while True:
+        time.sleep(3600)

@@ -1,0 +1,239 @@
+"""The reference runtime's worker: ``python -m reference_runtime.worker`` (SPEC.md, WORKER).
+
+Builds the runtime as a TensorFlow process would (``create_runtime``: the AntMan actions
+from ``GPU_CONFIG_FILE`` / ``GPU_STATUS_FILE``, then the devices), trains the MLP workload
+one ``session.run`` per step, and writes the protocol's JSON records on standard output:
+a hello record, then one record per step. Everything else goes to standard error.
+
+The worker only trains and reports: limits, throttling, suspension and statistics are the
+runtime's own doing. The step is sized by ``ANTMAN_WORKER_STEP_MS``: a small MLP computed
+for real, plus a simulated compute time per compute node (``cost_us``, EXEC-12) that stands
+for the device's kernel time. Standard input at end of file, or SIGTERM, stops it at the
+next step boundary (a suspended step is woken by closing the runtime); it exits with 0.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import signal
+import sys
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable, TextIO
+
+from reference_runtime import NAME, SPEC_VERSION, VERSION
+from reference_runtime.file_listener import DEFAULT_POLL_INTERVAL_S
+
+__all__ = ["Knobs", "read_knobs", "main", "PROTOCOL_VERSION"]
+
+log = logging.getLogger("reference_runtime.worker")
+
+PROTOCOL_VERSION = 1
+STOP_JOIN_S = 1.0          # wait for the step boundary before waking a suspended step
+CLOSE_JOIN_S = 2.5         # then wait this long for the training thread to end
+COST_SHARE = 0.9           # share of ANTMAN_WORKER_STEP_MS spent as simulated device time
+MODEL = dict(batch=64, input_dim=64, hidden=128, layers=3, classes=10)
+DEVICE = "/device:GPU:0"
+BLAS_THREADS_ENV_VAR = "OPENBLAS_NUM_THREADS"
+
+
+@dataclass(frozen=True)
+class Knobs:
+    step_ms: float = 50.0
+    max_steps: int = 0
+    poll_interval_s: float = DEFAULT_POLL_INTERVAL_S
+    seed: int = 0
+
+
+def _knob(env: dict[str, str], name: str, parse: Callable[[str], Any],
+          ok: Callable[[Any], bool], default: Any) -> Any:
+    text = env.get(name)
+    if text is None or text.strip() == "":
+        return default
+    try:
+        value = parse(text.strip())
+    except ValueError:
+        value = None
+    if value is None or not ok(value):
+        log.warning("%s=%r is invalid; using the default %r (WORKER-3)", name, text, default)
+        return default
+    return value
+
+
+def read_knobs(env: dict[str, str] | None = None) -> Knobs:
+    """The ``ANTMAN_WORKER_*`` knobs (WORKER-3); an invalid value falls back to its default."""
+    env = dict(os.environ if env is None else env)
+    d = Knobs()
+    finite = lambda v: math.isfinite(v) and v > 0  # noqa: E731
+    return Knobs(
+        step_ms=_knob(env, "ANTMAN_WORKER_STEP_MS", float, finite, d.step_ms),
+        max_steps=_knob(env, "ANTMAN_WORKER_MAX_STEPS", int, lambda v: v >= 0, d.max_steps),
+        poll_interval_s=_knob(env, "ANTMAN_WORKER_POLL_INTERVAL_S", float, finite,
+                              d.poll_interval_s),
+        seed=_knob(env, "ANTMAN_WORKER_SEED", int, lambda v: v >= 0, d.seed),
+    )
+
+
+class _Output:
+    """Standard output as the protocol's record stream: one JSON object per line, flushed."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+        self._lock = threading.Lock()
+
+    def write(self, record: dict[str, Any]) -> None:
+        line = json.dumps(record, allow_nan=False, separators=(",", ":"))
+        with self._lock:
+            self._stream.write(line + "\n")
+            self._stream.flush()
+
+
+def _allocators(device: Any) -> tuple[Any, Any]:
+    alloc = device.get_allocator()
+    return getattr(alloc, "device_allocator", alloc), getattr(alloc, "host_allocator", None)
+
+
+def _stat(allocator: Any, field: str) -> int | None:
+    stats = allocator.get_stats() if allocator is not None else None
+    return None if stats is None else int(getattr(stats, field))
+
+
+def _hello(ctx: Any, knobs: Knobs, workload: Any) -> dict[str, Any]:
+    devices = []
+    for dev in ctx.device_mgr.list_devices():
+        if dev.device_type.upper() != "GPU":
+            continue
+        device_alloc, _ = _allocators(dev)
+        devices.append({"name": dev.name, "pci_bus_id": dev.pci_bus_id,
+                        "memory_limit": _stat(device_alloc, "bytes_limit") or 0})
+    devices.sort(key=lambda d: not d["name"].endswith(DEVICE))   # the training device first
+    return {"type": "hello", "protocol": PROTOCOL_VERSION,
+            "runtime": {"name": NAME, "version": VERSION}, "spec_version": SPEC_VERSION,
+            "pid": os.getpid(), "t_us": ctx.clock.now_us(),
+            "poll_interval_s": ctx.file_listener.poll_interval_us / 1e6,
+            "devices": devices,
+            "workload": {"model": "mlp", **MODEL,
+                         "cost_us": workload.graph.node("matmul0").attrs["cost_us"],
+                         "param_bytes": workload.param_bytes,
+                         "step_bytes": workload.step_bytes, "backend": ctx.backend.name,
+                         "step_ms": knobs.step_ms, "max_steps": knobs.max_steps,
+                         "seed": knobs.seed}}
+
+
+def _build_workload(ctx: Any, knobs: Knobs) -> Any:
+    """The MLP, with ``COST_SHARE`` of the step budget as simulated device time.
+
+    The whole simulated time sits on the first forward MatMul, so a step makes a single
+    clock wait: on a loaded machine every wait costs a scheduling delay, and one wait per
+    step keeps the step period close to its budget.
+    """
+    from reference_runtime.workload import MLPWorkload
+
+    cost_us = int(knobs.step_ms * 1000 * COST_SHARE)
+
+    class _WorkerMLP(MLPWorkload):
+        def build_graph(self) -> Any:
+            graph = super().build_graph()
+            graph.node("matmul0").attrs["cost_us"] = cost_us
+            return graph
+
+    return _WorkerMLP(ctx, seed=knobs.seed, device=DEVICE, **MODEL)
+
+
+def _train(ctx: Any, workload: Any, knobs: Knobs, out: _Output, stop: threading.Event,
+           failure: list[BaseException]) -> None:
+    device_alloc, host_alloc = _allocators(ctx.device_mgr.lookup_device(DEVICE))
+    clock = ctx.clock
+    step = 0
+    try:
+        while not stop.is_set() and (knobs.max_steps == 0 or step < knobs.max_steps):
+            start = clock.now_us()
+            loss = workload.step()
+            end = clock.now_us()
+            if stop.is_set() and ctx.closed:
+                return                       # the step was cut short by shutdown
+            out.write({"type": "step", "step": step, "t_us": end,
+                       "duration_us": end - start, "loss": loss,
+                       "device_bytes_in_use": _stat(device_alloc, "bytes_in_use"),
+                       "host_bytes_in_use": _stat(host_alloc, "bytes_in_use") or 0,
+                       "device_limit": _stat(device_alloc, "bytes_limit")})
+            step += 1
+    except BaseException as exc:             # reported by the main thread
+        if not (stop.is_set() and ctx.closed):
+            failure.append(exc)
+
+
+def _watch_stdin(stop: threading.Event) -> None:
+    # os.read on the raw descriptor: a daemon thread blocked in a buffered read would abort
+    # the interpreter at exit.
+    try:
+        while os.read(0, 4096):
+            pass
+    except OSError:
+        pass
+    stop.set()
+
+
+def _single_threaded_blas(argv: list[str]) -> None:
+    """Re-execute with single-threaded BLAS unless it already is.
+
+    OpenBLAS worker threads spin while they wait; on a small, loaded machine they steal the
+    CPU from the training step and make step periods swing by an order of magnitude, which
+    would drown the throttling the suite measures (WORKER-10). The variable is read when
+    NumPy loads, before this module runs, hence the new process.
+    """
+    if os.environ.get(BLAS_THREADS_ENV_VAR):
+        return
+    env = dict(os.environ, **{BLAS_THREADS_ENV_VAR: "1"})
+    sys.stdout.flush()
+    os.execve(sys.executable, [sys.executable, "-m", "reference_runtime.worker", *argv], env)
+
+
+def main(argv: list[str] | None = None) -> int:
+    _single_threaded_blas(list(argv or []))
+    logging.basicConfig(stream=sys.stderr, level=logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if argv:
+        sys.stderr.write("usage: python -m reference_runtime.worker  (configured by the "
+                         "environment, SPEC.md WORKER-1 and WORKER-3)\n")
+        return 2
+    knobs = read_knobs()
+    out = _Output(sys.stdout)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    threading.Thread(target=_watch_stdin, args=(stop,), daemon=True,
+                     name="antman-worker-stdin").start()
+
+    from reference_runtime.process_state import create_runtime
+    ctx = create_runtime(poll_interval_s=knobs.poll_interval_s)
+    failure: list[BaseException] = []
+    trainer: threading.Thread | None = None
+    try:
+        workload = _build_workload(ctx, knobs)
+        out.write(_hello(ctx, knobs, workload))
+        trainer = threading.Thread(target=_train, name="antman-worker-train",
+                                   args=(ctx, workload, knobs, out, stop, failure))
+        trainer.start()
+        while trainer.is_alive() and not stop.wait(0.05):
+            pass
+        stop.set()
+        trainer.join(STOP_JOIN_S)            # the next step boundary
+    finally:
+        stop.set()
+        ctx.close()                          # wakes a suspended or throttled step
+    trainer.join(CLOSE_JOIN_S)
+    sys.stdout.flush()
+    if failure:
+        log.error("training failed", exc_info=failure[0])
+        return 1
+    if trainer.is_alive():  # pragma: no cover - a step that ignores shutdown
+        log.error("the training thread did not stop; exiting anyway")
+        os._exit(0)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
