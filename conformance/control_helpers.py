@@ -1,0 +1,146 @@
+"""Helpers shared by the control-plane test modules (CLK, REG, FL, RM, STAT, DEVICE).
+
+Everything here reaches the implementation through the ``rt`` module handed in, never by
+importing it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import types
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fixtures.virtual_clock import VirtualClock
+
+MiB = 1 << 20
+POLL_US = 1_000_000
+JOIN_TIMEOUT_S = 5.0        # generous bound on a thread that must end (never a speed check)
+SETTLE_TIMEOUT_S = 5.0      # ditto, for threads woken by the virtual clock
+
+#: Variables the control plane reads or forces; every test starts without them.
+CONTROL_ENV = ("GPU_CONFIG_FILE", "GPU_STATUS_FILE", "TF_FORCE_GPU_ALLOW_GROWTH",
+               "TF_GPU_VMEM", "TF_CUDA_HOST_MEM_LIMIT_IN_MB", "TF_RO_PLANNED_GPU",
+               "TF_ENABLE_GPU_GARBAGE_COLLECTION")
+
+
+@pytest.fixture
+def control_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    """Unset the control-plane variables; restore the environment afterwards, including
+    the variables a GPUResourceManagement forces to "true" (RM-1)."""
+    for name in CONTROL_ENV:
+        monkeypatch.delenv(name, raising=False)
+    return monkeypatch
+
+
+@pytest.fixture
+def vclock() -> VirtualClock:
+    return VirtualClock(settle_timeout_s=SETTLE_TIMEOUT_S)
+
+
+@pytest.fixture
+def listener(rt: types.ModuleType, vclock: VirtualClock) -> Iterator[Any]:
+    """A FileListener on the manual virtual clock, 1 s poll; closed afterwards."""
+    fl = rt.FileListener(clock=vclock, poll_interval_s=1.0)
+    yield fl
+    closer = threading.Thread(target=fl.close, name="listener-close", daemon=True)
+    closer.start()
+    closer.join(JOIN_TIMEOUT_S)
+    if closer.is_alive():
+        pytest.fail("FileListener.close() did not return: deadlock [FL-11]")
+
+
+@pytest.fixture
+def runtimes(rt: types.ModuleType, control_env: pytest.MonkeyPatch) -> Iterator[Callable[..., Any]]:
+    """A factory ``make(**kwargs)`` for ``rt.create_runtime``; every runtime is closed after.
+
+    Defaults: one GPU of 64 MiB, no config and no status file unless given.
+    """
+    made: list[Any] = []
+
+    def make(**kwargs: Any) -> Any:
+        kwargs.setdefault("num_gpus", 1)
+        kwargs.setdefault("gpu_memory_bytes", 64 * MiB)
+        kwargs.setdefault("config_file", None)
+        kwargs.setdefault("status_file", None)
+        ctx = rt.create_runtime(**kwargs)
+        made.append(ctx)
+        return ctx
+
+    yield make
+    for ctx in reversed(made):
+        ctx.close()
+
+
+def wait_for_poller(clock: VirtualClock, count: int = 1) -> None:
+    """Block until ``count`` threads wait on the virtual clock (a started monitor thread)."""
+    clock.wait_for_waiters(count)
+
+
+def poll(clock: VirtualClock, times: int = 1, interval_us: int = POLL_US) -> None:
+    """Let a 1 s FileListener make ``times`` checks, deterministically."""
+    for _ in range(times):
+        clock.tick(interval_us)
+
+
+def gpus(ctx: Any) -> list[Any]:
+    return [d for d in ctx.device_mgr.list_devices() if str(d.device_type).upper() == "GPU"]
+
+
+def bus_id(rt: types.ModuleType, device: Any) -> str:
+    return rt.get_pci_bus_id(device.attributes.physical_device_desc)
+
+
+def device_bfc(device: Any) -> Any:
+    """The GPU's BFC allocator: the VMem allocator's device side, or the allocator itself."""
+    allocator = device.get_allocator()
+    return getattr(allocator, "device_allocator", allocator)
+
+
+def bytes_limit(device: Any) -> int:
+    return device_bfc(device).get_stats().bytes_limit
+
+
+def pool_bytes(device: Any) -> int:
+    return device_bfc(device).memory_map().total_region_allocated_bytes
+
+
+def runtime_records(caplog: pytest.LogCaptureFixture, rt: types.ModuleType,
+                    level: int = logging.WARNING, *, containing: str | None = None
+                    ) -> list[logging.LogRecord]:
+    """Log records of the runtime's loggers at ``level`` or above (optionally with text)."""
+    prefix = rt.__name__.split(".")[0]
+    return [r for r in caplog.records
+            if r.name.startswith(prefix) and r.levelno >= level
+            and (containing is None or containing in r.getMessage())]
+
+
+def run_in_thread(fn: Callable[[], Any], name: str = "test-step") -> tuple[threading.Thread, dict]:
+    """Start ``fn`` on a thread; the dict receives ``result`` or ``error``."""
+    out: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            out["result"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            out["error"] = exc
+
+    t = threading.Thread(target=target, name=name, daemon=True)
+    t.start()
+    return t, out
+
+
+def joined(thread: threading.Thread, timeout_s: float = JOIN_TIMEOUT_S) -> bool:
+    thread.join(timeout_s)
+    return not thread.is_alive()
+
+
+def write_text(path: Path, text: str) -> None:
+    """Atomic replacement, for tests that do not need ConfigWriter's fault modes."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)

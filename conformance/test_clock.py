@@ -1,0 +1,128 @@
+"""CLK clauses: the clock protocol, routing of every wait through the injected clock, and
+waits that end on shutdown."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+
+from conformance.control_helpers import (MiB, control_env, joined, run_in_thread,  # noqa: F401
+                                         runtimes)
+from fixtures.threads import no_thread_leak  # noqa: F401
+from fixtures.virtual_clock import VirtualClock
+
+pytestmark = pytest.mark.capability("virtual_clock")
+
+
+def real_clock(rt):
+    clock = getattr(rt, "REAL_CLOCK", None)
+    if clock is None:
+        pytest.skip("NOT_SUPPORTED: the runtime exports no REAL_CLOCK")
+    return clock
+
+
+@pytest.mark.clause("CLK-1")
+def test_real_clock_readings(rt) -> None:
+    clock = real_clock(rt)
+    a = clock.now_us()
+    b = clock.now_us()
+    assert isinstance(a, int) and b >= a, f"now_us() gave {a} then {b} [CLK-1]"
+    t = clock.time_s()
+    assert isinstance(t, int) and abs(t - time.time()) < 5, f"time_s() = {t} [CLK-1]"
+
+
+@pytest.mark.clause("CLK-1")
+def test_real_clock_waits(rt) -> None:
+    clock = real_clock(rt)
+    ev = threading.Event()
+    assert clock.wait(ev, 1000) is False, "wait(unset, 1000) did not time out with False [CLK-1]"
+    assert clock.wait(ev, 0) is False and clock.wait(ev, -5) is False
+    ev.set()
+    assert clock.wait(ev, 600_000_000) is True, "wait(set event) did not return True [CLK-1]"
+    assert clock.wait(ev, 0) is True
+    assert clock.sleep_us(100) is True, "sleep_us(100) did not report completion [CLK-1]"
+    clock.sleep_us(0)
+    clock.sleep_us(-1)
+    assert clock.sleep_us(600_000_000, ev) is False, "sleep_us with cancel set did not return False [CLK-1]"
+    cancel = threading.Event()
+    timer = threading.Timer(0.05, cancel.set)
+    timer.start()
+    try:
+        assert clock.sleep_us(600_000_000, cancel) is False, \
+            "sleep_us was not cancelled by its event [CLK-1]"
+    finally:
+        timer.cancel()
+
+
+@pytest.mark.clause("CLK-2")
+@pytest.mark.capability("resource_management", "file_listener")
+def test_runtime_routes_waits_through_its_clock(rt, runtimes, tmp_path) -> None:
+    cfg = tmp_path / "cfg.json"
+    cfg.write_text(json.dumps({"perfControl": 1}))
+    clock = VirtualClock()
+    ctx = runtimes(config_file=str(cfg), clock=clock, poll_interval_s=2.5)
+    clock.wait_for_waiters(1)
+    assert clock.sleeps_of("antman-file-listener") == [2_500_000], \
+        f"listener waits {clock.sleeps_of('antman-file-listener')} [CLK-2]"
+    step, _ = run_in_thread(lambda: ctx.resource_management.run_action(
+        rt.SessionRunActionOptions(device_mgr=ctx.device_mgr, sess_duration_us=10_000_000)),
+        name="clk-step")
+    clock.wait_for_waiters(2)
+    # perf 1: total = 10^9, sleep = 10^9 - 10^7 - 50 µs (16 virtual minutes)
+    assert clock.sleeps_of("clk-step") == [990_000_000 - 50], \
+        f"throttle sleep {clock.sleeps_of('clk-step')} not through the clock [CLK-2]"
+    clock.advance(990_000_000 - 50)
+    assert joined(step), "the throttle sleep did not end when the virtual clock passed it [CLK-2]"
+
+
+@pytest.mark.clause("CLK-2")
+@pytest.mark.capability("statistics")
+def test_statistics_timestamps_from_the_clock(rt, runtimes, tmp_path) -> None:
+    ctx = runtimes()
+    path = tmp_path / "s.json"
+    clock = VirtualClock()
+    stats = rt.GPUStatistics(str(path), clock=clock)
+    opts = rt.SessionRunActionOptions(device_mgr=ctx.device_mgr, graph_id=1, sess_duration_us=5)
+    stats.run_action(opts)
+    path.unlink()
+    p = ctx.device_mgr.lookup_device("GPU:0").get_allocator().allocate_raw(256, MiB)
+    stats.run_action(opts)
+    assert not path.exists()
+    clock.advance(10_000_000)
+    stats.run_action(opts)
+    assert path.exists(), "10 virtual seconds did not open the next check: real time used [CLK-2]"
+    ctx.device_mgr.lookup_device("GPU:0").get_allocator().deallocate_raw(p)
+
+
+@pytest.mark.clause("CLK-3")
+@pytest.mark.capability("file_listener")
+def test_listener_close_ends_its_wait(rt, no_thread_leak, tmp_path) -> None:
+    clock = VirtualClock()
+    fl = rt.FileListener(clock=clock, poll_interval_s=3600.0)
+    fl.register_file_listener(str(tmp_path / "c.json"), "h", lambda c: None)
+    clock.wait_for_waiters(1)
+    closer, out = run_in_thread(fl.close, name="closer")
+    assert joined(closer), "FileListener.close() did not end the poll wait [CLK-3]"
+    assert "error" not in out
+
+
+@pytest.mark.clause("CLK-3", "DEVICE-8")
+@pytest.mark.capability("resource_management")
+def test_runtime_close_ends_a_suspended_step(rt, no_thread_leak, control_env, tmp_path) -> None:
+    cfg = tmp_path / "cfg.json"
+    cfg.write_text(json.dumps({"perfControl": 0}))
+    clock = VirtualClock()
+    ctx = rt.create_runtime(num_gpus=1, gpu_memory_bytes=16 * MiB, clock=clock,
+                            config_file=str(cfg), status_file=None)
+    try:
+        step, _ = run_in_thread(lambda: ctx.resource_management.run_action(
+            rt.SessionRunActionOptions(device_mgr=ctx.device_mgr)), name="suspended")
+        clock.wait_for_waiters(2)
+        assert step.is_alive(), "perfControl 0 did not suspend the step [RM-12]"
+    finally:
+        closer, _ = run_in_thread(ctx.close, name="closer")
+        assert joined(closer), "RuntimeContext.close() hung with a suspended step [CLK-3]"
+    assert joined(step), "RuntimeContext.close() did not end the suspended step [CLK-3]"

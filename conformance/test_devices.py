@@ -1,0 +1,203 @@
+"""DEVICE clauses: devices, the device manager, bus ids, backends and the runtime context."""
+
+from __future__ import annotations
+
+import re
+import threading
+
+import pytest
+
+from conformance.control_helpers import (MiB, bus_id, control_env, gpus,  # noqa: F401
+                                         pool_bytes, runtimes)
+from fixtures.threads import antman_threads, no_thread_leak  # noqa: F401
+
+pytestmark = pytest.mark.capability("resource_management")
+
+PREFIX = "/job:localhost/replica:0/task:0/device:"
+DESC = re.compile(r"^device: (\d+), name: (.+), pci bus id: ([0-9a-fA-F]{1,8}:[0-9a-fA-F]{2}:"
+                  r"[0-9a-fA-F]{2}\.[0-7]), compute capability: (\d+)\.(\d+)$")
+
+
+@pytest.mark.clause("DEVICE-1")
+def test_names_and_order(rt, runtimes) -> None:
+    ctx = runtimes(num_gpus=2, backend="sim")
+    devices = ctx.device_mgr.list_devices()
+    names = [d.name for d in devices]
+    assert names == [PREFIX + "CPU:0", PREFIX + "GPU:0", PREFIX + "GPU:1"], \
+        f"list_devices() names {names} [DEVICE-1]"
+    assert [d.device_type for d in devices] == ["CPU", "GPU", "GPU"]
+    for d in devices:
+        a = d.attributes
+        assert isinstance(a, rt.DeviceAttributes) and a.name == d.name \
+            and a.device_type == d.device_type and isinstance(a.memory_limit, int) \
+            and isinstance(a.physical_device_desc, str), f"{d.name}.attributes = {a!r} [DEVICE-1]"
+
+
+@pytest.mark.clause("DEVICE-2")
+@pytest.mark.parametrize("name,expected", [
+    (PREFIX + "GPU:1", "GPU:1"), ("/device:GPU:1", "GPU:1"), ("device:GPU:0", "GPU:0"),
+    ("GPU:0", "GPU:0"), ("/gpu:1", "GPU:1"), ("gpu:0", "GPU:0"), ("CPU:0", "CPU:0"),
+    ("/device:CPU:0", "CPU:0"), ("/job:localhost/replica:0/task:0/gpu:1", "GPU:1")])
+def test_lookup_forms(rt, runtimes, name, expected) -> None:
+    ctx = runtimes(num_gpus=2)
+    found = ctx.device_mgr.lookup_device(name)
+    target = next(d for d in ctx.device_mgr.list_devices() if d.name == PREFIX + expected)
+    assert found is target, f"lookup_device({name!r}) = {found!r}, expected {target.name} [DEVICE-2]"
+
+
+@pytest.mark.clause("DEVICE-2")
+@pytest.mark.parametrize("name", ["GPU:2", "TPU:0", "garbage", "", "GPU:", "GPU:-1",
+                                  "/job:worker/replica:0/task:0/device:GPU:0"])
+def test_lookup_unknown_is_a_key_error(rt, runtimes, name) -> None:
+    ctx = runtimes(num_gpus=2)
+    with pytest.raises(KeyError) as info:
+        ctx.device_mgr.lookup_device(name)
+    assert "GPU:1" in str(info.value), \
+        f"lookup_device({name!r}) error does not name the known devices: {info.value} [DEVICE-2]"
+
+
+@pytest.mark.clause("DEVICE-3")
+@pytest.mark.capability("vmem", "bfc")
+def test_gpu_allocator_stack(rt, runtimes) -> None:
+    ctx = runtimes(num_gpus=2, gpu_memory_bytes=32 * MiB)
+    g0, g1 = gpus(ctx)
+    for i, g in enumerate((g0, g1)):
+        a = g.get_allocator()
+        assert isinstance(a, rt.GPUVMemAllocator) and a.name == f"GPUVMem_{i}_bfc", \
+            f"GPU:{i} allocator {a!r} [DEVICE-3]"
+        assert isinstance(a.device_allocator, rt.GPUBFCAllocator) \
+            and a.device_allocator.name == f"GPU_{i}_bfc", f"GPU:{i} device side {a.device_allocator!r}"
+        assert a.device_allocator.get_stats().bytes_limit == 32 * MiB == g.attributes.memory_limit
+    assert g0.get_allocator().device_allocator is not g1.get_allocator().device_allocator
+    p = g0.get_allocator().allocate_raw(256, 256)
+    assert pool_bytes(g0) == 32 * MiB, "without growth the first region is not the whole limit [DEVICE-3]"
+    assert pool_bytes(g1) == 0, "an allocation on GPU:0 reached GPU:1 [DEVICE-3]"
+    g0.get_allocator().deallocate_raw(p)
+
+
+@pytest.mark.clause("DEVICE-3")
+@pytest.mark.capability("vmem", "bfc")
+def test_environment_read_when_built(rt, runtimes, control_env) -> None:
+    control_env.setenv("TF_GPU_VMEM", "false")
+    control_env.setenv("TF_FORCE_GPU_ALLOW_GROWTH", "true")
+    ctx = runtimes()
+    g = gpus(ctx)[0]
+    a = g.get_allocator()
+    assert isinstance(a, rt.GPUBFCAllocator) and a.name == "GPU_0_bfc", \
+        f"with TF_GPU_VMEM=false the allocator is {a!r} [DEVICE-3]"
+    p = a.allocate_raw(256, 256)
+    assert pool_bytes(g) == MiB, "TF_FORCE_GPU_ALLOW_GROWTH=true was not applied [DEVICE-3]"
+    a.deallocate_raw(p)
+
+
+@pytest.mark.clause("DEVICE-4")
+def test_gpu_description(rt, runtimes) -> None:
+    ctx = runtimes(num_gpus=3, backend="sim")
+    buses = []
+    for i, g in enumerate(gpus(ctx)):
+        m = DESC.match(g.attributes.physical_device_desc)
+        assert m is not None and int(m[1]) == i, \
+            f"GPU:{i} physical_device_desc {g.attributes.physical_device_desc!r} [DEVICE-4]"
+        buses.append(m[3].lower())
+    assert buses == ["0000:3b:00.0", "0000:3c:00.0", "0000:3d:00.0"], \
+        f"simulated bus ids {buses} [DEVICE-4]"
+    assert [bus_id(rt, g) for g in gpus(ctx)] == ["3b:00.0", "3c:00.0", "3d:00.0"]
+
+
+@pytest.mark.clause("DEVICE-4")
+def test_bus_ids_distinct_on_any_backend(rt, runtimes) -> None:
+    ctx = runtimes()
+    ids = [bus_id(rt, g) for g in gpus(ctx)]
+    assert all(ids) and len(set(ids)) == len(ids), f"bus ids {ids} [DEVICE-4]"
+
+
+@pytest.mark.clause("DEVICE-5")
+@pytest.mark.parametrize("desc,expected", [
+    ("device: 0, name: Tesla V100-SXM2-16GB, pci bus id: 0000:3b:00.0, compute capability: 7.0",
+     "3b:00.0"),
+    ("device: 0, name: X, pci bus id: 0000:3B:00.0, compute capability: 7.0", "3b:00.0"),
+    ("device: 1, name: X, PCI Bus ID: 00000000:AF:1F.7", "af:1f.7"),
+    ("pci bus id: 3b:00.0", "3b:00.0"),
+    ("pci bus id:0000:3b:00.0,", "3b:00.0"),
+    ("pci bus id: 0000:b:0.1, compute capability: 8.0", "0b:00.1"),
+    ("device: 0, name: X, compute capability: 7.0", ""),
+    ("device: 0, name: X, pci bus id: unknown, compute capability: 7.0", ""),
+    ("pci bus id: , compute capability: 7.0", ""),
+    ("pci bus id: 00.0, compute capability: 7.0", ""),
+    ("pci bus id: 0000:3b:00.8", ""),
+    ("", ""),
+])
+def test_get_pci_bus_id(rt, desc, expected) -> None:
+    got = rt.get_pci_bus_id(desc)
+    assert got == expected, f"get_pci_bus_id({desc!r}) = {got!r}, expected {expected!r} [DEVICE-5]"
+
+
+@pytest.mark.clause("DEVICE-5")
+@pytest.mark.parametrize("bad", [None, 5, b"pci bus id: 0000:3b:00.0"])
+def test_get_pci_bus_id_non_str(rt, bad) -> None:
+    assert rt.get_pci_bus_id(bad) == "", f"get_pci_bus_id({bad!r}) [DEVICE-5]"
+
+
+@pytest.mark.clause("DEVICE-6")
+def test_cpu_device_pool_and_allocator(rt, no_thread_leak, runtimes) -> None:
+    ctx = runtimes()
+    cpu = ctx.device_mgr.lookup_device("CPU:0")
+    names = [cpu.schedule(lambda: threading.current_thread().name).result(10) for _ in range(4)]
+    assert all(n.startswith("antman-cpu-0") for n in names), f"CPU pool threads {names} [DEVICE-6]"
+    a = cpu.get_allocator()
+    p = a.allocate_raw(64, 1000)
+    assert a.tracks_allocation_sizes() and a.requested_size(p) == 1000
+    assert a.get_stats().bytes_in_use == 1000
+    a.deallocate_raw(p)
+    cpu.close()
+    cpu.close()
+    left = [t.name for t in antman_threads() if t.name.startswith("antman-cpu-0")]
+    assert left == [], f"CPU device close() left threads {left} [DEVICE-6]"
+
+
+@pytest.mark.clause("DEVICE-7")
+@pytest.mark.parametrize("name", ["sim", " SIM ", "Sim"])
+def test_select_sim(rt, name) -> None:
+    assert rt.select_backend(name).name == "sim", f"select_backend({name!r}) [DEVICE-7]"
+
+
+@pytest.mark.clause("DEVICE-7")
+def test_select_bad_names(rt, control_env) -> None:
+    with pytest.raises(ValueError, match="bogus"):
+        rt.select_backend("bogus")
+    control_env.setenv("ANTMAN_DEVICE", "gpu0")
+    with pytest.raises(ValueError, match="ANTMAN_DEVICE"):
+        rt.select_backend()
+    control_env.setenv("ANTMAN_DEVICE", "sim")
+    assert rt.select_backend().name == "sim", "ANTMAN_DEVICE=sim was not used [DEVICE-7]"
+
+
+@pytest.mark.clause("DEVICE-7")
+def test_select_cuda_without_a_gpu(rt) -> None:
+    if rt.select_backend("auto").name == "cuda":
+        pytest.skip("a CUDA GPU is present; the error path cannot be observed")
+    with pytest.raises(RuntimeError):
+        rt.select_backend("cuda")
+
+
+@pytest.mark.clause("DEVICE-8")
+def test_runtime_context_lifecycle(rt, no_thread_leak, control_env, tmp_path) -> None:
+    cfg = tmp_path / "cfg.json"
+    cfg.write_text('{"perfControl": 100}')
+    with rt.create_runtime(num_gpus=1, gpu_memory_bytes=16 * MiB, config_file=str(cfg),
+                           status_file=str(tmp_path / "s.json"), poll_interval_s=0.05) as ctx:
+        assert isinstance(ctx.file_listener, rt.FileListener)
+        assert ctx.file_listener.is_running()
+        cpu = ctx.device_mgr.lookup_device("CPU:0")
+        cpu.schedule(lambda: None).result(10)
+        assert ctx.resource_management is not None and ctx.statistics is not None
+    ctx.close()
+    with pytest.raises(RuntimeError):
+        ctx.new_session(None)
+
+
+@pytest.mark.clause("DEVICE-8")
+def test_too_many_gpus(rt, control_env) -> None:
+    with pytest.raises(ValueError):
+        rt.create_runtime(num_gpus=2, backend=rt.SimBackend(1, 16 * MiB), config_file=None,
+                          status_file=None)

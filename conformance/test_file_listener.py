@@ -1,0 +1,468 @@
+"""FL clauses: the FileListener (one thread, polling, change detection, handlers, faults).
+
+Timing runs on the manual virtual clock: ``poll(clock)`` advances one poll interval and
+waits until the monitor thread is back in its wait, so each check is observed exactly.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+
+import pytest
+
+from conformance.control_helpers import (joined, listener, poll, runtime_records,  # noqa: F401
+                                         vclock, wait_for_poller, write_text)
+from fixtures.threads import antman_threads, no_thread_leak  # noqa: F401
+
+pytestmark = pytest.mark.capability("file_listener", "virtual_clock")
+
+THREAD = "antman-file-listener"
+
+
+class Calls:
+    """A handler recording (thread name, content) of each call."""
+
+    def __init__(self, log: list | None = None, tag: str = "") -> None:
+        self.calls: list[tuple[str, str]] = []
+        self.log, self.tag = log, tag
+
+    def __call__(self, content: str) -> None:
+        self.calls.append((threading.current_thread().name, content))
+        if self.log is not None:
+            self.log.append((self.tag, content))
+
+    @property
+    def contents(self) -> list[str]:
+        return [c for _, c in self.calls]
+
+
+def monitor_threads() -> list[threading.Thread]:
+    return [t for t in antman_threads() if t.name == THREAD]
+
+
+def register(fl, clock, path, name="h", cb=None):
+    cb = cb if cb is not None else Calls()
+    fl.register_file_listener(str(path), name, cb)
+    wait_for_poller(clock)
+    return cb
+
+
+@pytest.mark.clause("FL-1")
+def test_one_thread_for_all_paths(rt, no_thread_leak, listener, vclock, tmp_path) -> None:
+    assert not listener.is_running(), "FileListener runs a thread before any registration [FL-1]"
+    assert monitor_threads() == []
+    for i in range(3):
+        listener.register_file_listener(str(tmp_path / f"f{i}.json"), f"h{i}", Calls())
+    wait_for_poller(vclock)
+    assert listener.is_running(), "is_running() is False after registering [FL-1]"
+    names = [t.name for t in monitor_threads()]
+    assert names == [THREAD], f"3 watched paths run threads {names}, expected one {THREAD!r} [FL-1]"
+    listener.close()
+    assert monitor_threads() == [], "close() left the monitor thread alive [FL-1]"
+
+
+@pytest.mark.clause("FL-2")
+@pytest.mark.parametrize("interval_s,interval_us", [(1.0, 1_000_000), (0.25, 250_000)])
+def test_polls_through_the_clock(rt, no_thread_leak, vclock, tmp_path, interval_s,
+                                 interval_us) -> None:
+    path = tmp_path / "c.json"
+    write_text(path, "v1")
+    with rt.FileListener(clock=vclock, poll_interval_s=interval_s) as fl:
+        cb = register(fl, vclock, path)
+        write_text(path, "v2")
+        vclock.tick(interval_us - 1)
+        assert cb.contents == ["v1"], f"delivered before one poll interval: {cb.contents} [FL-2]"
+        vclock.tick(1)
+        assert cb.contents == ["v1", "v2"], \
+            f"after {interval_us} µs the change was not delivered: {cb.contents} [FL-2]"
+        assert cb.calls[-1][0] == THREAD, f"delivered on {cb.calls[-1][0]!r} [FL-2]"
+        waits = vclock.sleeps_of(THREAD)
+        assert waits and set(waits) == {interval_us}, \
+            f"poll waits {waits}, expected {interval_us} µs each [FL-2]"
+
+
+@pytest.mark.clause("FL-2")
+def test_paths_checked_in_path_order(rt, listener, vclock, tmp_path) -> None:
+    log: list = []
+    b, a = tmp_path / "b.json", tmp_path / "a.json"
+    for p in (b, a):
+        write_text(p, "0")
+    register(listener, vclock, b, "hb", Calls(log, "b"))
+    register(listener, vclock, a, "ha", Calls(log, "a"))
+    log.clear()
+    write_text(b, "1")
+    write_text(a, "1")
+    poll(vclock)
+    assert [t for t, _ in log] == ["a", "b"], f"paths checked in order {log} [FL-2]"
+
+
+@pytest.mark.clause("FL-2")
+@pytest.mark.parametrize("bad", [0, -1.0, float("nan"), float("inf"), "1"])
+def test_bad_poll_interval_is_rejected(rt, bad) -> None:
+    with pytest.raises((ValueError, TypeError)):
+        rt.FileListener(poll_interval_s=bad)
+
+
+@pytest.mark.clause("FL-3")
+def test_touch_without_change_delivers_nothing(rt, listener, vclock, tmp_path) -> None:
+    path = tmp_path / "c.json"
+    write_text(path, '{"perfControl": 50}')
+    cb = register(listener, vclock, path)
+    st = path.stat()
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 5_000_000_000))
+    poll(vclock, 7)                       # past the 5 s content re-check too
+    assert cb.contents == ['{"perfControl": 50}'], \
+        f"a touch without a content change delivered {cb.contents[1:]} [FL-3]"
+
+
+@pytest.mark.clause("FL-3")
+def test_same_size_change_with_old_mtime_is_delivered(rt, listener, vclock, config_writer) -> None:
+    config_writer.write(perf=50)
+    cb = register(listener, vclock, config_writer.path)
+    new = config_writer.write_same_size(perf=60)
+    poll(vclock, 6)
+    assert cb.contents[-1] == new and len(cb.contents) == 2, \
+        f"same-size rewrite with the old mtime: delivered {cb.contents[1:]} [FL-3]"
+
+
+@pytest.mark.clause("FL-3")
+def test_recreated_with_older_mtime_is_delivered(rt, listener, vclock, config_writer) -> None:
+    config_writer.write(perf=50)
+    cb = register(listener, vclock, config_writer.path)
+    new = config_writer.recreate_older(perf=70)
+    poll(vclock)
+    assert cb.contents == [cb.contents[0], new], \
+        f"a re-creation with an older mtime delivered {cb.contents[1:]} [FL-3]"
+
+
+@pytest.mark.clause("FL-3")
+def test_in_place_rewrite_is_delivered_whole(rt, listener, vclock, config_writer) -> None:
+    config_writer.write(perf=50)
+    cb = register(listener, vclock, config_writer.path)
+    text = config_writer.write_in_place(perf=20, limits={"3b:00.0": 123})
+    poll(vclock)
+    assert cb.contents[1:] == [text], f"in-place rewrite delivered {cb.contents[1:]} [FL-3]"
+    assert isinstance(cb.contents[1], str), "the content is not a str [FL-6]"
+
+
+@pytest.mark.clause("FL-4")
+def test_missing_file_never_fires(rt, listener, vclock, tmp_path) -> None:
+    path = tmp_path / "absent.json"
+    cb = register(listener, vclock, path)
+    poll(vclock, 7)
+    assert cb.calls == [], f"a missing file delivered {cb.contents} [FL-4]"
+    write_text(path, "created")
+    poll(vclock)
+    assert cb.contents == ["created"], f"creating the file delivered {cb.contents} [FL-4]"
+
+
+@pytest.mark.clause("FL-4")
+def test_delete_and_recreate(rt, listener, vclock, tmp_path) -> None:
+    path = tmp_path / "c.json"
+    write_text(path, "same")
+    cb = register(listener, vclock, path)
+    path.unlink()
+    poll(vclock, 2)
+    assert cb.contents == ["same"], f"deleting the file delivered {cb.contents[1:]} [FL-4]"
+    write_text(path, "same")
+    poll(vclock, 7)
+    assert cb.contents == ["same"], \
+        f"re-creating with the same content delivered {cb.contents[1:]} [FL-4]"
+    path.unlink()
+    poll(vclock)
+    write_text(path, "different")
+    poll(vclock)
+    assert cb.contents == ["same", "different"], \
+        f"re-creating with new content delivered {cb.contents[1:]} [FL-4]"
+
+
+@pytest.mark.clause("FL-5")
+def test_registration_delivers_current_content_synchronously(rt, listener, vclock,
+                                                             tmp_path) -> None:
+    path = tmp_path / "c.json"
+    write_text(path, "start-up")
+    cb = Calls()
+    listener.register_file_listener(str(path), "first", cb)
+    assert cb.calls == [(threading.current_thread().name, "start-up")], \
+        f"register_file_listener on an existing file delivered {cb.calls} [FL-5]"
+    second = Calls()
+    listener.register_file_listener(str(path), "second", second)
+    wait_for_poller(vclock)
+    poll(vclock, 7)
+    assert second.calls == [], \
+        f"adding a handler to a watched path delivered {second.contents} [FL-5]"
+    assert cb.contents == ["start-up"], f"no change, yet delivered {cb.contents[1:]} [FL-5]"
+
+
+@pytest.mark.clause("FL-6", "FL-5")
+def test_handlers_in_registration_order_with_duplicates(rt, listener, vclock, tmp_path) -> None:
+    path = tmp_path / "c.json"
+    log: list = []
+    register(listener, vclock, path, "dup", Calls(log, "1"))
+    register(listener, vclock, path, "other", Calls(log, "2"))
+    register(listener, vclock, path, "dup", Calls(log, "3"))
+    write_text(path, "x")
+    poll(vclock)
+    assert [t for t, _ in log] == ["1", "2", "3"], f"handlers ran as {log} [FL-6]"
+
+
+@pytest.mark.clause("FL-6")
+def test_raising_handler_is_logged_and_the_rest_run(rt, listener, vclock, tmp_path,
+                                                     caplog) -> None:
+    path = tmp_path / "c.json"
+    after = Calls()
+
+    def bad(content: str) -> None:
+        raise ValueError("handler failure")
+
+    register(listener, vclock, path, "bad", bad)
+    register(listener, vclock, path, "after", after)
+    caplog.set_level(logging.WARNING)
+    write_text(path, "x")
+    poll(vclock)
+    assert after.contents == ["x"], "a raising handler stopped the next handler [FL-6]"
+    errors = runtime_records(caplog, rt, logging.ERROR)
+    assert len(errors) == 1 and str(path) in errors[0].getMessage() \
+        and "bad" in errors[0].getMessage(), \
+        f"a raising handler logged {[r.getMessage() for r in errors]} [FL-6]"
+    write_text(path, "y")
+    poll(vclock)
+    assert after.contents == ["x", "y"], "the monitor thread stopped after a handler raised [FL-6]"
+
+
+@pytest.mark.clause("FL-6", "FL-7")
+def test_handler_may_register_and_unregister(rt, no_thread_leak, listener, vclock,
+                                             tmp_path) -> None:
+    path, other = tmp_path / "c.json", tmp_path / "o.json"
+    write_text(other, "other")
+    late, other_cb = Calls(), Calls()
+
+    def self_managing(content: str) -> None:
+        listener.register_file_listener(str(path), "late", late)
+        listener.register_file_listener(str(other), "other", other_cb)
+        listener.unregister_file_listener(str(path), "self")
+
+    register(listener, vclock, path, "self", self_managing)
+    write_text(path, "go")
+    poll(vclock)                      # settle() fails if the monitor thread deadlocked
+    assert other_cb.calls == [(THREAD, "other")], \
+        f"registering a new path from a handler delivered {other_cb.calls} [FL-5, FL-6]"
+    write_text(path, "next")
+    poll(vclock)
+    assert late.contents == ["next"], f"handler registered from a handler got {late.contents} [FL-6]"
+
+
+@pytest.mark.clause("FL-7")
+def test_unregister_removes_first_of_name_and_ignores_unknown(rt, listener, vclock,
+                                                               tmp_path) -> None:
+    path = tmp_path / "c.json"
+    log: list = []
+    register(listener, vclock, path, "dup", Calls(log, "1"))
+    register(listener, vclock, path, "dup", Calls(log, "2"))
+    listener.unregister_file_listener(str(path), "dup")
+    listener.unregister_file_listener(str(path), "nobody")
+    listener.unregister_file_listener(str(tmp_path / "unknown"), "dup")
+    write_text(path, "x")
+    poll(vclock)
+    assert [t for t, _ in log] == ["2"], f"after unregistering the first 'dup': {log} [FL-7]"
+
+
+@pytest.mark.clause("FL-7")
+def test_unregistering_the_last_handler_stops_and_joins(rt, no_thread_leak, listener, vclock,
+                                                        tmp_path) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    register(listener, vclock, a, "h")
+    register(listener, vclock, b, "h")
+    listener.unregister_file_listener(str(a), "h")
+    assert listener.is_running(), "stopped while a path was still watched [FL-7]"
+    listener.unregister_file_listener(str(b), "h")
+    assert not listener.is_running(), "is_running() after the last unregister [FL-7]"
+    assert monitor_threads() == [], "the last unregister returned before joining [FL-7]"
+
+
+@pytest.mark.clause("FL-7")
+def test_unregister_from_the_monitor_thread(rt, no_thread_leak, listener, vclock,
+                                            tmp_path) -> None:
+    path = tmp_path / "c.json"
+
+    def leave(content: str) -> None:
+        listener.unregister_file_listener(str(path), "leaver")
+
+    register(listener, vclock, path, "leaver", leave)
+    write_text(path, "bye")
+    vclock.advance(1_000_000)
+    deadline = time.monotonic() + 5
+    while listener.is_running() and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert not listener.is_running(), "unregister from a handler did not stop the thread [FL-7]"
+    listener.close()                  # joins the thread that stopped itself
+    assert monitor_threads() == [], "close() did not join a self-stopped thread [FL-7]"
+
+
+@pytest.mark.clause("FL-7")
+def test_unregister_while_a_handler_uses_the_listener(rt, no_thread_leak, listener, vclock,
+                                                      tmp_path) -> None:
+    """AntMan joins under the listener lock: a handler taking that lock then deadlocks."""
+    path = tmp_path / "c.json"
+    in_handler, go, done = threading.Event(), threading.Event(), threading.Event()
+
+    def handler(content: str) -> None:
+        if content != "trigger":
+            return
+        in_handler.set()
+        go.wait(5)
+        listener.register_file_listener(str(tmp_path / "side"), "side", Calls())
+        listener.unregister_file_listener(str(tmp_path / "side"), "side")
+        done.set()
+
+    register(listener, vclock, path, "h", handler)
+    write_text(path, "trigger")
+    vclock.advance(1_000_000)
+    assert in_handler.wait(5), "the change was not delivered"
+    t = threading.Thread(target=listener.unregister_file_listener, args=(str(path), "h"),
+                         name="unregistering")
+    t.start()
+    time.sleep(0.05)                  # let the unregister reach its join, if it joins early
+    go.set()
+    assert joined(t), "unregister_file_listener deadlocked with a running handler [FL-7]"
+    assert done.is_set(), "the handler could not use the listener during unregister [FL-6]"
+
+
+@pytest.mark.clause("FL-8")
+def test_restart_after_stop(rt, no_thread_leak, listener, vclock, tmp_path) -> None:
+    path = tmp_path / "c.json"
+    write_text(path, "v1")
+    register(listener, vclock, path, "h")
+    listener.unregister_file_listener(str(path), "h")
+    assert not listener.is_running()
+    cb = register(listener, vclock, path, "h2")
+    assert listener.is_running(), "registering after a stop did not restart [FL-8]"
+    assert cb.contents == ["v1"], \
+        f"re-registering a dropped path did not deliver its content: {cb.contents} [FL-8]"
+    write_text(path, "v2")
+    poll(vclock)
+    assert cb.contents == ["v1", "v2"], f"the restarted thread delivered {cb.contents} [FL-8]"
+
+
+@pytest.mark.clause("FL-9")
+def test_directory_at_path(rt, listener, vclock, config_writer, caplog) -> None:
+    caplog.set_level(logging.WARNING)
+    config_writer.replace_with_directory()
+    cb = register(listener, vclock, config_writer.path)
+    poll(vclock, 7)
+    assert cb.calls == [], "a directory at the path was delivered [FL-9]"
+    warnings = runtime_records(caplog, rt, containing=str(config_writer.path))
+    assert len(warnings) == 1, \
+        f"a directory at the path logged {len(warnings)} warnings, expected 1 [FL-9]"
+    assert listener.is_running()
+    config_writer.delete()
+    text = config_writer.write(perf=30)
+    poll(vclock)
+    assert cb.contents == [text], f"the file replacing the directory delivered {cb.contents} [FL-9]"
+
+
+@pytest.mark.clause("FL-9")
+def test_fifo_is_never_opened(rt, listener, vclock, tmp_path) -> None:
+    if not hasattr(os, "mkfifo"):
+        pytest.skip("no FIFOs on this platform")
+    path = tmp_path / "fifo"
+    os.mkfifo(path)
+    cb = register(listener, vclock, path)        # would block for ever if it opened the FIFO
+    poll(vclock, 2)
+    assert cb.calls == [], "a FIFO was delivered [FL-9]"
+
+
+@pytest.mark.clause("FL-9")
+def test_non_utf8_content(rt, listener, vclock, config_writer, caplog) -> None:
+    caplog.set_level(logging.WARNING)
+    config_writer.write(perf=40)
+    cb = register(listener, vclock, config_writer.path)
+    config_writer.write_non_utf8()
+    poll(vclock, 8)
+    assert len(cb.calls) == 1, f"non-UTF-8 content was delivered: {cb.contents[1:]} [FL-9]"
+    warnings = runtime_records(caplog, rt, containing=str(config_writer.path))
+    assert len(warnings) == 1, f"non-UTF-8 content logged {len(warnings)} warnings [FL-9]"
+    text = config_writer.write(perf=41)
+    poll(vclock)
+    assert cb.contents[1:] == [text], f"the next valid content delivered {cb.contents[1:]} [FL-9]"
+
+
+@pytest.mark.clause("FL-9")
+def test_file_above_the_size_limit(rt, vclock, config_writer, caplog) -> None:
+    caplog.set_level(logging.WARNING)
+    with rt.FileListener(clock=vclock, max_file_bytes=4096) as fl:
+        config_writer.write(perf=40)
+        cb = register(fl, vclock, config_writer.path)
+        config_writer.write_large(perf=50, size=8192)
+        poll(vclock, 2)
+        assert len(cb.calls) == 1, "a file above max_file_bytes was delivered [FL-9]"
+        assert len(runtime_records(caplog, rt, containing=str(config_writer.path))) == 1
+        text = config_writer.write_large(perf=60, size=4096)
+        poll(vclock)
+        assert cb.contents[1:] == [text], "a file at the limit was not delivered [FL-9]"
+
+
+@pytest.mark.clause("FL-10")
+def test_rapid_rewrites_deliver_the_last_version(rt, listener, vclock, config_writer) -> None:
+    config_writer.write(perf=1)
+    cb = register(listener, vclock, config_writer.path)
+    last = config_writer.rapid_rewrites([{"perfControl": p} for p in range(2, 52)])
+    poll(vclock)
+    assert cb.contents[-1] == last, \
+        f"after 50 rapid rewrites the last delivery was {cb.contents[-1]!r} [FL-10]"
+    assert len(cb.calls) == 2, f"{len(cb.calls) - 1} deliveries for one check [FL-10]"
+
+
+@pytest.mark.clause("FL-10", "FL-3")
+def test_torn_write_then_completion(rt, listener, vclock, config_writer) -> None:
+    config_writer.write(perf=10)
+    cb = register(listener, vclock, config_writer.path)
+    partial = config_writer.write_torn(perf=20, limits={"3b:00.0": 1 << 20})
+    poll(vclock)
+    config_writer.finish_torn()
+    poll(vclock)
+    assert cb.contents[1] == partial, "the torn content was not what was read [FL-3]"
+    assert cb.contents[-1] == config_writer.path.read_text(), \
+        "the completed write was not delivered [FL-10]"
+
+
+@pytest.mark.clause("FL-11")
+def test_close_is_idempotent_and_restartable(rt, no_thread_leak, listener, vclock,
+                                             tmp_path) -> None:
+    path = tmp_path / "c.json"
+    write_text(path, "v")
+    register(listener, vclock, path)
+    listener.close()
+    listener.close()
+    assert not listener.is_running() and monitor_threads() == [], \
+        "close() did not stop and join [FL-11]"
+    write_text(path, "w")
+    cb = register(listener, vclock, path, "again")
+    assert cb.contents == ["w"], "registering after close() did not start afresh [FL-11]"
+
+
+@pytest.mark.clause("FL-11")
+def test_global_listener_is_a_singleton(rt) -> None:
+    assert rt.global_file_listener() is rt.global_file_listener(), \
+        "global_file_listener() returned two listeners [FL-11]"
+
+
+@pytest.mark.clause("FL-2", "CLK-2")
+def test_real_clock_by_default(rt, no_thread_leak, tmp_path) -> None:
+    path = tmp_path / "c.json"
+    write_text(path, "v1")
+    got = threading.Event()
+    seen: list[str] = []
+
+    def cb(content: str) -> None:
+        seen.append(content)
+        if content == "v2":
+            got.set()
+
+    with rt.FileListener(poll_interval_s=0.02) as fl:
+        fl.register_file_listener(str(path), "h", cb)
+        write_text(path, "v2")
+        assert got.wait(10), f"no delivery within 10 s on the real clock: {seen} [FL-2]"

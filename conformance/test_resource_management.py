@@ -1,0 +1,789 @@
+"""RM clauses: GPUResourceManagement and GPUUsageAdjustment.
+
+Config parsing and the fault matrix go through a FileListener on the virtual clock (the
+config writer rewrites the file, ``poll`` delivers it); limits are observed on the GPU
+allocators of a runtime from ``create_runtime``; the throttle arithmetic is checked
+exactly on the virtual clock against a model of the formula.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import tempfile
+import threading
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from conformance.control_helpers import (MiB, bus_id, bytes_limit, control_env,  # noqa: F401
+                                         device_bfc, gpus, joined, listener, poll,
+                                         pool_bytes, run_in_thread, runtime_records, runtimes,
+                                         vclock, wait_for_poller)
+from fixtures.config_writer import BAD_TYPES, MALFORMED, config_document
+from fixtures.threads import no_thread_leak  # noqa: F401
+from fixtures.virtual_clock import VirtualClock
+
+pytestmark = pytest.mark.capability("resource_management", "file_listener", "virtual_clock")
+
+BUS = "3b:00.0"     # the key the fault fixtures use; tests on devices use the real bus ids
+UINT64_MAX = (1 << 64) - 1
+
+
+def make_rm(rt, path, clock, fl, **kw):
+    return rt.GPUResourceManagement(str(path), clock=clock, file_listener=fl, **kw)
+
+
+def post(rt, ctx=None, duration=1000, session=None):
+    return rt.SessionRunActionOptions(device_mgr=None if ctx is None else ctx.device_mgr,
+                                      session=session, graph_id=1, sess_duration_us=duration)
+
+
+@pytest.fixture
+def managed(rt, control_env, vclock, listener, config_writer):
+    """(rm, writer): a GPUResourceManagement on the config writer's path, virtual clock."""
+    rm = make_rm(rt, config_writer.path, vclock, listener)
+    yield rm, config_writer
+    rm.close()
+
+
+def deliver(writer_call, clock) -> None:
+    """Run a ConfigWriter call, then let the listener check once."""
+    writer_call()
+    clock.wait_for_waiters(1)
+    poll(clock)
+
+
+# -- RM-1, RM-2: enabling ---------------------------------------------------------------
+
+@pytest.mark.clause("RM-1")
+def test_enabling_forces_growth_and_vmem(rt, control_env, vclock, listener, tmp_path) -> None:
+    control_env.setenv("TF_GPU_VMEM", "false")
+    control_env.setenv("TF_FORCE_GPU_ALLOW_GROWTH", "false")
+    rm = make_rm(rt, tmp_path / "cfg.json", vclock, listener)
+    try:
+        got = (os.environ.get("TF_FORCE_GPU_ALLOW_GROWTH"), os.environ.get("TF_GPU_VMEM"))
+        assert got == ("true", "true"), \
+            f"GPUResourceManagement(path) left (ALLOW_GROWTH, VMEM) = {got} [RM-1]"
+    finally:
+        rm.close()
+
+
+@pytest.mark.clause("RM-1")
+@pytest.mark.parametrize("path", [None, ""])
+def test_disabled_changes_nothing(rt, control_env, vclock, listener, path) -> None:
+    control_env.setenv("TF_GPU_VMEM", "false")
+    rm = rt.GPUResourceManagement(path, clock=vclock, file_listener=listener)
+    try:
+        assert os.environ.get("TF_GPU_VMEM") == "false", "a disabled instance set TF_GPU_VMEM [RM-1]"
+        assert "TF_FORCE_GPU_ALLOW_GROWTH" not in os.environ
+        assert not listener.is_running(), "a disabled instance registered a file handler [RM-1]"
+        rm.run_action(post(rt))
+        assert rm.perf_control == 100 and vclock.records == []
+    finally:
+        rm.close()
+
+
+@pytest.mark.clause("RM-1")
+def test_default_path_from_environment(rt, control_env, vclock, listener, config_writer) -> None:
+    config_writer.write(perf=35)
+    control_env.setenv("GPU_CONFIG_FILE", str(config_writer.path))
+    rm = rt.GPUResourceManagement(clock=vclock, file_listener=listener)
+    try:
+        assert rm.perf_control == 35, "GPU_CONFIG_FILE was not used as the default path [RM-1]"
+    finally:
+        rm.close()
+
+
+@pytest.mark.clause("RM-1", "DEVICE-8")
+def test_runtime_builds_management_before_the_gpus(rt, runtimes, control_env, tmp_path) -> None:
+    control_env.setenv("TF_GPU_VMEM", "false")
+    ctx = runtimes(config_file=str(tmp_path / "cfg.json"))
+    gpu = gpus(ctx)[0]
+    allocator = gpu.get_allocator()
+    assert allocator.name == "GPUVMem_0_bfc", \
+        f"GPU allocator {allocator.name!r}: TF_GPU_VMEM was not forced before the GPUs [RM-1]"
+    p = allocator.allocate_raw(256, 256)
+    try:
+        assert pool_bytes(gpu) == MiB, (f"pool after a 256-byte allocation is {pool_bytes(gpu)}, "
+                                        f"expected 1 MiB (growth forced on) [RM-1]")
+    finally:
+        allocator.deallocate_raw(p)
+
+
+@pytest.mark.clause("RM-2")
+def test_startup_config_in_effect_when_constructed(rt, control_env, vclock, listener,
+                                                   config_writer) -> None:
+    config_writer.write(perf=30, limits={BUS: 8 * MiB})
+    registry = rt.SessionRunActionRegistry()
+    rm = make_rm(rt, config_writer.path, vclock, listener, registry=registry)
+    try:
+        assert rm.perf_control == 30, f"start-up perfControl not applied: {rm.perf_control} [RM-2]"
+        assert rm.memory_limits == {BUS: 8 * MiB}, f"start-up limits: {rm.memory_limits} [RM-2]"
+        assert registry.get_action(1, 2, "GPUResourceManagement") is rm, \
+            "GPUResourceManagement(registry=r) is not at (POST, 2) in r [RM-2]"
+        listener.unregister_file_listener(str(config_writer.path), "GPUResourceManage")
+        assert not listener.is_running(), \
+            "no handler named 'GPUResourceManage' was registered on the config path [RM-2]"
+    finally:
+        rm.close()
+
+
+@pytest.mark.clause("RM-2", "RM-16")
+def test_after_close_content_is_ignored(rt, managed, vclock, listener) -> None:
+    rm, writer = managed
+    deliver(lambda: writer.write(perf=40), vclock)
+    assert rm.perf_control == 40
+    rm.close()
+    rm.close()
+    assert not listener.is_running(), "close() left the file handler registered [RM-16]"
+    writer.write(perf=60)
+    listener.register_file_listener(str(writer.path), "probe", lambda content: None)
+    vclock.wait_for_waiters(1)
+    poll(vclock)
+    assert rm.perf_control == 40, "content written after close() was applied [RM-16]"
+
+
+# -- RM-3 .. RM-6: parsing ----------------------------------------------------------------
+
+@pytest.mark.clause("RM-3")
+def test_layout_and_ignored_keys(rt, managed, vclock) -> None:
+    rm, writer = managed
+    doc = {"name": "Odps/trip_search_0/worker@h04a13286.nt12#18", "extra": [1, 2],
+           "gpuConfigInfo": {BUS: {"maxDeviceMem": MiB, "note": "x"},
+                             "3B:00.0": {"maxDeviceMem": 2 * MiB}},
+           "perfControl": 70}
+    assert rm.parse_manage_info_from_json(json.dumps(doc)) is True, \
+        "parse_manage_info_from_json(good doc) returned False [RM-3]"
+    assert rm.perf_control == 70
+    assert rm.memory_limits == {BUS: MiB, "3B:00.0": 2 * MiB}, \
+        f"keys must be exact: {rm.memory_limits} [RM-3]"
+    assert rm.parse_manage_info_from_json(b'{"perfControl": 71}') is True
+    assert rm.perf_control == 71, "bytes content was not parsed [RM-3]"
+
+
+@pytest.mark.clause("RM-3")
+@pytest.mark.parametrize("doc", [
+    {}, {"gpuConfigInfo": None}, {"perfControl": None},
+    {"gpuConfigInfo": {BUS: {}}}, {"gpuConfigInfo": {BUS: {"maxDeviceMem": None}}},
+    {"gpuConfigInfo": {}}, {"name": "only a name"}])
+def test_missing_members_change_nothing(rt, managed, doc) -> None:
+    rm, _ = managed
+    rm.parse_manage_info_from_json(json.dumps(
+        {"gpuConfigInfo": {BUS: {"maxDeviceMem": 4 * MiB}}, "perfControl": 40}))
+    assert rm.parse_manage_info_from_json(json.dumps(doc)) is True
+    assert (rm.perf_control, rm.memory_limits) == (40, {BUS: 4 * MiB}), \
+        f"{doc} changed the state to {(rm.perf_control, rm.memory_limits)} [RM-3]"
+
+
+@pytest.mark.clause("RM-4")
+@pytest.mark.parametrize("text,value", [
+    ("1048576", 1048576), ("1048576.0", 1048576), ("1e6", 1_000_000),
+    ("1.048576e6", 1048576), ("0", 0), (str(UINT64_MAX), UINT64_MAX),
+    ("1.8446744073709551615e19", UINT64_MAX)])
+def test_integer_forms_accepted_for_max_device_mem(rt, managed, text, value) -> None:
+    rm, _ = managed
+    ok = rm.parse_manage_info_from_json(f'{{"gpuConfigInfo": {{"{BUS}": {{"maxDeviceMem": {text}}}}}}}')
+    assert ok and rm.memory_limits == {BUS: value}, \
+        f"maxDeviceMem {text} gave {rm.memory_limits} (returned {ok}), expected {value} [RM-4]"
+
+
+@pytest.mark.clause("RM-4")
+@pytest.mark.parametrize("text,value", [("0", 0), ("100", 100), ("50.0", 50), ("5e1", 50),
+                                        ("1", 1)])
+def test_integer_forms_accepted_for_perf_control(rt, managed, text, value) -> None:
+    rm, _ = managed
+    rm.parse_manage_info_from_json('{"perfControl": 77}')
+    ok = rm.parse_manage_info_from_json(f'{{"perfControl": {text}}}')
+    assert ok and rm.perf_control == value, \
+        f"perfControl {text} gave {rm.perf_control} (returned {ok}) [RM-4]"
+    rm.parse_manage_info_from_json('{"perfControl": 100}')       # never leave it suspended
+
+
+GOOD = {"name": "good", "gpuConfigInfo": {BUS: {"maxDeviceMem": 8 * MiB}}, "perfControl": 40}
+
+
+def assert_kept(rm, what: str) -> None:
+    state = (rm.perf_control, rm.memory_limits)
+    assert state == (40, {BUS: 8 * MiB}), \
+        f"{what}: state became {state}, expected the last good (40, {{{BUS!r}: {8 * MiB}}}) [RM-5]"
+
+
+def one_warning(caplog, rt, path, what: str) -> None:
+    recs = runtime_records(caplog, rt, containing=str(path))
+    assert len(recs) == 1, (f"{what}: {len(recs)} log lines naming {path}, expected exactly 1: "
+                            f"{[r.getMessage()[:120] for r in recs]} [RM-5]")
+
+
+@pytest.mark.clause("RM-5")
+@pytest.mark.parametrize("kind", sorted(MALFORMED))
+def test_malformed_document_changes_nothing(rt, managed, vclock, caplog, kind) -> None:
+    rm, writer = managed
+    deliver(lambda: writer.write(GOOD), vclock)
+    caplog.set_level(logging.WARNING)
+    caplog.clear()
+    deliver(lambda: writer.write_malformed(kind), vclock)
+    assert_kept(rm, f"config {kind!r}")
+    one_warning(caplog, rt, writer.path, f"config {kind!r}")
+    assert rm.parse_manage_info_from_json(MALFORMED[kind]) is False, \
+        f"parse_manage_info_from_json({kind!r}) returned True [RM-5]"
+    deliver(lambda: writer.write(perf=41), vclock)
+    assert rm.perf_control == 41, f"a good config after {kind!r} was not applied [RM-5]"
+
+
+@pytest.mark.clause("RM-5", "RM-4", "RM-6")
+@pytest.mark.parametrize("kind", sorted(BAD_TYPES))
+def test_wrong_type_keeps_last_good_value(rt, managed, vclock, caplog, kind) -> None:
+    rm, writer = managed
+    deliver(lambda: writer.write(GOOD), vclock)
+    caplog.set_level(logging.WARNING)
+    caplog.clear()
+    deliver(lambda: writer.write_malformed(kind), vclock)
+    assert_kept(rm, f"config {kind!r}")
+    one_warning(caplog, rt, writer.path, f"config {kind!r}")
+    assert rm.parse_manage_info_from_json(BAD_TYPES[kind]) is False
+
+
+@pytest.mark.clause("RM-5")
+def test_valid_parts_of_a_partly_bad_document_apply(rt, managed, vclock, caplog) -> None:
+    rm, writer = managed
+    deliver(lambda: writer.write(GOOD), vclock)
+    caplog.set_level(logging.WARNING)
+    caplog.clear()
+    doc = {"gpuConfigInfo": {BUS: {"maxDeviceMem": "16MiB"}, "3c:00.0": {"maxDeviceMem": MiB},
+                             "3d:00.0": [1]},
+           "perfControl": 60}
+    deliver(lambda: writer.write(doc), vclock)
+    assert rm.perf_control == 60, "a valid perfControl beside bad entries was not applied [RM-5]"
+    assert rm.memory_limits == {BUS: 8 * MiB, "3c:00.0": MiB}, \
+        f"limits after a partly bad document: {rm.memory_limits} [RM-5]"
+    one_warning(caplog, rt, writer.path, "two bad entries")
+    msg = runtime_records(caplog, rt, containing=str(writer.path))[0].getMessage()
+    assert BUS in msg and "3d:00.0" in msg, f"the log line does not name every reason: {msg} [RM-5]"
+
+
+@pytest.mark.clause("RM-5")
+def test_torn_write_then_completion(rt, managed, vclock, caplog) -> None:
+    rm, writer = managed
+    deliver(lambda: writer.write(GOOD), vclock)
+    caplog.set_level(logging.WARNING)
+    deliver(lambda: writer.write_torn(perf=55, limits={BUS: 2 * MiB}), vclock)
+    assert_kept(rm, "a torn write")
+    deliver(writer.finish_torn, vclock)
+    assert (rm.perf_control, rm.memory_limits) == (55, {BUS: 2 * MiB}), \
+        "the completed write was not applied [RM-5]"
+
+
+@pytest.mark.clause("RM-5", "FL-9")
+def test_non_utf8_and_deleted_and_directory_keep_state(rt, managed, vclock) -> None:
+    rm, writer = managed
+    deliver(lambda: writer.write(GOOD), vclock)
+    deliver(writer.write_non_utf8, vclock)
+    assert_kept(rm, "non-UTF-8 bytes")
+    deliver(writer.delete, vclock)
+    assert_kept(rm, "a deleted config")
+    deliver(writer.replace_with_directory, vclock)
+    assert_kept(rm, "a directory at the config path")
+    deliver(writer.delete, vclock)
+    deliver(lambda: writer.write(perf=45), vclock)
+    assert rm.perf_control == 45
+
+
+@pytest.mark.clause("RM-5", "FL-9")
+def test_very_large_valid_config_applies(rt, managed, vclock) -> None:
+    rm, writer = managed
+    deliver(lambda: writer.write_large(perf=33, limits={BUS: 3 * MiB}, size=4 * MiB), vclock)
+    assert (rm.perf_control, rm.memory_limits) == (33, {BUS: 3 * MiB}), \
+        "a 4 MiB (padded) config was not applied [RM-5]"
+
+
+@pytest.mark.clause("RM-5")
+def test_rapid_rewrites_apply_the_last(rt, managed, vclock) -> None:
+    rm, writer = managed
+    deliver(lambda: writer.rapid_rewrites(
+        [config_document(perf=p, limits={BUS: p * MiB}) for p in range(1, 60)]), vclock)
+    assert (rm.perf_control, rm.memory_limits) == (59, {BUS: 59 * MiB})
+
+
+@pytest.mark.clause("RM-5")
+def test_bad_input_keeps_the_job_running(rt, runtimes, vclock, config_writer) -> None:
+    config_writer.write(perf=100)
+    ctx = runtimes(config_file=str(config_writer.path), clock=vclock)
+    rm = ctx.resource_management
+    vclock.wait_for_waiters(1)
+    for kind in ("truncated", "root_array", "entry_number", "perf_2_32"):
+        deliver(lambda: config_writer.write_malformed(kind), vclock)
+        rm.run_action(post(rt, ctx))           # a step boundary: no exception, no block
+    assert ctx.file_listener.is_running(), "bad input stopped the file listener [RM-5]"
+    deliver(lambda: config_writer.write(limits={bus_id(rt, gpus(ctx)[0]): 16 * MiB}), vclock)
+    rm.run_action(post(rt, ctx))
+    assert bytes_limit(gpus(ctx)[0]) == 16 * MiB, "the job stopped applying configs [RM-5]"
+
+
+@pytest.mark.clause("RM-6")
+@pytest.mark.parametrize("value", [101, 150, 1 << 31, 1 << 32, (1 << 32) + 50, -1, -100])
+def test_perf_control_out_of_range_is_rejected(rt, managed, value) -> None:
+    rm, _ = managed
+    rm.parse_manage_info_from_json('{"perfControl": 40}')
+    assert rm.parse_manage_info_from_json(f'{{"perfControl": {value}}}') is False
+    assert rm.perf_control == 40, \
+        f"perfControl {value} changed the value to {rm.perf_control}, expected 40 kept [RM-6]"
+
+
+# -- RM-7 .. RM-9: limits -------------------------------------------------------------
+
+@pytest.fixture
+def rt_managed(rt, runtimes, vclock, config_writer):
+    """(ctx, writer, gpu list): a 2-GPU runtime with resource management on the clock."""
+    ctx = runtimes(config_file=str(config_writer.path), clock=vclock, num_gpus=2)
+    return ctx, config_writer, gpus(ctx)
+
+
+def limits_doc(rt, mapping):
+    return config_document(limits={bus_id(rt, g): v for g, v in mapping.items()})
+
+
+@pytest.mark.clause("RM-8")
+def test_limit_in_force_at_the_next_boundary(rt, rt_managed, vclock) -> None:
+    ctx, writer, (g0, g1) = rt_managed
+    rm = ctx.resource_management
+    deliver(lambda: writer.write(limits_doc(rt, {g0: 16 * MiB})), vclock)
+    assert bytes_limit(g0) == 64 * MiB, \
+        f"parsing changed the allocator limit to {bytes_limit(g0)} before a boundary [RM-8]"
+    rm.run_action(post(rt, ctx))
+    assert (bytes_limit(g0), bytes_limit(g1)) == (16 * MiB, 64 * MiB), \
+        f"after the boundary limits are {(bytes_limit(g0), bytes_limit(g1))} [RM-8]"
+
+
+@pytest.mark.clause("RM-8")
+def test_newer_value_supersedes_a_pending_one(rt, rt_managed, vclock) -> None:
+    ctx, writer, (g0, _) = rt_managed
+    deliver(lambda: writer.write(limits_doc(rt, {g0: 16 * MiB})), vclock)
+    deliver(lambda: writer.write(limits_doc(rt, {g0: 32 * MiB})), vclock)
+    ctx.resource_management.run_action(post(rt, ctx))
+    assert bytes_limit(g0) == 32 * MiB, f"limit {bytes_limit(g0)}, expected the newer 32 MiB [RM-8]"
+
+
+@pytest.mark.clause("RM-7")
+def test_limits_accumulate_and_left_out_gpus_keep_theirs(rt, rt_managed, vclock) -> None:
+    ctx, writer, (g0, g1) = rt_managed
+    rm = ctx.resource_management
+    deliver(lambda: writer.write(limits_doc(rt, {g0: 16 * MiB})), vclock)
+    rm.run_action(post(rt, ctx))
+    deliver(lambda: writer.write(limits_doc(rt, {g1: 8 * MiB})), vclock)
+    rm.run_action(post(rt, ctx))
+    assert rm.memory_limits == {bus_id(rt, g0): 16 * MiB, bus_id(rt, g1): 8 * MiB}, \
+        f"memory_limits = {rm.memory_limits} [RM-7]"
+    assert (bytes_limit(g0), bytes_limit(g1)) == (16 * MiB, 8 * MiB), \
+        "a GPU left out of the newer config lost its limit [RM-7]"
+    deliver(lambda: writer.write(limits_doc(rt, {g0: 64 * MiB})), vclock)
+    rm.run_action(post(rt, ctx))
+    assert bytes_limit(g0) == 64 * MiB, "writing the initial limit did not lift the limit [RM-7]"
+
+
+@pytest.mark.clause("RM-9")
+def test_short_shrink_is_retried_until_reached(rt, rt_managed, vclock) -> None:
+    ctx, writer, (g0, _) = rt_managed
+    rm = ctx.resource_management
+    alloc = g0.get_allocator()
+    live = alloc.allocate_raw(256, 8 * MiB)
+    pool = pool_bytes(g0)
+    deliver(lambda: writer.write(limits_doc(rt, {g0: MiB})), vclock)
+    rm.run_action(post(rt, ctx))
+    short = bytes_limit(g0)
+    assert MiB < short <= pool, f"the shrink with 8 MiB live set the limit {short} [ADJ-2]"
+    rm.run_action(post(rt, ctx))
+    assert bytes_limit(g0) == short
+    alloc.deallocate_raw(live)
+    rm.run_action(post(rt, ctx))
+    assert bytes_limit(g0) == MiB, (f"after the live chunk was freed the next boundary left the "
+                                    f"limit at {bytes_limit(g0)}, expected 1 MiB (retry) [RM-9]")
+
+
+@pytest.mark.clause("RM-9")
+def test_unknown_bus_id_logs_and_is_dropped(rt, rt_managed, vclock, caplog) -> None:
+    ctx, writer, (g0, _) = rt_managed
+    rm = ctx.resource_management
+    caplog.set_level(logging.WARNING)
+    deliver(lambda: writer.write(config_document(limits={"ff:1f.7": MiB,
+                                                         bus_id(rt, g0): 4 * MiB})), vclock)
+    caplog.clear()
+    rm.run_action(post(rt, ctx))
+    assert bytes_limit(g0) == 4 * MiB, "an unknown bus id stopped the other limits [RM-9]"
+    errors = runtime_records(caplog, rt, logging.ERROR, containing="ff:1f.7")
+    assert len(errors) == 1, f"an unknown bus id logged {len(errors)} errors [RM-9]"
+    caplog.clear()
+    rm.run_action(post(rt, ctx))
+    assert runtime_records(caplog, rt, logging.ERROR) == [], \
+        "an unknown bus id is still retried at later boundaries [RM-9]"
+
+
+@pytest.mark.clause("RM-9")
+def test_pending_without_device_manager(rt, rt_managed, vclock) -> None:
+    ctx, writer, (g0, _) = rt_managed
+    rm = ctx.resource_management
+    deliver(lambda: writer.write(limits_doc(rt, {g0: 4 * MiB})), vclock)
+    rm.run_action(post(rt, None))
+    rm.run_action(post(rt, ctx))
+    assert bytes_limit(g0) == 4 * MiB, \
+        "a limit seen at a boundary without a device manager was dropped [RM-9]"
+
+
+# -- RM-10 .. RM-13: throttle -----------------------------------------------------------
+
+@contextlib.contextmanager
+def throttled(rt, clock):
+    """An enabled GPUResourceManagement on ``clock`` (its config file does not exist; the
+    tests set values with parse_manage_info_from_json)."""
+    saved = {k: os.environ.get(k) for k in ("TF_FORCE_GPU_ALLOW_GROWTH", "TF_GPU_VMEM")}
+    with tempfile.TemporaryDirectory() as tmp:
+        fl = rt.FileListener(clock=VirtualClock())
+        rm = rt.GPUResourceManagement(os.path.join(tmp, "cfg.json"), clock=clock,
+                                      file_listener=fl)
+        try:
+            yield rm
+        finally:
+            rm.close()
+            fl.close()
+            for k, v in saved.items():      # RM-1 forces these; give the process its own back
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+
+
+class ThrottleModel:
+    """antman-behaviour §6.5, with the reset at 100 of RM-11."""
+
+    def __init__(self) -> None:
+        self.est = self.slot = 0
+
+    @classmethod
+    def after(cls, sleep: int, perf: int, d: int) -> int:
+        """The sleep of a second step of duration ``d`` after a step that slept ``sleep``."""
+        model = cls()
+        model.est = model.slot = sleep
+        return model.step(perf, d)
+
+    def step(self, perf: int, d: int) -> int:
+        if perf >= 100:
+            self.est = self.slot = 0
+            return 0
+        consumed = self.slot - self.est if self.slot > self.est else 0
+        actual = d - consumed if d > consumed else 1
+        total = actual * 100 // perf
+        if total > d + 50:
+            sleep = total - d - 50
+        else:
+            sleep = 0
+        self.est = self.slot = sleep
+        return sleep
+
+
+@pytest.mark.clause("RM-10")
+@pytest.mark.parametrize("perf,d,expected", [
+    (50, 1000, 950), (25, 1000, 2950), (99, 1000, 0), (90, 1000, 61), (1, 0, 50),
+    (1, 1, 49), (95, 1000, 2), (96, 1000, 0), (50, 0, 0), (10, 123_456, 1_111_054)])
+def test_sleep_after_a_step(rt, control_env, perf, d, expected) -> None:
+    clock = VirtualClock(auto_advance=True)
+    with throttled(rt, clock) as rm:
+        rm.parse_manage_info_from_json(json.dumps({"perfControl": perf}))
+        rm.run_action(rt.SessionRunActionOptions(sess_duration_us=d))
+        sleeps = [r.duration_us for r in clock.records]
+        assert sleeps == ([expected] if expected else []), \
+            f"run_action(sess_duration_us={d}) at perf {perf} slept {sleeps}, expected [{expected}] [RM-10]"
+        assert rm.get_estimated_idle_time() == expected
+        assert rm.do_sleep_or_suspend(d) == ThrottleModel.after(expected, perf, d), \
+            "do_sleep_or_suspend did not follow the formula [RM-10]"
+
+
+@pytest.mark.clause("RM-10", "RM-11")
+@given(steps=st.lists(st.tuples(st.sampled_from([1, 2, 10, 33, 50, 75, 99, 100]),
+                                st.integers(0, 200_000), st.integers(0, 100)),
+                      min_size=1, max_size=12))
+def test_throttle_matches_the_formula(rt, steps) -> None:
+    """Each step: perf, duration, and the share (percent) of E the executor consumed."""
+    clock = VirtualClock(auto_advance=True)
+    with throttled(rt, clock) as rm:
+        run_model(rt, rm, clock, steps)
+
+
+def run_model(rt, rm, clock, steps) -> None:
+    model = ThrottleModel()
+    for perf, d, used_pct in steps:
+        if perf != rm.perf_control:
+            rm.parse_manage_info_from_json(json.dumps({"perfControl": perf}))
+        used = rm.get_estimated_idle_time() * used_pct // 100
+        rm.consume_idle_time(used)
+        model.est = max(model.est - used, 0)
+        expected = model.step(perf, d)
+        before = len(clock.records)
+        rm.run_action(rt.SessionRunActionOptions(sess_duration_us=d))
+        sleeps = [r.duration_us for r in clock.records[before:]]
+        assert sleeps == ([expected] if expected else []), (
+            f"step perf={perf} d={d} (executor used {used} µs of idle) slept {sleeps}, "
+            f"expected [{expected}] [RM-10]")
+        assert rm.get_estimated_idle_time() == model.est, \
+            f"E = {rm.get_estimated_idle_time()}, expected {model.est} [RM-10]"
+
+
+@pytest.mark.clause("RM-10")
+def test_in_step_idle_time_is_deducted(rt, control_env) -> None:
+    with throttled(rt, VirtualClock(auto_advance=True)) as rm:
+        in_step_idle(rm)
+
+
+def in_step_idle(rm) -> None:
+    rm.parse_manage_info_from_json('{"perfControl": 50}')
+    assert rm.do_sleep_or_suspend(1000) == 950
+    rm.set_estimated_idle_time(350)             # the executor spent 600 µs of idle in-step
+    # consumed = 950 - 350 = 600; actual = 1600 - 600 = 1000; total = 2000; sleep = 350
+    assert rm.do_sleep_or_suspend(1600) == 350, "in-step idle time not deducted [RM-10]"
+    rm.set_estimated_idle_time(0)               # all 350 µs spent in-step; d=300 < consumed
+    # consumed = 350; actual = 1; total = 2 <= 350 -> no sleep, E = S = 0
+    assert rm.do_sleep_or_suspend(300) == 0
+    assert rm.get_estimated_idle_time() == 0
+
+
+@pytest.mark.clause("RM-11")
+def test_return_to_100_resets_the_throttle(rt, control_env) -> None:
+    clock = VirtualClock(auto_advance=True)
+    with throttled(rt, clock) as rm2:
+        reset_at_100(rt, rm2, clock)
+
+
+def reset_at_100(rt, rm2, clock) -> None:
+    rm2.parse_manage_info_from_json('{"perfControl": 20}')
+    rm2.run_action(rt.SessionRunActionOptions(sess_duration_us=1000))
+    assert rm2.get_estimated_idle_time() == 3950
+    rm2.parse_manage_info_from_json('{"perfControl": 100}')
+    before = len(clock.records)
+    rm2.run_action(rt.SessionRunActionOptions(sess_duration_us=1000))
+    assert len(clock.records) == before, "perfControl 100 slept [RM-11]"
+    assert rm2.get_estimated_idle_time() == 0, \
+        f"E = {rm2.get_estimated_idle_time()} after a step at perfControl 100, expected 0 [RM-11]"
+    rm2.parse_manage_info_from_json('{"perfControl": 50}')
+    assert rm2.do_sleep_or_suspend(1000) == 950, \
+        "the time slot of the old throttle survived the reset [RM-11]"
+
+
+@pytest.mark.clause("RM-12")
+def test_zero_suspends_until_non_zero(rt, no_thread_leak, managed, vclock, listener) -> None:
+    rm, writer = managed
+    deliver(lambda: writer.write(perf=0), vclock)
+    t, out = run_in_thread(lambda: rm.run_action(post(rt, duration=500)), name="step")
+    vclock.wait_for_waiters(2)                 # the listener and the suspended step
+    for _ in range(3):
+        vclock.tick(100_000)
+        assert t.is_alive(), "the step did not stay suspended at perfControl 0 [RM-12]"
+    assert rm.get_estimated_idle_time() == 0
+    writer.write(perf=50)
+    poll(vclock)
+    assert joined(t), "a non-zero perfControl did not resume the step [RM-12]"
+    assert "error" not in out, f"the suspended step raised {out.get('error')!r}"
+    step_waits = [r.duration_us for r in vclock.records if r.thread == "step"]
+    assert step_waits and all(w <= 100_000 for w in step_waits), \
+        f"suspension waits {step_waits}: not through the clock, or rechecks > 100000 µs [RM-12]"
+    assert rm.get_estimated_idle_time() == 0 and rm.total_time_slot == 0, \
+        "resuming changed the idle-time state or slept [RM-12]"
+
+
+@pytest.mark.clause("RM-12", "CLK-3")
+def test_close_ends_a_suspension(rt, no_thread_leak, managed, vclock) -> None:
+    rm, _ = managed
+    rm.parse_manage_info_from_json('{"perfControl": 0}')
+    t, out = run_in_thread(lambda: rm.run_action(post(rt)), name="step")
+    vclock.wait_for_waiters(2)
+    rm.close()
+    assert joined(t), "close() did not end the suspension [RM-12]"
+
+
+@pytest.mark.clause("RM-12")
+def test_closed_session_ends_a_suspension(rt, no_thread_leak, managed, vclock) -> None:
+    rm, _ = managed
+
+    class Session:
+        closed = False
+
+    session = Session()
+    rm.parse_manage_info_from_json('{"perfControl": 0}')
+    t, _ = run_in_thread(lambda: rm.run_action(post(rt, session=session)), name="step")
+    vclock.wait_for_waiters(2)
+    session.closed = True
+    rm.wake_suspended()
+    assert joined(t), "a closed session did not end the suspension [RM-12]"
+
+
+@pytest.mark.clause("RM-12", "RM-8")
+def test_limits_applied_before_suspending(rt, rt_managed, vclock) -> None:
+    ctx, writer, (g0, _) = rt_managed
+    rm = ctx.resource_management
+    deliver(lambda: writer.write(config_document(limits={bus_id(rt, g0): 4 * MiB}, perf=0)),
+            vclock)
+    t, _ = run_in_thread(lambda: rm.run_action(post(rt, ctx)), name="step")
+    vclock.wait_for_waiters(2)
+    assert bytes_limit(g0) == 4 * MiB, "a suspended boundary did not apply the pending limit [RM-12]"
+    rm.parse_manage_info_from_json('{"perfControl": 100}')
+    assert joined(t)
+
+
+@pytest.mark.clause("RM-13")
+def test_perf_read_once_per_step(rt, control_env) -> None:
+    clock = VirtualClock(auto_advance=True)
+    with throttled(rt, clock) as rm2:
+        read_once(rt, rm2, clock)
+
+
+def read_once(rt, rm2, clock) -> None:
+    rm2.parse_manage_info_from_json(json.dumps(
+        {"perfControl": 50, "gpuConfigInfo": {BUS: {"maxDeviceMem": MiB}}}))
+
+    class SwitchingDeviceMgr:
+        """Delivers perfControl 0 while the step applies its limits."""
+
+        def list_devices(self):
+            rm2.parse_manage_info_from_json('{"perfControl": 0}')
+            return []
+
+    t, out = run_in_thread(lambda: rm2.run_action(rt.SessionRunActionOptions(
+        device_mgr=SwitchingDeviceMgr(), sess_duration_us=1000)), name="step")
+    finished = joined(t, 5)
+    rm2.parse_manage_info_from_json('{"perfControl": 100}')   # release it if it suspended
+    t.join(5)
+    assert "error" not in out, f"a perfControl change mid-step raised {out.get('error')!r} [RM-13]"
+    assert finished, "the step used the perfControl delivered mid-step (it suspended) [RM-13]"
+    assert [r.duration_us for r in clock.records] == [950], \
+        f"the step slept {[r.duration_us for r in clock.records]}, expected [950] [RM-13]"
+
+
+# -- RM-14 .. RM-16: bookkeeping and close ----------------------------------------------
+
+@pytest.mark.clause("RM-14")
+def test_idle_time_bookkeeping(rt, managed) -> None:
+    rm, _ = managed
+    assert rm.get_estimated_idle_time() == 0
+    rm.set_estimated_idle_time(1000)
+    assert rm.get_estimated_idle_time() == 1000
+    rm.set_estimated_idle_time(-5)
+    assert rm.get_estimated_idle_time() == 0, "set_estimated_idle_time(-5) did not store 0 [RM-14]"
+    rm.set_estimated_idle_time(1000)
+    assert rm.consume_idle_time(300) == 700
+    assert rm.consume_idle_time(5000) == 0, "consume_idle_time below 0 did not clamp [RM-14]"
+    rm.set_estimated_idle_time(1000)
+    assert [rm.take_idle_slot(4) for _ in range(3)] == [250, 187, 140], \
+        "take_idle_slot(4) is not E // 4 with E decremented [RM-14]"
+    assert rm.get_estimated_idle_time() == 423
+    assert rm.take_idle_slot(0) == 0 and rm.take_idle_slot(-1) == 0
+    assert rm.get_estimated_idle_time() == 423
+
+
+@pytest.mark.clause("RM-14")
+def test_idle_time_is_atomic_under_threads(rt, managed) -> None:
+    rm, _ = managed
+    rm.set_estimated_idle_time(8000)
+    barrier = threading.Barrier(4)
+
+    def consume() -> None:
+        barrier.wait()
+        for _ in range(2000):
+            rm.consume_idle_time(1)
+
+    threads = [threading.Thread(target=consume) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        assert joined(t)
+    assert rm.get_estimated_idle_time() == 0, \
+        f"8000 concurrent consume_idle_time(1) left E = {rm.get_estimated_idle_time()} [RM-14]"
+
+
+@pytest.mark.clause("RM-15")
+def test_queued_op_high_water_mark(rt, managed) -> None:
+    rm, _ = managed
+    key, other = object(), ("executor", 2)
+    assert rm.get_executor_queued_op_num(key) == 0
+    rm.set_executor_queued_op_num(key, 5)
+    rm.set_executor_queued_op_num(key, 3)
+    rm.set_executor_queued_op_num(other, 1)
+    assert rm.get_executor_queued_op_num(key) == 5, "the high-water mark decreased [RM-15]"
+    assert rm.get_executor_queued_op_num(other) == 1
+    rm.set_executor_queued_op_num(key, 9)
+    assert rm.get_executor_queued_op_num(key) == 9
+
+
+@pytest.mark.clause("RM-16", "CLK-3")
+def test_close_cancels_a_throttle_sleep(rt, no_thread_leak, managed, vclock) -> None:
+    rm, _ = managed
+    rm.parse_manage_info_from_json('{"perfControl": 1}')
+    t, _ = run_in_thread(lambda: rm.run_action(post(rt, duration=10_000_000)), name="step")
+    vclock.wait_for_waiters(2)
+    rm.close()
+    assert joined(t), "close() did not cancel the throttle sleep [RM-16]"
+    before = len(vclock.records)
+    rm.run_action(post(rt, duration=10_000_000))
+    assert len(vclock.records) == before, "run_action after close() waited [RM-16]"
+
+
+# -- RM-17, RM-18: GPUUsageAdjustment ----------------------------------------------------
+
+@pytest.mark.clause("RM-17")
+def test_adjustment_finds_the_gpu_by_bus_id(rt, runtimes, caplog) -> None:
+    ctx = runtimes(num_gpus=2)
+    g0, g1 = gpus(ctx)
+    adj = rt.GPUUsageAdjustment()
+    assert adj.adjust_mem_limit(bus_id(rt, g1), 8 * MiB, ctx.device_mgr) is True
+    assert (bytes_limit(g0), bytes_limit(g1)) == (64 * MiB, 8 * MiB), \
+        "adjust_mem_limit changed the wrong GPU [RM-17]"
+    caplog.set_level(logging.ERROR)
+    assert adj.adjust_mem_limit("ff:00.0", MiB, ctx.device_mgr) is False
+    assert adj.adjust_mem_limit(bus_id(rt, g0), MiB, None) is False
+    assert len(runtime_records(caplog, rt, logging.ERROR)) == 2, \
+        "a GPU not found did not log one error per call [RM-17]"
+    assert adj.adjust_mem_limit(bus_id(rt, g0), MiB, ctx.device_mgr) is True, \
+        "a failed lookup was remembered [RM-17]"
+
+
+@pytest.mark.clause("RM-17")
+def test_adjustment_without_vmem_uses_the_bfc(rt, runtimes, control_env) -> None:
+    control_env.setenv("TF_GPU_VMEM", "false")
+    ctx = runtimes()
+    g0 = gpus(ctx)[0]
+    assert not hasattr(g0.get_allocator(), "device_allocator")
+    assert rt.GPUUsageAdjustment().adjust_mem_limit(bus_id(rt, g0), 2 * MiB, ctx.device_mgr)
+    assert bytes_limit(g0) == 2 * MiB
+
+
+@pytest.mark.clause("RM-17")
+@pytest.mark.parametrize("bad", [-1, 1.5, 1 << 64, "1048576", None])
+def test_adjustment_rejects_bad_limits(rt, runtimes, bad) -> None:
+    ctx = runtimes()
+    with pytest.raises(ValueError):
+        rt.GPUUsageAdjustment().adjust_mem_limit(bus_id(rt, gpus(ctx)[0]), bad, ctx.device_mgr)
+
+
+@pytest.mark.clause("RM-18")
+def test_clamp_and_return_values(rt, runtimes) -> None:
+    ctx = runtimes()
+    g0 = gpus(ctx)[0]
+    bus, mgr, adj = bus_id(rt, g0), ctx.device_mgr, rt.GPUUsageAdjustment()
+    assert adj.adjust_mem_limit(bus, 64 * MiB, mgr) is True, \
+        "the first request equal to the initial limit did not apply [RM-18]"
+    assert adj.adjust_mem_limit(bus, 128 * MiB, mgr) is False, \
+        "a request clamped to the current limit returned True [RM-18]"
+    assert bytes_limit(g0) == 64 * MiB, f"a request above the initial limit set {bytes_limit(g0)} [RM-18]"
+    assert adj.adjust_mem_limit(bus, 16 * MiB, mgr) is True
+    assert adj.adjust_mem_limit(bus, 16 * MiB, mgr) is False, "a repeated limit returned True [RM-18]"
+    assert adj.adjust_mem_limit(bus, UINT64_MAX, mgr) is True
+    assert bytes_limit(g0) == 64 * MiB, "2^64-1 was not clamped to the initial limit [RM-18]"
+    alloc = g0.get_allocator()
+    p = alloc.allocate_raw(256, 8 * MiB)
+    assert adj.adjust_mem_limit(bus, MiB, mgr) is False, "a shrink that fell short returned True [RM-18]"
+    short = bytes_limit(g0)
+    assert short > MiB
+    alloc.deallocate_raw(p)
+    assert adj.adjust_mem_limit(bus, MiB, mgr) is True, \
+        "after a short shrink the same request was not applied again [RM-18]"
+    assert bytes_limit(g0) == MiB

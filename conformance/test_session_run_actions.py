@@ -1,0 +1,364 @@
+"""REG clauses: the SessionRunActionRegistry (groupings, phases, errors, names, concurrency).
+
+The session-level ordering (pre actions before the step, post actions only after a
+successful step) is tested with the session (SESS clauses).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from conformance.control_helpers import (MiB, bus_id, control_env, gpus,  # noqa: F401
+                                         joined, pool_bytes, bytes_limit, run_in_thread,
+                                         runtimes)
+
+pytestmark = pytest.mark.capability("session_run_actions")
+
+
+class Recorder:
+    """An action that appends ``label`` to a shared log; optionally raises."""
+
+    def __init__(self, rt, log: list, label, *, error: BaseException | None = None,
+                 hook=None) -> None:
+        self.name = f"rec-{label}"
+        self.log, self.label, self.error, self.hook = log, label, error, hook
+
+    def run_action(self, options) -> None:
+        self.log.append(self.label)
+        if self.hook is not None:
+            self.hook(options)
+        if self.error is not None:
+            raise self.error
+
+
+def options(rt, **kw):
+    return rt.SessionRunActionOptions(**kw)
+
+
+@pytest.mark.clause("REG-1")
+def test_groupings_are_pre_0_and_post_1(rt) -> None:
+    assert int(rt.Grouping.PRE_SESSION_RUN) == 0, "Grouping.PRE_SESSION_RUN != 0 [REG-1]"
+    assert int(rt.Grouping.POST_SESSION_RUN) == 1, "Grouping.POST_SESSION_RUN != 1 [REG-1]"
+    assert len(list(rt.Grouping)) == 2, f"Grouping has {list(rt.Grouping)}, expected 2 [REG-1]"
+    reg, log = rt.SessionRunActionRegistry(), []
+    reg.register(1, 0, Recorder(rt, log, "int-post"))
+    reg.run_grouping(rt.Grouping.POST_SESSION_RUN, options(rt))
+    reg.run_grouping(rt.Grouping.PRE_SESSION_RUN, options(rt))
+    assert log == ["int-post"], f"register(1, ...) ran as {log}, expected POST only [REG-1]"
+
+
+@pytest.mark.clause("REG-1")
+@pytest.mark.parametrize("bad", [2, -1, "POST_SESSION_RUN", None])
+def test_unknown_grouping_is_a_value_error(rt, bad) -> None:
+    reg = rt.SessionRunActionRegistry()
+    for call, args in (("register", (bad, 0, Recorder(rt, [], 0))),
+                       ("run_grouping", (bad, options(rt))),
+                       ("get_action", (bad, 0, "x")),
+                       ("actions", (bad,))):
+        with pytest.raises(ValueError):
+            getattr(reg, call)(*args)
+            pytest.fail(f"{call}({bad!r}, ...) did not raise ValueError [REG-1]")
+    assert reg.actions(0) == [] and reg.actions(1) == [], \
+        f"a rejected register({bad!r}, ...) left a registration [REG-1]"
+
+
+@pytest.mark.clause("REG-2")
+@given(phases=st.lists(st.integers(min_value=-4, max_value=4), max_size=12))
+def test_phases_ascending_then_registration_order(rt, phases) -> None:
+    reg, log = rt.SessionRunActionRegistry(), []
+    actions = []
+    for i, p in enumerate(phases):
+        a = Recorder(rt, log, i)
+        actions.append(a)
+        reg.register(rt.Grouping.POST_SESSION_RUN, p, a)
+    expected = [i for i, _ in sorted(enumerate(phases), key=lambda ip: ip[1])]  # stable
+    reg.run_grouping(rt.Grouping.POST_SESSION_RUN, options(rt))
+    assert log == expected, (f"run_grouping(POST) ran {log} for phases {phases}, expected "
+                             f"{expected} [REG-2]")
+    got = [(p, actions.index(a)) for p, a in reg.actions(rt.Grouping.POST_SESSION_RUN)]
+    assert got == [(phases[i], i) for i in expected], \
+        f"actions(POST) = {got} for phases {phases} [REG-2]"
+    reg.run_grouping(rt.Grouping.PRE_SESSION_RUN, options(rt))
+    assert len(log) == len(phases), "run_grouping(PRE) ran POST actions [REG-2]"
+
+
+@pytest.mark.clause("REG-2")
+def test_empty_grouping_runs_nothing(rt) -> None:
+    reg = rt.SessionRunActionRegistry()
+    assert reg.run_grouping(rt.Grouping.PRE_SESSION_RUN, options(rt)) is None
+    assert reg.actions(rt.Grouping.PRE_SESSION_RUN) == []
+
+
+@pytest.mark.clause("REG-2", "REG-9")
+def test_actions_receive_the_options_object(rt) -> None:
+    reg, seen = rt.SessionRunActionRegistry(), []
+    reg.register(0, 0, Recorder(rt, [], 0, hook=seen.append))
+    opts = options(rt, graph_id=42, sess_duration_us=1234)
+    reg.run_grouping(0, opts)
+    assert seen == [opts], f"run_action got {seen}, expected the options passed [REG-2]"
+
+
+@pytest.mark.clause("REG-3")
+def test_first_error_stops_the_grouping_and_propagates(rt) -> None:
+    reg, log = rt.SessionRunActionRegistry(), []
+    boom = RuntimeError("phase 2 failed")
+    reg.register(1, 1, Recorder(rt, log, "p1"))
+    reg.register(1, 2, Recorder(rt, log, "p2-fails", error=boom))
+    reg.register(1, 2, Recorder(rt, log, "p2-after"))
+    reg.register(1, 3, Recorder(rt, log, "p3"))
+    with pytest.raises(RuntimeError) as info:
+        reg.run_grouping(1, options(rt))
+    assert info.value is boom, f"run_grouping raised {info.value!r}, not the action's error [REG-3]"
+    assert log == ["p1", "p2-fails"], f"after an error the grouping ran {log} [REG-3]"
+
+
+@pytest.mark.clause("REG-4")
+def test_get_action_exact_match(rt) -> None:
+    reg = rt.SessionRunActionRegistry()
+    first, second, other = Recorder(rt, [], 1), Recorder(rt, [], 2), Recorder(rt, [], 3)
+    first.name = second.name = "Act"
+    other.name = "Other"
+    reg.register(1, 2, first)
+    reg.register(1, 2, second)
+    reg.register(1, 3, other)
+    assert reg.get_action(1, 2, "Act") is first, "get_action(POST, 2, 'Act') is not the first [REG-4]"
+    for args in ((1, 3, "Act"), (0, 2, "Act"), (1, 2, "act"), (1, 2, "Ac"), (1, 2, "")):
+        assert reg.get_action(*args) is None, f"get_action{args} matched [REG-4]"
+    assert reg.get_action(1, 3, "Other") is other
+
+
+@pytest.mark.clause("REG-5")
+def test_duplicates_run_once_per_registration(rt) -> None:
+    reg, log = rt.SessionRunActionRegistry(), []
+    a = Recorder(rt, log, "a")
+    reg.register(0, 0, a)
+    reg.register(0, 0, a)
+    reg.register(0, -1, a)
+    reg.run_grouping(0, options(rt))
+    assert log == ["a", "a", "a"], f"an action registered 3 times ran {len(log)} times [REG-5]"
+
+
+@pytest.mark.clause("REG-5")
+@pytest.mark.parametrize("phase", [1.0, True, "1", None])
+def test_non_int_phase_is_a_type_error(rt, phase) -> None:
+    reg = rt.SessionRunActionRegistry()
+    with pytest.raises(TypeError):
+        reg.register(1, phase, Recorder(rt, [], 0))
+    assert reg.actions(1) == [], f"register(POST, {phase!r}, a) registered [REG-5]"
+
+
+@pytest.mark.clause("REG-5")
+def test_non_action_is_a_type_error(rt) -> None:
+    reg = rt.SessionRunActionRegistry()
+    for bad in (object(), "GPUStatistics", lambda options: None):
+        with pytest.raises(TypeError):
+            reg.register(1, 0, bad)
+    assert reg.actions(1) == []
+
+
+@pytest.mark.clause("REG-5")
+def test_unregister_removes_by_identity(rt) -> None:
+    reg, log = rt.SessionRunActionRegistry(), []
+    a, twin = Recorder(rt, log, "a"), Recorder(rt, log, "twin")
+    twin.name = a.name
+    reg.register(1, 0, a)
+    reg.register(1, 0, twin)
+    reg.register(1, 0, a)
+    assert reg.unregister(1, 0, a) is True, "unregister(POST, 0, a) returned False [REG-5]"
+    reg.run_grouping(1, options(rt))
+    assert log == ["twin", "a"], f"after unregistering the first 'a' the run was {log} [REG-5]"
+    assert reg.unregister(1, 1, a) is False, "unregister at another phase returned True [REG-5]"
+    assert reg.unregister(1, 0, a) is True
+    assert reg.unregister(1, 0, a) is False, "unregister of an absent action returned True [REG-5]"
+
+
+@pytest.mark.clause("REG-6")
+def test_action_name_defaults_to_class_name(rt) -> None:
+    class MyThrottle(rt.SessionRunAction):
+        def run_action(self, options) -> None:
+            pass
+
+    act = MyThrottle()
+    assert act.name == "MyThrottle", f"SessionRunAction.name = {act.name!r} [REG-6]"
+    act.name = "renamed"
+    assert act.name == "renamed", "SessionRunAction.name is not settable [REG-6]"
+
+
+@pytest.mark.clause("REG-6")
+def test_registration_helper_names_and_registers(rt) -> None:
+    reg, log = rt.SessionRunActionRegistry(), []
+
+    @rt.register_session_run_action(rt.Grouping.PRE_SESSION_RUN, -3, registry=reg)
+    class WarmUp(rt.SessionRunAction):
+        def run_action(self, options) -> None:
+            log.append(type(self).__name__)
+
+    assert isinstance(WarmUp, type), "the decorator did not return the class [REG-6]"
+    found = reg.get_action(rt.Grouping.PRE_SESSION_RUN, -3, "WarmUp")
+    assert isinstance(found, WarmUp), f"get_action(PRE, -3, 'WarmUp') = {found!r} [REG-6]"
+    reg.run_grouping(0, options(rt))
+    assert log == ["WarmUp"]
+    assert rt.global_registry().get_action(0, -3, "WarmUp") is None, \
+        "register_session_run_action(registry=reg) also registered globally [REG-6]"
+
+
+@pytest.mark.clause("REG-6", "REG-7")
+def test_registration_helper_defaults_to_global_registry(rt) -> None:
+    glob = rt.global_registry()
+
+    @rt.register_session_run_action(rt.Grouping.POST_SESSION_RUN, 977)
+    class GlobalProbe(rt.SessionRunAction):
+        def run_action(self, options) -> None:
+            pass
+
+    try:
+        found = glob.get_action(rt.Grouping.POST_SESSION_RUN, 977, "GlobalProbe")
+        assert isinstance(found, GlobalProbe), "the helper did not register globally [REG-6]"
+    finally:
+        if found is not None:
+            glob.unregister(rt.Grouping.POST_SESSION_RUN, 977, found)
+
+
+@pytest.mark.clause("REG-7")
+def test_global_registry_is_a_singleton_and_instances_independent(rt) -> None:
+    assert rt.global_registry() is rt.global_registry(), "global_registry() changed [REG-7]"
+    r1, r2 = rt.SessionRunActionRegistry(), rt.SessionRunActionRegistry()
+    assert r1 is not rt.global_registry()
+    r1.register(1, 0, Recorder(rt, [], 0))
+    assert r2.actions(1) == [], "a new registry shares registrations with another [REG-7]"
+    assert all(a.name != "rec-0" for _, a in rt.global_registry().actions(1)), \
+        "a new registry's registration reached the global registry [REG-7]"
+
+
+@pytest.mark.clause("REG-8")
+def test_actions_may_use_the_registry_while_running(rt) -> None:
+    reg, log = rt.SessionRunActionRegistry(), []
+    late = Recorder(rt, log, "late")
+    results = {}
+
+    def hook(options) -> None:
+        reg.register(1, 5, late)                       # takes effect from the next run
+        results["get"] = reg.get_action(1, 0, "rec-first")
+        results["actions"] = len(reg.actions(1))
+        reg.unregister(1, 0, first)
+
+    first = Recorder(rt, log, "first", hook=hook)
+    reg.register(1, 0, first)
+    t, out = run_in_thread(lambda: reg.run_grouping(1, options(rt)), name="reg-run")
+    assert joined(t), "run_grouping deadlocked when an action used the registry [REG-8]"
+    assert "error" not in out, f"run_grouping raised {out.get('error')!r} [REG-8]"
+    assert log == ["first"], f"a registration made during the run ran in it: {log} [REG-8]"
+    assert results == {"get": first, "actions": 2}
+    reg.run_grouping(1, options(rt))
+    assert log == ["first", "late"], f"the next run ran {log[1:]}, expected ['late'] [REG-8]"
+
+
+@pytest.mark.clause("REG-8")
+def test_concurrent_register_and_run(rt) -> None:
+    reg = rt.SessionRunActionRegistry()
+    counter = {"runs": 0}
+    lock = threading.Lock()
+
+    class Count:
+        name = "count"
+
+        def run_action(self, options) -> None:
+            with lock:
+                counter["runs"] += 1
+
+    errors: list[BaseException] = []
+    start = threading.Barrier(6)
+
+    def registrar(k: int) -> None:
+        start.wait()
+        try:
+            for i in range(200):
+                reg.register(1, (k * 7 + i) % 5 - 2, Count())
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    def runner() -> None:
+        start.wait()
+        try:
+            for _ in range(200):
+                reg.run_grouping(1, options(rt))
+                reg.actions(1)
+                reg.get_action(1, 0, "count")
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=registrar, args=(k,)) for k in range(3)]
+    threads += [threading.Thread(target=runner) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        assert joined(t), "concurrent registry use did not finish [REG-8]"
+    assert not errors, f"concurrent registry use raised {errors[:3]} [REG-8]"
+    phases = [p for p, _ in reg.actions(1)]
+    assert len(phases) == 600, f"{len(phases)} registrations survived of 600 [REG-8]"
+    assert phases == sorted(phases), "actions(POST) out of phase order after concurrent use [REG-8]"
+    before = counter["runs"]
+    reg.run_grouping(1, options(rt))
+    assert counter["runs"] - before == 600
+
+
+@pytest.mark.clause("REG-9")
+def test_options_fields_and_defaults(rt) -> None:
+    o = rt.SessionRunActionOptions()
+    got = (o.device_mgr, o.session, o.graph_id, o.sess_duration_us)
+    assert got == (None, None, 0, 0), f"SessionRunActionOptions() = {got} [REG-9]"
+    o = rt.SessionRunActionOptions(device_mgr="m", session="s", graph_id=7, sess_duration_us=9)
+    assert (o.device_mgr, o.session, o.graph_id, o.sess_duration_us) == ("m", "s", 7, 9)
+
+
+@pytest.mark.clause("REG-10")
+@pytest.mark.capability("resource_management", "statistics")
+def test_runtime_registers_statistics_at_1_and_management_at_2(rt, runtimes, tmp_path) -> None:
+    cfg, status = tmp_path / "cfg.json", tmp_path / "status.json"
+    ctx = runtimes(config_file=str(cfg), status_file=str(status))
+    post = [(p, a.name) for p, a in ctx.registry.actions(rt.Grouping.POST_SESSION_RUN)]
+    assert post == [(1, "GPUStatistics"), (2, "GPUResourceManagement")], \
+        f"create_runtime registered POST actions {post} [REG-10]"
+    assert ctx.registry.actions(rt.Grouping.PRE_SESSION_RUN) == []
+    assert ctx.registry.get_action(1, 2, "GPUResourceManagement") is ctx.resource_management
+    assert ctx.registry.get_action(1, 1, "GPUStatistics") is ctx.statistics
+    ctx.close()
+    assert ctx.registry.actions(rt.Grouping.POST_SESSION_RUN) == [], \
+        "RuntimeContext.close() left actions registered [REG-10]"
+
+
+@pytest.mark.clause("REG-10")
+@pytest.mark.capability("resource_management", "statistics")
+def test_disabled_actions_are_not_registered(rt, runtimes) -> None:
+    ctx = runtimes()
+    assert ctx.registry.actions(rt.Grouping.POST_SESSION_RUN) == [], \
+        "create_runtime without files registered actions [REG-10]"
+    assert ctx.resource_management is None and ctx.statistics is None
+
+
+@pytest.mark.clause("REG-10", "RM-8")
+@pytest.mark.capability("resource_management", "statistics")
+def test_statistics_record_the_step_before_the_limit_changes(rt, runtimes, tmp_path) -> None:
+    cfg, status = tmp_path / "cfg.json", tmp_path / "status.json"
+    ctx = runtimes(config_file=str(cfg), status_file=str(status))
+    gpu = gpus(ctx)[0]
+    alloc = gpu.get_allocator()
+    p = alloc.allocate_raw(256, 8 * MiB)
+    alloc.deallocate_raw(p)
+    pool = pool_bytes(gpu)
+    assert pool >= 8 * MiB
+    cfg.write_text(json.dumps({"gpuConfigInfo": {bus_id(rt, gpu): {"maxDeviceMem": MiB}}}))
+    assert ctx.resource_management.parse_manage_info_from_json(cfg.read_text())
+    ctx.registry.run_grouping(rt.Grouping.POST_SESSION_RUN,
+                              rt.SessionRunActionOptions(device_mgr=ctx.device_mgr, graph_id=3,
+                                                         sess_duration_us=1000))
+    doc = json.loads(status.read_text())
+    dumped = doc["gpuUsageInfo"][bus_id(rt, gpu)]["deviceMemPoolSize"]
+    assert dumped == pool, (f"statistics dumped deviceMemPoolSize={dumped}, expected the pool "
+                            f"before the shrink ({pool}): statistics must run first [REG-10]")
+    assert bytes_limit(gpu) == MiB, "the limit was not applied at the boundary [RM-8]"

@@ -1,0 +1,287 @@
+"""STAT clauses: GPUStatistics (dump policy on the virtual clock, figures, schema, atomicity).
+
+A run "dumped" when the status file, removed before the run, exists after it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+
+import pytest
+
+from conformance.control_helpers import (MiB, bus_id, control_env, gpus,  # noqa: F401
+                                         runtime_records, runtimes)
+from fixtures.status_reader import status_reader, validate_status  # noqa: F401
+from fixtures.virtual_clock import VirtualClock
+
+pytestmark = pytest.mark.capability("statistics", "virtual_clock")
+
+S = 1_000_000
+
+
+class Harness:
+    """A GPUStatistics on a virtual clock over a runtime's devices."""
+
+    def __init__(self, rt, ctx, path) -> None:
+        self.rt, self.ctx, self.path = rt, ctx, path
+        self.clock = VirtualClock()
+        self.stats = rt.GPUStatistics(str(path), clock=self.clock)
+
+    def run(self, d: int, graph: int = 1) -> bool:
+        if self.path.exists():
+            self.path.unlink()
+        self.stats.run_action(self.rt.SessionRunActionOptions(
+            device_mgr=self.ctx.device_mgr, graph_id=graph, sess_duration_us=d))
+        return self.path.exists()
+
+    def later(self, seconds: int) -> "Harness":
+        self.clock.advance(seconds * S)
+        return self
+
+    def doc(self) -> dict:
+        return json.loads(self.path.read_text(encoding="utf-8"))
+
+
+@pytest.fixture
+def harness(rt, runtimes, tmp_path):
+    ctx = runtimes()
+    return Harness(rt, ctx, tmp_path / "status.json")
+
+
+def alloc(ctx, n: int) -> int:
+    p = gpus(ctx)[0].get_allocator().allocate_raw(256, n)
+    assert p is not None
+    return p
+
+
+@pytest.mark.clause("STAT-1")
+@pytest.mark.parametrize("path", [None, ""])
+def test_disabled_writes_nothing(rt, runtimes, tmp_path, path) -> None:
+    ctx = runtimes()
+    stats = rt.GPUStatistics(path, clock=VirtualClock())
+    before = set(os.listdir(tmp_path))
+    stats.run_action(rt.SessionRunActionOptions(device_mgr=ctx.device_mgr, graph_id=1,
+                                                sess_duration_us=100))
+    assert set(os.listdir(tmp_path)) == before, "a disabled GPUStatistics wrote a file [STAT-1]"
+
+
+@pytest.mark.clause("STAT-1")
+def test_default_path_from_environment(rt, runtimes, control_env, tmp_path) -> None:
+    ctx = runtimes()
+    path = tmp_path / "from_env.json"
+    control_env.setenv("GPU_STATUS_FILE", str(path))
+    rt.GPUStatistics(clock=VirtualClock()).run_action(rt.SessionRunActionOptions(
+        device_mgr=ctx.device_mgr, graph_id=1, sess_duration_us=100))
+    assert path.exists(), "GPU_STATUS_FILE was not used as the default path [STAT-1]"
+
+
+@pytest.mark.clause("STAT-3")
+def test_first_run_then_every_10_s(harness) -> None:
+    h = harness
+    assert h.run(1000), "the first run did not write the file [STAT-3]"
+    assert not h.run(1000), "a second run within 10 s wrote the file [STAT-3]"
+    assert not h.later(9).run(1000), "a run 9 s after the check wrote the file [STAT-3]"
+    assert not h.later(1).run(1000), \
+        "a check with unchanged durations and figures wrote the file [STAT-3]"
+    p = alloc(h.ctx, MiB)                       # a figure changes
+    assert not h.later(1).run(1000), \
+        "1 s after a check without a dump the file was written: last_check not updated [STAT-3]"
+    assert h.later(9).run(1000), "10 s after the last check a changed figure was not dumped [STAT-3]"
+    gpus(h.ctx)[0].get_allocator().deallocate_raw(p)
+
+
+@pytest.mark.clause("STAT-2", "STAT-3")
+@pytest.mark.parametrize("d,huge", [(10_001, True), (10_000, False), (99, True), (100, False)])
+def test_huge_change_forces_a_check(harness, d, huge) -> None:
+    h = harness
+    assert h.run(1000)
+    assert not h.run(1000)
+    assert h.run(d) is huge, (f"a run of {d} µs after oldest 1000 µs {'did not force' if huge else 'forced'} "
+                              f"a dump (huge change is x10 strict) [STAT-2]")
+
+
+@pytest.mark.clause("STAT-2")
+def test_window_holds_at_most_nine(harness) -> None:
+    h = harness
+    assert h.run(1)
+    for i in range(9):
+        assert not h.run(5), f"run {i + 2} (5 µs after oldest 1 µs) dumped [STAT-2]"
+    assert not h.run(11), ("11 µs was a huge change: the oldest entry (1 µs) was not dropped "
+                           "when the window reached 10 [STAT-2]")
+    assert h.run(51), "51 µs against the oldest 5 µs was not a huge change [STAT-2]"
+
+
+@pytest.mark.clause("STAT-4")
+@pytest.mark.parametrize("x,flagged", [(10_200, True), (10_198, False), (9_800, True),
+                                       (9_802, False)])
+def test_one_percent_threshold(harness, x, flagged) -> None:
+    h = harness
+    assert h.run(10_000)
+    assert h.later(10).run(x) is flagged, \
+        (f"mean {(10_000 + x) // 2} against 10000: dump={not flagged}, expected {flagged} "
+         f"(|cur - last| * 100 >= last) [STAT-4]")
+    if flagged:
+        assert h.doc()["Durations"] == {"graph_1": (10_000 + x) // 2}
+
+
+@pytest.mark.clause("STAT-4")
+def test_new_graph_flags_a_change(harness) -> None:
+    h = harness
+    assert h.run(1000, graph=1)
+    assert h.later(10).run(3000, graph=2), "a new graph at a check was not dumped [STAT-4]"
+    assert h.doc()["Durations"] == {"graph_1": 1000, "graph_2": 3000}
+
+
+@pytest.mark.clause("STAT-4")
+def test_graph_never_stored_counts_zero(harness) -> None:
+    h = harness
+    assert h.run(1000, graph=1)
+    assert not h.later(1).run(400, graph=2)      # recorded, not checked
+    assert h.later(10).run(1000, graph=1), \
+        "a graph recorded but never stored did not flag a change (last = 0) [STAT-4]"
+    assert h.doc()["Durations"] == {"graph_1": 1000, "graph_2": 400}
+
+
+@pytest.mark.clause("STAT-4", "STAT-7")
+def test_mini_batch_duration_and_stale_graphs(harness) -> None:
+    h = harness
+    assert h.run(5000, graph=1)
+    assert h.later(101).run(1000, graph=2)
+    doc = h.doc()
+    assert doc["Durations"] == {"graph_1": 5000, "graph_2": 1000}, \
+        f"Durations = {doc['Durations']}: every stored graph must be listed [STAT-7]"
+    assert doc["miniBatchDuration"] == 1000, \
+        f"miniBatchDuration = {doc['miniBatchDuration']}: a graph 101 s old counted [STAT-7]"
+    assert h.later(1).run(30_000, graph=2)       # huge change
+    assert h.doc()["miniBatchDuration"] == 15_500
+
+
+def figures_of(doc: dict, bus: str) -> dict:
+    return doc["gpuUsageInfo"][bus]
+
+
+@pytest.mark.clause("STAT-5", "STAT-6", "STAT-7")
+def test_figures_and_oom(rt, runtimes, control_env, tmp_path) -> None:
+    control_env.setenv("TF_CUDA_HOST_MEM_LIMIT_IN_MB", "16")
+    ctx = runtimes()
+    h = Harness(rt, ctx, tmp_path / "status.json")
+    a = gpus(ctx)[0].get_allocator()
+    p1, p2 = a.allocate_raw(256, 4 * MiB), a.allocate_raw(256, 60 * MiB)
+    host = a.allocate_raw(256, 8 * MiB)           # the device is full: host fallback
+    a.deallocate_raw(p2)
+    assert h.run(1000)
+    got = figures_of(h.doc(), bus_id(rt, gpus(ctx)[0]))
+    expected = {"deviceMemUsedMax": 64 * MiB, "deviceMemUsedMin": 4 * MiB,
+                "deviceMemPoolSize": 64 * MiB, "deviceMemStable": 64 * MiB,
+                "hostMemUsedMax": 8 * MiB, "hostMemUsedMin": 8 * MiB,
+                "hostMemPoolSize": 16 * MiB, "deviceMemUsedNvidia": -1, "swapReason": "OOM"}
+    assert got == expected, f"gpuUsageInfo = {got}, expected {expected} [STAT-5, STAT-6]"
+    assert validate_status(h.doc()) == []
+    a.deallocate_raw(p1)
+    a.deallocate_raw(host)
+
+
+@pytest.mark.clause("STAT-6")
+def test_no_host_use_has_no_reason(rt, harness) -> None:
+    p = alloc(harness.ctx, 4 * MiB)
+    assert harness.run(1000)
+    assert figures_of(harness.doc(), bus_id(rt, gpus(harness.ctx)[0]))["swapReason"] == ""
+    gpus(harness.ctx)[0].get_allocator().deallocate_raw(p)
+
+
+@pytest.mark.clause("STAT-6")
+def test_fragment_when_the_pool_had_room(rt, runtimes, tmp_path) -> None:
+    ctx = runtimes(gpu_memory_bytes=128 * MiB)
+    h = Harness(rt, ctx, tmp_path / "status.json")
+    a = gpus(ctx)[0].get_allocator()
+    ptrs = [a.allocate_raw(256, n * MiB) for n in (40, 8, 40, 40)]
+    a.deallocate_raw(ptrs[0])
+    a.deallocate_raw(ptrs[2])                   # 80 MiB free, in two 40 MiB holes
+    a.clear_stats()                             # device peak = 48 MiB in use
+    host = a.allocate_raw(256, 48 * MiB)        # fits no hole: host fallback
+    assert h.run(1000)
+    got = figures_of(h.doc(), bus_id(rt, gpus(ctx)[0]))
+    assert got["deviceMemPoolSize"] == 128 * MiB and got["deviceMemUsedMax"] == 48 * MiB
+    assert 0 < got["hostMemUsedMax"] <= 80 * MiB, got
+    assert got["swapReason"] == "FRAGMENT", \
+        (f"host used while the pool had room (device max {got['deviceMemUsedMax']} + host max "
+         f"{got['hostMemUsedMax']} <= pool {got['deviceMemPoolSize']}): swapReason "
+         f"{got['swapReason']!r}, expected 'FRAGMENT' [STAT-6]")
+    for p in (ptrs[1], ptrs[3], host):
+        a.deallocate_raw(p)
+
+
+@pytest.mark.clause("STAT-5", "STAT-7")
+def test_no_vmem_gpu_gives_null_usage(rt, runtimes, control_env, tmp_path) -> None:
+    control_env.setenv("TF_GPU_VMEM", "false")
+    ctx = runtimes()
+    h = Harness(rt, ctx, tmp_path / "status.json")
+    assert h.run(1000)
+    doc = h.doc()
+    assert doc["gpuUsageInfo"] is None, f"gpuUsageInfo = {doc['gpuUsageInfo']} without VMem [STAT-7]"
+    assert validate_status(doc) == []
+
+
+@pytest.mark.clause("STAT-7")
+def test_document_layout(rt, runtimes, tmp_path) -> None:
+    ctx = runtimes(num_gpus=2)
+    h = Harness(rt, ctx, tmp_path / "status.json")
+    assert h.run(1234, graph=(1 << 64) - 1)
+    doc = h.doc()
+    assert sorted(doc) == ["Durations", "gpuUsageInfo", "miniBatchDuration"], \
+        f"top-level keys {sorted(doc)} [STAT-7]"
+    assert doc["Durations"] == {f"graph_{(1 << 64) - 1}": 1234}
+    assert sorted(doc["gpuUsageInfo"]) == sorted(bus_id(rt, g) for g in gpus(ctx))
+    errors = validate_status(doc)
+    assert errors == [], f"the status file is invalid against the schema: {errors} [STAT-7]"
+
+
+@pytest.mark.clause("STAT-8")
+def test_atomic_under_a_concurrent_reader(rt, harness, status_reader) -> None:
+    h = harness
+    reader = status_reader(h.path)
+    for i in range(120):
+        h.later(10)
+        h.stats.run_action(rt.SessionRunActionOptions(
+            device_mgr=h.ctx.device_mgr, graph_id=1 + i % 3, sess_duration_us=1000 * (1 + i % 7)))
+    reader.stop()
+    reader.check()
+    assert reader.reads > 0, "the reader never read the status file"
+    leftovers = sorted(set(os.listdir(h.path.parent)) - {h.path.name})
+    assert leftovers == [], f"temporary files left beside the status file: {leftovers} [STAT-8]"
+
+
+@pytest.mark.clause("STAT-8")
+def test_replacement_leaves_open_readers_the_old_version(rt, harness) -> None:
+    """A reader that opened the file before a dump reads the whole previous version."""
+    h = harness
+    assert h.run(1000)
+    old_text = h.path.read_text(encoding="utf-8")
+    old_inode = h.path.stat().st_ino
+    with open(h.path, encoding="utf-8") as reader:
+        h.later(10)
+        h.stats.run_action(h.rt.SessionRunActionOptions(
+            device_mgr=h.ctx.device_mgr, graph_id=2, sess_duration_us=5000))
+        new_text = h.path.read_text(encoding="utf-8")
+        assert new_text != old_text, "the second dump did not change the file"
+        seen = reader.read()
+    assert seen == old_text, ("a reader holding the previous file saw it change under it: the "
+                              "file was rewritten in place, not replaced [STAT-8]")
+    assert h.path.stat().st_ino != old_inode, \
+        "the status file kept its inode: not replaced by a rename [STAT-8]"
+
+
+@pytest.mark.clause("STAT-8")
+def test_write_failure_is_logged_once(rt, runtimes, tmp_path, caplog) -> None:
+    ctx = runtimes()
+    path = tmp_path / "missing-dir" / "status.json"
+    stats = rt.GPUStatistics(str(path), clock=(clock := VirtualClock()))
+    caplog.set_level(logging.ERROR)
+    for i in range(3):
+        stats.run_action(rt.SessionRunActionOptions(device_mgr=ctx.device_mgr, graph_id=1,
+                                                    sess_duration_us=1000 * (i + 1) ** 3))
+        clock.advance(10 * S)
+    errors = runtime_records(caplog, rt, logging.ERROR, containing=str(path))
+    assert len(errors) == 1, f"{len(errors)} error lines for one unwritable path [STAT-8]"

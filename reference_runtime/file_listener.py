@@ -1,0 +1,298 @@
+"""FileListener: one monitor thread that calls handlers when watched files change (SPEC.md, FL).
+
+AntMan's ``file_listener.{h,cc}``, with its races and deadlocks removed:
+
+- One thread (``antman-file-listener``) polls every watched path every ``poll_interval_s``
+  (1 s by default) through the injected clock; it starts with the first registration and
+  stops when the last handler is unregistered.
+- A path is read when its stat signature (mtime, size, inode, ctime) changed since the
+  last read, or when ``content_check_interval_s`` (5 s) passed since the last read. A read
+  is delivered when its content hash differs from the last delivered content; the hash is
+  taken of the very bytes handed to the handlers (one read).
+- Handlers receive the whole content as ``str`` (strict UTF-8), in registration order,
+  and run without the listener's lock: they may register and unregister handlers.
+- Registering a path that is not watched yet reads it at once and, when it exists,
+  delivers its content to that handler before ``register_file_listener`` returns.
+- Missing paths, non-regular files, unreadable files, non-UTF-8 content and files larger
+  than ``max_file_bytes`` are never delivered; each problem is logged once per episode.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import stat as stat_module
+import threading
+from dataclasses import dataclass, field
+from typing import Callable
+
+from reference_runtime.clock import REAL_CLOCK, Clock
+
+__all__ = ["FileListener", "global_file_listener", "THREAD_NAME",
+           "DEFAULT_POLL_INTERVAL_S", "CONTENT_CHECK_INTERVAL_S", "DEFAULT_MAX_FILE_BYTES"]
+
+log = logging.getLogger("reference_runtime.file_listener")
+
+THREAD_NAME = "antman-file-listener"
+DEFAULT_POLL_INTERVAL_S = 1.0        # kSleepIntervalInUs
+CONTENT_CHECK_INTERVAL_S = 5.0       # kFileContentCheckTimeoutInSec (strict >)
+DEFAULT_MAX_FILE_BYTES = 64 << 20
+
+Callback = Callable[[str], object]
+
+
+@dataclass
+class _Watch:
+    """One watched path: its handlers and what was last read and delivered."""
+
+    path: str
+    handlers: list[tuple[str, Callback]] = field(default_factory=list)
+    scan_lock: threading.Lock = field(default_factory=threading.Lock)
+    signature: tuple[int, int, int, int] | None = None   # stat of the last read
+    last_read_us: int = 0
+    delivered: bytes | None = None       # digest of the last delivered content
+    problem: str | None = None           # the problem last logged (log once per episode)
+
+
+def _signature(st: os.stat_result) -> tuple[int, int, int, int]:
+    return (st.st_mtime_ns, st.st_size, st.st_ino, st.st_ctime_ns)
+
+
+class FileListener:
+    """Watches files and calls their handlers with the new content."""
+
+    def __init__(self, *, clock: Clock | None = None,
+                 poll_interval_s: float = DEFAULT_POLL_INTERVAL_S,
+                 content_check_interval_s: float = CONTENT_CHECK_INTERVAL_S,
+                 max_file_bytes: int = DEFAULT_MAX_FILE_BYTES) -> None:
+        for what, value in (("poll_interval_s", poll_interval_s),
+                            ("content_check_interval_s", content_check_interval_s)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                    or not value > 0 or value != value or value == float("inf"):
+                raise ValueError(f"{what} must be a positive finite number of seconds, "
+                                 f"got {value!r}")
+        if not isinstance(max_file_bytes, int) or isinstance(max_file_bytes, bool) \
+                or max_file_bytes < 0:
+            raise ValueError(f"max_file_bytes must be a non-negative int, got {max_file_bytes!r}")
+        self._clock = clock if clock is not None else REAL_CLOCK
+        self.poll_interval_us = max(1, round(poll_interval_s * 1_000_000))
+        self.content_check_interval_us = max(1, round(content_check_interval_s * 1_000_000))
+        self.max_file_bytes = max_file_bytes
+        self._lock = threading.Lock()
+        self._watches: dict[str, _Watch] = {}
+        self._thread: threading.Thread | None = None
+        self._stop: threading.Event | None = None
+        self._stopped: list[threading.Thread] = []     # stopped threads not joined yet
+
+    # -- public API ------------------------------------------------------------------
+    @property
+    def clock(self) -> Clock:
+        return self._clock
+
+    def register_file_listener(self, path: str | os.PathLike, handler_name: str,
+                               callback: Callback) -> None:
+        """Add a handler for ``path`` (duplicate names allowed)."""
+        if not callable(callback):
+            raise TypeError(f"register_file_listener({path!r}, {handler_name!r}): "
+                            f"callback is not callable")
+        path = os.fspath(path)
+        with self._lock:
+            watch = self._watches.get(path)
+            created = watch is None
+            if created:
+                watch = _Watch(path)
+                self._watches[path] = watch
+            watch.handlers.append((handler_name, callback))
+            self._start_locked()
+        log.info("registered file listener %r on %s", handler_name, path)
+        if created:
+            with watch.scan_lock:
+                content = self._read_if_changed(watch, force=True)
+                if content is not None:
+                    self._deliver(watch, content)
+
+    def unregister_file_listener(self, path: str | os.PathLike, handler_name: str) -> None:
+        """Remove the first handler of ``path`` named ``handler_name``; no-op when absent."""
+        path = os.fspath(path)
+        with self._lock:
+            watch = self._watches.get(path)
+            if watch is None:
+                log.debug("unregister_file_listener(%s, %r): path not watched",
+                          path, handler_name)
+                return
+            for i, (name, _) in enumerate(watch.handlers):
+                if name == handler_name:
+                    del watch.handlers[i]
+                    break
+            else:
+                log.debug("unregister_file_listener(%s, %r): no such handler", path,
+                          handler_name)
+                return
+            if not watch.handlers:
+                del self._watches[path]
+            if self._watches:
+                return
+            self._stop_locked()
+        self._join_stopped()
+
+    def is_running(self) -> bool:
+        """True while a monitor thread is started and not asked to stop."""
+        with self._lock:
+            return self._thread is not None and self._thread.is_alive()
+
+    def watched_paths(self) -> list[str]:
+        with self._lock:
+            return sorted(self._watches)
+
+    def close(self) -> None:
+        """Drop every handler, stop the monitor thread and join it (idempotent)."""
+        with self._lock:
+            self._watches.clear()
+            self._stop_locked()
+        self._join_stopped()
+
+    def __enter__(self) -> "FileListener":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- thread management -------------------------------------------------------------
+    def _start_locked(self) -> None:
+        if self._thread is not None:
+            return
+        self._stopped = [t for t in self._stopped if t.is_alive()]
+        stop = threading.Event()
+        thread = threading.Thread(target=self._monitor, args=(stop,), name=THREAD_NAME,
+                                  daemon=True)
+        self._thread, self._stop = thread, stop
+        thread.start()
+
+    def _stop_locked(self) -> None:
+        if self._thread is None:
+            return
+        assert self._stop is not None
+        self._stop.set()
+        self._stopped.append(self._thread)
+        self._thread, self._stop = None, None
+
+    def _join_stopped(self) -> None:
+        """Join stopped monitor threads, never the calling thread itself."""
+        me = threading.current_thread()
+        with self._lock:
+            pending = [t for t in self._stopped if t is not me]
+        for t in pending:
+            t.join()
+        with self._lock:
+            self._stopped = [t for t in self._stopped if t.is_alive()]
+
+    def _monitor(self, stop: threading.Event) -> None:
+        while not self._clock.wait(stop, self.poll_interval_us):
+            with self._lock:
+                watches = [self._watches[p] for p in sorted(self._watches)]
+            for watch in watches:
+                if stop.is_set():
+                    return
+                # A path being read by a registration right now is skipped this round.
+                if not watch.scan_lock.acquire(blocking=False):
+                    continue
+                try:
+                    content = self._read_if_changed(watch, force=False)
+                    if content is not None and not stop.is_set():
+                        self._deliver(watch, content)
+                except Exception:  # pragma: no cover - defensive: keep the thread alive
+                    log.exception("file listener: scanning %s failed", watch.path)
+                finally:
+                    watch.scan_lock.release()
+
+    # -- reading and delivering --------------------------------------------------------
+    def _problem(self, watch: _Watch, reason: str) -> None:
+        if watch.problem != reason:
+            watch.problem = reason
+            log.warning("file listener: %s: %s; not delivered", watch.path, reason)
+
+    def _read_if_changed(self, watch: _Watch, *, force: bool) -> str | None:
+        """The new content of ``watch`` when it changed since the last delivery, else None.
+
+        Called with ``watch.scan_lock`` held.
+        """
+        try:
+            st = os.stat(watch.path)
+        except FileNotFoundError:
+            watch.signature = None
+            watch.problem = None        # a missing file is not a problem; it never fires
+            return None
+        except OSError as exc:
+            self._problem(watch, f"cannot stat ({exc.strerror or exc})")
+            return None
+        if not stat_module.S_ISREG(st.st_mode):
+            self._problem(watch, "not a regular file")
+            watch.signature = None
+            return None
+        now = self._clock.now_us()
+        sig = _signature(st)
+        if not force and sig == watch.signature \
+                and now - watch.last_read_us <= self.content_check_interval_us:
+            return None
+        if st.st_size > self.max_file_bytes:
+            watch.signature, watch.last_read_us = sig, now
+            self._problem(watch, f"{st.st_size} bytes exceeds the limit of "
+                                 f"{self.max_file_bytes} bytes")
+            return None
+        try:
+            with open(watch.path, "rb") as f:
+                data = f.read(self.max_file_bytes + 1)
+        except FileNotFoundError:
+            watch.signature = None
+            return None
+        except OSError as exc:
+            watch.signature = None
+            self._problem(watch, f"cannot read ({exc.strerror or exc})")
+            return None
+        watch.signature, watch.last_read_us = sig, now
+        if len(data) > self.max_file_bytes:
+            self._problem(watch, f"content exceeds the limit of {self.max_file_bytes} bytes")
+            return None
+        digest = hashlib.blake2b(data, digest_size=16).digest()
+        if digest == watch.delivered:
+            watch.problem = None
+            return None
+        try:
+            content = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            self._problem(watch, f"content is not valid UTF-8 (byte {data[exc.start]:#04x} "
+                                 f"at offset {exc.start})")
+            return None
+        watch.delivered = digest
+        watch.problem = None
+        return content
+
+    def _deliver(self, watch: _Watch, content: str) -> None:
+        """Call the handlers of ``watch`` in registration order, without ``self._lock``."""
+        with self._lock:
+            if self._watches.get(watch.path) is not watch:
+                return
+            handlers = list(watch.handlers)
+        for name, callback in handlers:
+            try:
+                callback(content)
+            except Exception:
+                log.exception("file listener: handler %r of %s raised", name, watch.path)
+
+    def __repr__(self) -> str:
+        return (f"FileListener(paths={self.watched_paths()}, "
+                f"poll_interval_us={self.poll_interval_us})")
+
+
+_global_lock = threading.Lock()
+_global_listener: FileListener | None = None
+
+
+def global_file_listener() -> FileListener:
+    """The process-wide listener on the real clock (``FileListener::GlobalFileListener``)."""
+    global _global_listener
+    with _global_lock:
+        if _global_listener is None:
+            _global_listener = FileListener()
+        return _global_listener

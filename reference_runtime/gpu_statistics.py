@@ -1,0 +1,266 @@
+"""GPUStatistics: step durations and GPU memory figures dumped to a JSON file (SPEC.md, STAT).
+
+AntMan's ``gpu_statistics.{h,cc}``, a POST_SESSION_RUN action at phase 1, enabled by a
+status file path (``GPU_STATUS_FILE``). After each successful step it records the step's
+duration in a per-graph window and, on the first run, at most every 10 s, or on a huge
+change (x10 against the oldest entry of the window), re-checks the averaged durations and
+the VMem allocators' figures; when something moved it rewrites the file, atomically.
+The file's layout is the original's; its JSON Schema is ``schemas/gpu_status.schema.json``.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import logging
+import os
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from reference_runtime.clock import REAL_CLOCK, Clock
+from reference_runtime.device import get_pci_bus_id
+from reference_runtime.session_run_action_registry import (SessionRunAction,
+                                                           SessionRunActionOptions)
+
+__all__ = ["GPUStatistics", "AllocatorStatus", "STATUS_FILE_ENV_VAR", "SCHEMA_PATH",
+           "GPU_STATISTICS_INTERVAL_S", "MAX_RECORD_INTERVAL_S", "DURATION_STATISTICS_NUM_SESS",
+           "DURATION_HUGE_CHANGE_THRESHOLD", "PHASE", "ENV_DEFAULT"]
+
+log = logging.getLogger("reference_runtime.gpu_statistics")
+
+STATUS_FILE_ENV_VAR = "GPU_STATUS_FILE"
+SCHEMA_PATH = Path(__file__).resolve().parent / "schemas" / "gpu_status.schema.json"
+GPU_STATISTICS_INTERVAL_S = 10
+MAX_RECORD_INTERVAL_S = 100
+DURATION_STATISTICS_NUM_SESS = 10         # the window holds at most this minus one entries
+DURATION_HUGE_CHANGE_THRESHOLD = 10
+# duration_statistics_threshold = 0.01: |cur - last| * 100 >= last
+PHASE = 1
+
+
+class _EnvDefault:
+    def __repr__(self) -> str:
+        return "<env>"
+
+
+ENV_DEFAULT: Any = _EnvDefault()
+
+
+@dataclass
+class AllocatorStatus:
+    """One VMem GPU's figures (``GPUVMemAllocatorStatus``)."""
+
+    gpu_pci_bus_id: str
+    allocator: Any
+    deviceMemUsedMax: int = 0
+    deviceMemUsedMin: int = 0
+    deviceMemPoolSize: int = 0
+    deviceMemStable: int = 0
+    hostMemUsedMax: int = 0
+    hostMemUsedMin: int = 0
+    hostMemPoolSize: int = 0
+    swapReason: str = ""
+
+    FIELDS = ("deviceMemUsedMax", "deviceMemUsedMin", "deviceMemPoolSize", "deviceMemStable",
+              "hostMemUsedMax", "hostMemUsedMin", "hostMemPoolSize")
+
+    def figures(self) -> tuple[int, ...]:
+        return tuple(getattr(self, f) for f in self.FIELDS)
+
+    def update(self) -> None:
+        from reference_runtime.bfc_allocator import BFCAllocator
+        from reference_runtime.gpu_adjustable_allocator import GPUAdjustableAllocator
+        device = self.allocator.device_allocator
+        host = self.allocator.host_allocator
+        ds = device.get_stats()
+        if ds is not None:
+            self.deviceMemUsedMax = ds.peak_bytes_in_use
+            self.deviceMemUsedMin = ds.bytes_in_use
+        hs = host.get_stats()
+        if hs is not None:
+            self.hostMemUsedMax = hs.peak_bytes_in_use
+            self.hostMemUsedMin = hs.bytes_in_use
+            self.hostMemPoolSize = hs.bytes_limit or 0
+        if isinstance(device, BFCAllocator):
+            pool = GPUAdjustableAllocator().get_mem_pool_stats(device)
+            self.deviceMemPoolSize = pool.pool_bytes
+            self.deviceMemStable = pool.stable_bytes
+        else:
+            log.error("the device allocator of %s is not a BFC allocator; pool figures skipped",
+                      self.gpu_pci_bus_id)
+
+    def swap_reason(self) -> str:
+        """"" without host use; "OOM" when demand exceeded the pool; else "FRAGMENT"."""
+        if self.hostMemUsedMax == 0:
+            return ""
+        if self.deviceMemUsedMax + self.hostMemUsedMax > self.deviceMemPoolSize:
+            return "OOM"
+        return "FRAGMENT"
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {f: int(getattr(self, f)) for f in self.FIELDS}
+        out["deviceMemUsedNvidia"] = -1
+        out["swapReason"] = self.swapReason
+        return out
+
+
+@dataclass
+class _Duration:
+    recording_time: int      # clock.time_s() of the newest window entry it was computed from
+    duration: int            # µs
+
+
+class GPUStatistics(SessionRunAction):
+    """The statistics action (``"GPUStatistics"``, POST phase 1)."""
+
+    def __init__(self, status_file: str | os.PathLike | None = ENV_DEFAULT, *,
+                 clock: Clock | None = None) -> None:
+        if status_file is ENV_DEFAULT:
+            status_file = os.environ.get(STATUS_FILE_ENV_VAR, "")
+        self.status_file = os.fspath(status_file) if status_file else ""
+        self.enabled = bool(self.status_file)
+        self.name = "GPUStatistics"
+        self._clock = clock if clock is not None else REAL_CLOCK
+        self._record_lock = threading.Lock()
+        self._check_lock = threading.Lock()
+        self._histories: dict[int, collections.deque[tuple[int, int]]] = {}
+        self._durations: dict[int, _Duration] = {}
+        self._statuses: list[AllocatorStatus] = []
+        self._last_write: int | None = None
+        self._last_error: str | None = None
+        self.dumps = 0
+
+    # -- the action --------------------------------------------------------------------
+    def run_action(self, options: SessionRunActionOptions) -> None:
+        if not self.enabled:
+            return
+        graph_id = int(options.graph_id)
+        duration = max(0, int(options.sess_duration_us))
+        huge = self.record_session_run_duration(graph_id, duration)
+        if not self.should_check_gpu_statistics() and not huge:
+            return
+        with self._check_lock:
+            dur_flag = self.check_session_run_duration(graph_id, duration)
+            stat_flag = self.check_gpu_vmem_allocator_statistics(options.device_mgr)
+            if dur_flag or stat_flag:
+                self.dump_gpu_statistics()
+            self._last_write = self._clock.time_s()
+
+    def should_check_gpu_statistics(self) -> bool:
+        last = self._last_write
+        return last is None or self._clock.time_s() - last >= GPU_STATISTICS_INTERVAL_S
+
+    def record_session_run_duration(self, graph_id: int, duration: int) -> bool:
+        """Add to the graph's window; True on a huge change against its oldest entry."""
+        now = self._clock.time_s()
+        with self._record_lock:
+            history = self._histories.get(graph_id)
+            if history is None:
+                self._histories[graph_id] = collections.deque([(now, duration)])
+                return False
+            oldest = history[0][1]
+            history.append((now, duration))
+            if len(history) >= DURATION_STATISTICS_NUM_SESS:
+                history.popleft()
+        k = DURATION_HUGE_CHANGE_THRESHOLD
+        return duration > oldest * k or oldest > duration * k
+
+    def check_session_run_duration(self, graph_id: int, duration: int) -> bool:
+        """Re-average every recent window; True when a graph is new or its mean moved 1 %."""
+        now = self._clock.time_s()
+        if graph_id not in self._durations:
+            self._durations[graph_id] = _Duration(now, duration)
+            return True
+        changed = False
+        with self._record_lock:
+            windows = [(g, list(h)) for g, h in self._histories.items()]
+        for g, window in windows:
+            recording_time = window[-1][0]
+            if now - recording_time >= MAX_RECORD_INTERVAL_S:
+                continue
+            cur = sum(d for _, d in window) // len(window)
+            entry = self._durations.setdefault(g, _Duration(0, 0))
+            last = entry.duration
+            entry.duration, entry.recording_time = cur, recording_time
+            if abs(cur - last) * 100 >= last:
+                changed = True
+        return changed
+
+    def check_gpu_vmem_allocator_statistics(self, device_mgr: Any) -> bool:
+        """Update every VMem GPU's figures; True when any of the 7 figures changed."""
+        if not self._statuses:
+            self._find_allocators(device_mgr)
+        changed = False
+        for status in self._statuses:
+            old = status.figures()
+            status.update()
+            if status.figures() == old:
+                continue
+            changed = True
+            status.swapReason = status.swap_reason()
+        return changed
+
+    def _find_allocators(self, device_mgr: Any) -> None:
+        from reference_runtime.gpu_vmem_allocator import GPUVMemAllocator
+        if device_mgr is None:
+            log.error("GPUStatistics: no device manager; allocator figures unavailable")
+            return
+        for device in device_mgr.list_devices():
+            if str(device.device_type).upper() != "GPU":
+                continue
+            allocator = device.get_allocator()
+            if isinstance(allocator, GPUVMemAllocator):
+                bus = get_pci_bus_id(device.attributes.physical_device_desc)
+                self._statuses.append(AllocatorStatus(bus, allocator))
+
+    # -- the file ----------------------------------------------------------------------
+    def statistics(self) -> dict[str, Any]:
+        """The document the next dump would write."""
+        now = self._clock.time_s()
+        usage = {s.gpu_pci_bus_id: s.to_json() for s in self._statuses} or None
+        durations: dict[str, int] = {}
+        max_duration = 0
+        for g, entry in self._durations.items():
+            durations[f"graph_{g}"] = entry.duration
+            if entry.duration > max_duration and now - entry.recording_time < MAX_RECORD_INTERVAL_S:
+                max_duration = entry.duration
+        return {"Durations": durations, "gpuUsageInfo": usage,
+                "miniBatchDuration": max_duration}
+
+    def dump_gpu_statistics(self) -> bool:
+        """Replace the status file atomically (temp file, fsync, rename); False on error."""
+        text = json.dumps(self.statistics(), indent="\t", sort_keys=True) + "\n"
+        path = Path(self.status_file)
+        tmp_name = None
+        try:
+            fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp",
+                                            dir=path.parent if str(path.parent) else ".")
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+            os.chmod(tmp_name, 0o644)
+            os.replace(tmp_name, path)
+            tmp_name = None
+        except OSError as exc:
+            reason = f"{type(exc).__name__}: {exc.strerror or exc}"
+            if reason != self._last_error:
+                log.error("%s: cannot write the statistics file (%s)", self.status_file, reason)
+            self._last_error = reason
+            return False
+        finally:
+            if tmp_name is not None:
+                try:
+                    os.unlink(tmp_name)
+                except OSError:
+                    pass
+        self._last_error = None
+        self.dumps += 1
+        return True
+
+    @property
+    def last_write(self) -> int | None:
+        return self._last_write

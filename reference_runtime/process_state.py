@@ -1,0 +1,153 @@
+"""The runtime context: what TensorFlow's process start builds (SPEC.md API-7, DEVICE).
+
+``create_runtime`` builds, in this order: the file listener; the AntMan actions
+(``GPUStatistics`` at POST/1, ``GPUResourceManagement`` at POST/2, each only when its file
+is configured), whose construction applies the environment side effects of RM-1; then the
+devices and their allocators, which read those variables. ``RuntimeContext.close()``
+wakes suspended steps, closes sessions, unregisters everything and joins every thread the
+runtime started.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from typing import Any
+
+from reference_runtime.clock import REAL_CLOCK, Clock
+from reference_runtime.device import Backend, DeviceMgr, create_devices, select_backend
+from reference_runtime.file_listener import DEFAULT_POLL_INTERVAL_S, FileListener
+from reference_runtime.gpu_resource_management import (CONFIG_FILE_ENV_VAR, ENV_DEFAULT,
+                                                       GPUResourceManagement)
+from reference_runtime.gpu_resource_management import PHASE as RM_PHASE
+from reference_runtime.gpu_statistics import STATUS_FILE_ENV_VAR, GPUStatistics
+from reference_runtime.gpu_statistics import PHASE as STAT_PHASE
+from reference_runtime.session_run_action_registry import Grouping, SessionRunActionRegistry
+
+__all__ = ["RuntimeContext", "create_runtime"]
+
+log = logging.getLogger("reference_runtime.process_state")
+
+
+class RuntimeContext:
+    """Devices, actions, listener and sessions of one runtime; ``close()`` tears all down."""
+
+    def __init__(self, *, device_mgr: DeviceMgr, registry: SessionRunActionRegistry,
+                 clock: Clock, file_listener: FileListener, backend: Backend,
+                 resource_management: GPUResourceManagement | None,
+                 statistics: GPUStatistics | None) -> None:
+        self.device_mgr = device_mgr
+        self.registry = registry
+        self.clock = clock
+        self.file_listener = file_listener
+        self.backend = backend
+        self.resource_management = resource_management
+        self.statistics = statistics
+        self._lock = threading.Lock()
+        self._sessions: list[Any] = []
+        self._closed = False
+
+    def new_session(self, graph: Any) -> Any:
+        """A ``DirectSession`` over this runtime's devices, registry and clock."""
+        from reference_runtime.direct_session import DirectSession
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("new_session(): the runtime is closed")
+            session = DirectSession(self.device_mgr, graph, registry=self.registry,
+                                    clock=self.clock)
+            self._sessions.append(session)
+        return session
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        """Close sessions and actions, stop the listener, close devices; idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            sessions, self._sessions = self._sessions, []
+        errors: list[BaseException] = []
+        rm = self.resource_management
+        if rm is not None:
+            rm.close()                       # wakes suspended steps and throttle sleeps
+        for session in sessions:
+            try:
+                session.close()
+            except Exception as exc:         # keep tearing down; report the first error
+                log.exception("closing session %r failed", session)
+                errors.append(exc)
+        if rm is not None:
+            self.registry.unregister(Grouping.POST_SESSION_RUN, RM_PHASE, rm)
+        if self.statistics is not None:
+            self.registry.unregister(Grouping.POST_SESSION_RUN, STAT_PHASE, self.statistics)
+        self.file_listener.close()
+        self.device_mgr.close()
+        detach = getattr(self.backend, "detach", None)
+        if callable(detach):
+            detach(self.device_mgr)
+        if errors:
+            raise errors[0]
+
+    def __enter__(self) -> "RuntimeContext":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"RuntimeContext(backend={self.backend.name!r}, devices="
+                f"{[d.name for d in self.device_mgr.list_devices()]}, "
+                f"resource_management={self.resource_management is not None}, "
+                f"statistics={self.statistics is not None})")
+
+
+def create_runtime(*, num_gpus: int = 1, gpu_memory_bytes: int = 1 << 30,
+                   backend: Backend | str | None = None, clock: Clock | None = None,
+                   config_file: str | os.PathLike | None = ENV_DEFAULT,
+                   status_file: str | os.PathLike | None = ENV_DEFAULT,
+                   poll_interval_s: float = DEFAULT_POLL_INTERVAL_S,
+                   registry: SessionRunActionRegistry | None = None,
+                   allow_growth: bool = False) -> RuntimeContext:
+    """Build a runtime (API-7). File paths default to ``$GPU_CONFIG_FILE`` / ``$GPU_STATUS_FILE``;
+    an empty path or None disables the action."""
+    clock = clock if clock is not None else REAL_CLOCK
+    if backend is None or isinstance(backend, str):
+        backend = select_backend(backend, num_gpus=num_gpus, gpu_memory_bytes=gpu_memory_bytes)
+    if config_file is ENV_DEFAULT:
+        config_file = os.environ.get(CONFIG_FILE_ENV_VAR, "")
+    if status_file is ENV_DEFAULT:
+        status_file = os.environ.get(STATUS_FILE_ENV_VAR, "")
+    registry = registry if registry is not None else SessionRunActionRegistry()
+    listener = FileListener(clock=clock, poll_interval_s=poll_interval_s)
+    statistics: GPUStatistics | None = None
+    rm: GPUResourceManagement | None = None
+    try:
+        if status_file:
+            statistics = GPUStatistics(status_file, clock=clock)
+            registry.register(Grouping.POST_SESSION_RUN, STAT_PHASE, statistics)
+        if config_file:
+            # Registers itself at POST/2 before its listener delivers the start-up content,
+            # and forces TF_FORCE_GPU_ALLOW_GROWTH / TF_GPU_VMEM before the devices exist.
+            rm = GPUResourceManagement(config_file, clock=clock, file_listener=listener,
+                                       registry=registry)
+        device_mgr = create_devices(backend=backend, clock=clock, num_gpus=num_gpus,
+                                    gpu_memory_bytes=gpu_memory_bytes,
+                                    allow_growth=allow_growth)
+        attach = getattr(backend, "attach", None)   # the CUDA backend routes CuPy's allocator
+        if callable(attach):
+            attach(device_mgr)
+    except BaseException:
+        if rm is not None:
+            rm.close()
+            registry.unregister(Grouping.POST_SESSION_RUN, RM_PHASE, rm)
+        if statistics is not None:
+            registry.unregister(Grouping.POST_SESSION_RUN, STAT_PHASE, statistics)
+        listener.close()
+        raise
+    return RuntimeContext(device_mgr=device_mgr, registry=registry, clock=clock,
+                          file_listener=listener, backend=backend, resource_management=rm,
+                          statistics=statistics)

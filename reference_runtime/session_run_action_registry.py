@@ -1,0 +1,184 @@
+"""SessionRunActionRegistry: actions run before and after every session run (SPEC.md, REG).
+
+AntMan's ``session_run_action_registry.{h,cc}``: two groupings, integer phases run in
+ascending order (negative phases allowed), registration order within a phase, the first
+error stops the grouping and propagates from ``session.run``. Unlike the original the
+registry is safe under concurrent use: registration takes a lock, and ``run_grouping``
+iterates an immutable snapshot, so actions run without the registry's lock and may
+themselves register or unregister actions (taking effect from the next run).
+"""
+
+from __future__ import annotations
+
+import abc
+import enum
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable, TypeVar
+
+__all__ = [
+    "Grouping", "SessionRunAction", "SessionRunActionOptions", "SessionRunActionRegistry",
+    "global_registry", "register_session_run_action",
+]
+
+log = logging.getLogger("reference_runtime.session_run_action_registry")
+
+
+class Grouping(enum.IntEnum):
+    PRE_SESSION_RUN = 0
+    POST_SESSION_RUN = 1
+
+
+@dataclass
+class SessionRunActionOptions:
+    """What a session hands to its actions (TF ``SessionRunActionOptions``)."""
+
+    device_mgr: Any = None
+    session: Any = None
+    graph_id: int = 0
+    sess_duration_us: int = 0
+
+
+class SessionRunAction(abc.ABC):
+    """An action: ``run_action(options)``; raising an exception is its error status."""
+
+    _name: str | None = None
+
+    @property
+    def name(self) -> str:
+        """The action's name; by default its class name (as REGISTER_SESSION_RUN_ACTION)."""
+        return self._name if self._name is not None else type(self).__name__
+
+    @name.setter
+    def name(self, value: str) -> None:
+        self._name = value
+
+    def set_name(self, value: str) -> None:
+        self._name = value
+
+    @abc.abstractmethod
+    def run_action(self, options: SessionRunActionOptions) -> None:
+        """Run once per session run; raise to fail the run."""
+
+
+def _grouping(grouping: Any) -> Grouping:
+    if isinstance(grouping, bool):
+        raise ValueError(f"grouping must be a Grouping, got {grouping!r}")
+    try:
+        return Grouping(grouping)
+    except ValueError:
+        raise ValueError(f"unknown grouping {grouping!r}; expected PRE_SESSION_RUN (0) or "
+                         f"POST_SESSION_RUN (1)") from None
+
+
+def _phase(phase: Any) -> int:
+    if not isinstance(phase, int) or isinstance(phase, bool):
+        raise TypeError(f"phase must be an int, got {phase!r}")
+    return phase
+
+
+class SessionRunActionRegistry:
+    """Actions per grouping, run by phase ascending then registration order."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        # grouping -> phase -> actions in registration order
+        self._groups: dict[Grouping, dict[int, list[Any]]] = {g: {} for g in Grouping}
+        # grouping -> flattened (phase, action) tuples in run order; replaced on change
+        self._snapshots: dict[Grouping, tuple[tuple[int, Any], ...]] = {g: () for g in Grouping}
+
+    def register(self, grouping: Grouping | int, phase: int, action: Any) -> None:
+        """Append ``action`` to ``phase`` of ``grouping`` (duplicates allowed)."""
+        g, p = _grouping(grouping), _phase(phase)
+        if not callable(getattr(action, "run_action", None)):
+            raise TypeError(f"register({g.name}, {p}, {action!r}): not a SessionRunAction "
+                            f"(no run_action method)")
+        with self._lock:
+            self._groups[g].setdefault(p, []).append(action)
+            self._rebuild(g)
+        log.debug("registered session run action %s at %s/%d",
+                  getattr(action, "name", action), g.name, p)
+
+    def unregister(self, grouping: Grouping | int, phase: int, action: Any) -> bool:
+        """Remove the first registration of this very object; False when absent."""
+        g, p = _grouping(grouping), _phase(phase)
+        with self._lock:
+            actions = self._groups[g].get(p, [])
+            for i, a in enumerate(actions):
+                if a is action:
+                    del actions[i]
+                    if not actions:
+                        del self._groups[g][p]
+                    self._rebuild(g)
+                    return True
+        return False
+
+    def _rebuild(self, g: Grouping) -> None:
+        phases = self._groups[g]
+        self._snapshots[g] = tuple((p, a) for p in sorted(phases) for a in phases[p])
+
+    def run_grouping(self, grouping: Grouping | int, options: SessionRunActionOptions) -> None:
+        """Run every action of ``grouping``; the first exception stops and propagates."""
+        snapshot = self._snapshots.get(grouping)
+        if snapshot is None or isinstance(grouping, bool):
+            snapshot = self._snapshots[_grouping(grouping)]
+        for _, action in snapshot:
+            action.run_action(options)
+
+    def get_action(self, grouping: Grouping | int, phase: int, name: str) -> Any:
+        """The first action at exactly (grouping, phase) whose name is ``name``, or None."""
+        g, p = _grouping(grouping), _phase(phase)
+        with self._lock:
+            for a in self._groups[g].get(p, ()):
+                if getattr(a, "name", None) == name:
+                    return a
+        return None
+
+    def actions(self, grouping: Grouping | int) -> list[tuple[int, Any]]:
+        """``(phase, action)`` pairs of ``grouping`` in run order."""
+        return list(self._snapshots[_grouping(grouping)])
+
+    def clear(self) -> None:
+        with self._lock:
+            for g in Grouping:
+                self._groups[g].clear()
+                self._rebuild(g)
+
+    def log_all_groupings(self, level: int = logging.DEBUG) -> None:
+        for g in Grouping:
+            for p, a in self._snapshots[g]:
+                log.log(level, "%s phase %d: %s", g.name, p, getattr(a, "name", a))
+
+
+_global_registry = SessionRunActionRegistry()
+
+
+def global_registry() -> SessionRunActionRegistry:
+    """The process-wide registry (TF ``SessionRunActionRegistry::Global()``)."""
+    return _global_registry
+
+
+T = TypeVar("T", bound=type)
+
+
+def register_session_run_action(grouping: Grouping | int, phase: int,
+                                registry: SessionRunActionRegistry | None = None
+                                ) -> Callable[[T], T]:
+    """Class decorator in the spirit of REGISTER_SESSION_RUN_ACTION.
+
+    Instantiates the class with no arguments, names the instance after the class and
+    registers it (in ``registry``, default the global one). Returns the class unchanged.
+    """
+    g, p = _grouping(grouping), _phase(phase)
+
+    def decorate(cls: T) -> T:
+        action = cls()
+        if hasattr(action, "set_name"):
+            action.set_name(cls.__name__)
+        else:
+            action.name = cls.__name__
+        (registry if registry is not None else _global_registry).register(g, p, action)
+        return cls
+
+    return decorate
