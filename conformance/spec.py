@@ -10,7 +10,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 SPEC_PATH = ROOT / "SPEC.md"
 
-CLAUSE_HEADING = re.compile(r"^### (?P<id>[A-Z]+-\d+) (?P<title>.+?)\s*$")
+CLAUSE_HEADING = re.compile(r"^### (?P<id>[A-Z][A-Z0-9]*-\d+) (?P<title>.+?)\s*$")
 VERSION_LINE = re.compile(r"^Spec version: `(?P<version>[^`]+)`", re.MULTILINE)
 
 CAPABILITIES = frozenset({
