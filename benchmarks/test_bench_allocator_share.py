@@ -1,0 +1,147 @@
+"""Share of the training step spent in our allocator (the BFC pair and VMem host fallback
+benchmarks are in ``test_bench_allocator.py``).
+
+The GPU's allocator (``device.get_allocator()``: the VMem allocator, since resource
+management forces ``TF_GPU_VMEM``) gets a timing proxy: its ``allocate_raw`` and
+``deallocate_raw`` are replaced on that object by wrappers that add the time of each call
+(every thread: the kernels' buffers, CuPy's temporaries routed through it on a GPU, frees from
+any thread) to a counter. After warm-up (the pool has grown), over N steps at perfControl
+100: share = time in the allocator / wall time of the steps. Target: under 5 % of the step
+time on the GPU workload. The wrappers' own cost (two clock reads and a lock per call,
+calibrated on an empty wrapper) is subtracted; the raw figure is recorded beside it. Full
+runs also measure the large, device-bound workload.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from benchmarks.bench_support import (WORKLOADS, Figure, gpu_device, on_cuda, one_shot,
+                                      record_figures, size)
+
+pytestmark = pytest.mark.capability("executor", "resource_management", "workload", "vmem")
+
+TARGET_SHARE = 0.05
+WARMUP, STEPS = size(10, 20), size(40, 200)
+
+
+class TimedAllocator:
+    """Wraps ``allocate_raw``/``deallocate_raw`` of one allocator object with timers."""
+
+    def __init__(self, allocator: Any) -> None:
+        self.allocator = allocator
+        self._lock = threading.Lock()
+        self.ns = 0
+        self.allocs = 0
+        self.frees = 0
+        self._orig = (allocator.allocate_raw, allocator.deallocate_raw)
+        allocate, deallocate = self._orig
+
+        def allocate_raw(alignment: int, num_bytes: int, attributes: Any = None) -> Any:
+            t = time.perf_counter_ns()
+            try:
+                return allocate(alignment, num_bytes, attributes)
+            finally:
+                dt = time.perf_counter_ns() - t
+                with self._lock:
+                    self.ns += dt
+                    self.allocs += 1
+
+        def deallocate_raw(ptr: int) -> None:
+            t = time.perf_counter_ns()
+            try:
+                deallocate(ptr)
+            finally:
+                dt = time.perf_counter_ns() - t
+                with self._lock:
+                    self.ns += dt
+                    self.frees += 1
+
+        allocator.allocate_raw = allocate_raw
+        allocator.deallocate_raw = deallocate_raw
+
+    def reset(self) -> None:
+        with self._lock:
+            self.ns = self.allocs = self.frees = 0
+
+    def restore(self) -> None:
+        del self.allocator.allocate_raw
+        del self.allocator.deallocate_raw
+
+
+def wrapper_cost_ns() -> float:
+    """Cost of one timed call around a function that does nothing."""
+    lock = threading.Lock()
+    total = [0]
+
+    def timed() -> None:
+        t = time.perf_counter_ns()
+        try:
+            pass
+        finally:
+            dt = time.perf_counter_ns() - t
+            with lock:
+                total[0] += dt
+
+    n = 50_000
+    t = time.perf_counter_ns()
+    for _ in range(n):
+        timed()
+    return (time.perf_counter_ns() - t) / n
+
+
+@pytest.mark.parametrize("size_name", list(WORKLOADS))
+def test_bench_allocator_share_of_step(rt, bench, bench_runtime, report_artifacts,
+                                       size_name: str) -> None:
+    workload = WORKLOADS[size_name]
+    ctx = bench_runtime()
+    device = gpu_device(ctx)
+    timed = TimedAllocator(device.get_allocator())
+    try:
+        wl = rt.MLPWorkload(ctx, **workload)
+        for _ in range(WARMUP):
+            wl.step()
+        out: dict[str, float] = {}
+
+        def experiment() -> None:
+            timed.reset()
+            t = time.perf_counter_ns()
+            for _ in range(STEPS):
+                wl.step()
+            out["wall_ns"] = time.perf_counter_ns() - t
+            out["alloc_ns"] = timed.ns
+
+        one_shot(bench, experiment)
+    finally:
+        timed.restore()
+    calls = timed.allocs + timed.frees
+    wrapper_ns = wrapper_cost_ns()
+    raw = out["alloc_ns"] / out["wall_ns"]
+    share = max(0.0, out["alloc_ns"] - calls * wrapper_ns) / out["wall_ns"]
+    step_us = out["wall_ns"] / STEPS / 1000
+    figures = [Figure(
+        f"time in the allocator, share of step time ({size_name} workload)", 100 * share, "%",
+        f"< {TARGET_SHARE * 100:.0f} % (GPU)", share < TARGET_SHARE if on_cuda(ctx) else None,
+        f"timing proxy on {device.get_allocator().name}.allocate_raw/deallocate_raw, all "
+        f"threads, over {STEPS} steps of {step_us / 1000:.2f} ms after {WARMUP} warm-up, "
+        "perfControl 100, the proxy's own cost subtracted",
+        {"raw_share_pct": 100 * raw, "allocs_per_step": timed.allocs / STEPS,
+         "frees_per_step": timed.frees / STEPS,
+         "ns_per_call": out["alloc_ns"] / max(calls, 1) - wrapper_ns,
+         "step_us": step_us, "wrapper_ns_per_call": wrapper_ns})]
+    record_figures(bench, figures, backend=ctx.backend.name, workload=workload,
+                   allocator=device.get_allocator().name)
+    report_artifacts.add("allocator_share", {
+        "categories": [f"{size_name} workload\n(step {step_us / 1000:.2f} ms)"],
+        "series": {"allocator time, % of step": [round(100 * share, 4)]},
+        "targets": [TARGET_SHARE * 100], "ylabel": "% of the step time",
+        "title": f"Allocator share of the training step ({ctx.backend.name}, "
+                 f"{size_name} workload)"})
+    print(f"\nallocator share ({ctx.backend.name}, {size_name}): {100 * share:.3f} % "
+          f"(raw {100 * raw:.3f} %) of {step_us:.0f} µs steps, {calls / STEPS:.1f} calls/step, "
+          f"{out['alloc_ns'] / max(calls, 1) - wrapper_ns:.0f} ns/call")
+    assert timed.allocs > 0 and timed.frees > 0, "the proxy saw no allocator call"
