@@ -24,6 +24,7 @@ MIN_GAP_BOUND_S = 2.0           # G = max(2 s, 10 x B) (WORKER-8)
 STATUS_POLL_S = 0.05            # statistics file read every 50 ms (WORKER-9)
 STATUS_INTERVAL_S = 11.0        # 10 s dump interval counted in whole seconds (WORKER-9)
 SHRINK_TARGET = MIB             # WORKER-8, WORKER-9
+SUSPENDED_CHECK_S = 0.5         # WORKER-4: is the worker silent before SIGTERM?
 THROTTLE_STEP_MS = 100          # longer steps: throttling overheads weigh less (WORKER-10)
 
 
@@ -146,9 +147,12 @@ def test_sigterm_stops_a_suspended_worker_with_status_0(worker) -> None:
     w.steps(3)
     t = w.rewrite_config(w.config(perf=0))
     w.expect_silence(t + w.detection_bound_s)
+    late = w.expect_silence(time.monotonic() + SUSPENDED_CHECK_S)   # only for the message
     w.request_stop("sigterm")
     rc, _ = w.wait_exit(TERMINATION_S)
-    assert rc == 0, (f"SIGTERM while perfControl=0: worker "
+    state = (f"not suspended: {len(late)} step records after perfControl=0 took effect, "
+             f"WORKER-11" if late else "suspended")
+    assert rc == 0, (f"SIGTERM while perfControl=0 ({state}): worker "
                      f"{'still ran' if rc is None else f'exited with status {rc}'} "
                      f"after {TERMINATION_S:g} s, expected exit status 0 [WORKER-4]")
 
@@ -235,7 +239,8 @@ def test_statistics_file_is_valid_and_updated(worker) -> None:
     d = w.detection_bound_s
     first = poll(steps[0].read_s + d, lambda data, doc: True)
     assert first is not None, (f"GPU_STATUS_FILE {w.status_path} absent {d:.2f} s after the "
-                               f"first step record [WORKER-9]")
+                               f"first step record (the implementation never wrote its "
+                               f"statistics file) [WORKER-9]")
     first_read = time.monotonic()
     check_entry(first[1], "first")
     w.rewrite_config(w.config(limit=SHRINK_TARGET))
@@ -264,24 +269,26 @@ def test_perf_control_throttles_the_step_period(worker, report_artifacts) -> Non
     assert b >= floor_us, (
         f"median unthrottled period {b:.0f} us is below ANTMAN_WORKER_STEP_MS/4 = "
         f"{floor_us:.0f} us: steps too short to measure throttling [WORKER-3]")
-    ratios: dict[int, float] = {}
+    ratios: dict[int, float] = {}          # every level is measured before any assertion
     try:
         for perf in (50, 25, 100):
             t = w.rewrite_config(w.config(perf=perf))
             window = w.steps_starting_after(t + w.detection_bound_s, WINDOW + 1)
-            ratio = median_period_us(window) / b
-            ratios[perf] = round(ratio, 3)
-            expected = 100 / perf
-            low, high = 0.75 * expected, (1.25 if perf == 100 else 1.5) * expected
-            assert low <= ratio <= high, (
-                f"perfControl={perf}: median period / unthrottled median = {ratio:.3f}, "
-                f"expected [{low:g}, {high:g}] (B={b:.0f} us; ratios so far {ratios}) "
-                f"[WORKER-10]")
+            ratios[perf] = median_period_us(window) / b
     finally:
         report_artifacts.add("throttle_accuracy", {
             "target_percent": list(ratios),
             "measured_percent": [round(100 / r, 2) for r in ratios.values()]})
         report_artifacts.add("e2e_timeline", w.timeline())
+    bands = {p: (0.75 * 100 / p, (1.25 if p == 100 else 1.5) * 100 / p) for p in ratios}
+    outside = [p for p, r in ratios.items() if not bands[p][0] <= r <= bands[p][1]]
+    ignored = all(0.75 <= r <= 1.25 for r in ratios.values())
+    assert len(outside) == 0, (
+        f"median period / unthrottled median B={b:.0f} us: "
+        + ", ".join(f"perfControl={p}: {r:.3f} (expected [{bands[p][0]:g}, {bands[p][1]:g}]"
+                    f"{'' if p not in outside else ', OUTSIDE'})" for p, r in ratios.items())
+        + ("; the step period ignores perfControl: the implementation does not throttle"
+           if ignored else "") + " [WORKER-10]")
 
 
 @pytest.mark.clause("WORKER-11")
@@ -291,9 +298,10 @@ def test_perf_control_zero_suspends_and_nonzero_resumes(worker) -> None:
     d = w.detection_bound_s
     t = w.rewrite_config(w.config(perf=0))
     late = [r for r in w.expect_silence(t + d + SILENCE_S) if r.read_s > t + d]
-    assert not late, (
+    assert len(late) == 0, (
         f"perfControl=0: {len(late)} step records read more than D={d:.2f} s after the write, "
-        f"first step {late[0]['step']} at +{late[0].read_s - t:.2f} s [WORKER-11]")
+        f"first step {late[0]['step']} at +{late[0].read_s - t:.2f} s (training went on: the "
+        f"implementation did not suspend) [WORKER-11]")
     t2 = w.rewrite_config(w.config(perf=100))
     first = w.wait_for(lambda r: True, t2 + d - time.monotonic(),
                        f"a step after perfControl=100 followed perfControl=0", "WORKER-11")

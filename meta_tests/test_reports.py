@@ -17,7 +17,9 @@ from reports import expectations as exp
 from reports import model, writer
 from reports import mustpass as mp
 from reports import outcomes as oc
+from reports import environment
 from reports import plugin as report_plugin
+from reports import render_html, render_md
 
 pytest_plugins = ["pytester"]
 
@@ -476,12 +478,15 @@ def _data(tmp_path: Path, tests: list[model.TestRecord], *, gpu: str | None = No
                for c in ("API-1", "API-2", "API-5", "API-6", "API-7")}
     clauses["API-9"] = spec.Clause("API-9", "gone", "API", withdrawn=True)
     (tmp_path / "mp.txt").write_text(listing)
-    target = {"kind": "simulated", "model": None, "driver_version": None, "cuda_version": None,
-              "devices": [], "note": None}
+    target = {"kind": "simulated", "source": "in-process", "model": None,
+              "driver_version": None, "cuda_version": None, "devices": [],
+              "worker_devices": None, "note": None}
     if gpu:
-        target = {"kind": "gpu", "model": gpu, "driver_version": "550.54", "cuda_version": "12.4",
+        target = {"kind": "gpu", "source": "in-process", "model": gpu,
+                  "driver_version": "550.54", "cuda_version": "12.4",
                   "devices": [{"index": 0, "model": gpu, "uuid": "GPU-1",
-                               "memory_total_bytes": 1 << 34}], "note": None}
+                               "memory_total_bytes": 1 << 34, "pci_bus_id": "3b:00.0"}],
+                  "worker_devices": None, "note": None}
     expectations = exp.Expectations()
     if waivers:
         (tmp_path / "w.toml").write_text(waivers)
@@ -489,7 +494,8 @@ def _data(tmp_path: Path, tests: list[model.TestRecord], *, gpu: str | None = No
     return model.RunData(
         clauses=clauses, spec_version=SPEC_VERSION, tests={t.nodeid: t for t in tests},
         runtime={"module": "m", "name": "n", "version": "1", "spec_version": SPEC_VERSION,
-                 "capabilities": list(caps), "path": None, "git": None, "worker_cmd": None},
+                 "capabilities": list(caps), "path": None, "git": None, "worker_cmd": None,
+                 "worker_hello": None},
         suite={"name": "s", "version": "1", "git": {"commit": "a" * 40, "dirty": False}},
         python={"version": "3", "implementation": "CPython", "executable": "python"},
         platform={"system": "Linux", "release": "6", "machine": "x86_64", "platform": "Linux",
@@ -683,6 +689,106 @@ def test_schema_is_valid_and_rejects_a_waived_pass(tmp_path: Path) -> None:
     assert not writer.validation_errors(doc)
     doc["verdict"]["status"] = "NOT CERTIFIED"  # without a reason
     assert writer.validation_errors(doc)
+
+
+# --------------------------------------------------------------------------- black-box runs
+
+HELLO: dict[str, Any] = {
+    "type": "hello", "protocol": 1, "runtime": {"name": "tensorflow", "version": "2.21.0"},
+    "spec_version": SPEC_VERSION, "pid": 7, "t_us": 1, "poll_interval_s": 1.0, "devices": [],
+    "workload": {"api": "tf.compat.v1.Session"}}
+TF_GPU = {"name": "/job:localhost/replica:0/task:0/device:GPU:0", "pci_bus_id": "3b:00.0",
+          "memory_limit": 1 << 30}
+NVML = {"driver_version": "550.54", "cuda_version": "12.4", "devices": [
+    {"index": 0, "model": "NVIDIA H100", "uuid": "GPU-0", "memory_total_bytes": 1 << 36,
+     "pci_bus_id": "1a:00.0", "visible": True},
+    {"index": 1, "model": "NVIDIA A100", "uuid": "GPU-1", "memory_total_bytes": 1 << 35,
+     "pci_bus_id": "3b:00.0", "visible": False}]}
+WORKER_VARS = ("ANTMAN_WORKER_NAME", "ANTMAN_WORKER_VERSION", "ANTMAN_WORKER_SPEC_VERSION")
+
+
+def _black_box(tmp_path: Path, hellos: list[dict[str, Any]]) -> dict[str, Any]:
+    from conformance import blackbox
+    data = _data(tmp_path, [_record("t::a", ["API-1"], PASSED)], caps=("worker",))
+    hello = hellos[0] if hellos else None
+    data.runtime = environment.runtime_info(blackbox, "conformance.blackbox", "w", hello)
+    data.target, data.worker_hellos = environment.worker_target(hello), hellos
+    return _build(data)
+
+
+def test_black_box_target_is_what_the_worker_reports(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    assert environment.bus_key("00000000:3B:00.0") == environment.bus_key("3b:00.0") == "3b:00.0"
+    monkeypatch.setattr(environment, "nvml_gpus", lambda: (None, "pynvml not installed"))
+    unknown = environment.worker_target(None)
+    cpu = environment.worker_target(HELLO)
+    named = environment.worker_target({**HELLO, "devices": [TF_GPU]})
+    assert (unknown["kind"], unknown["source"], unknown["worker_devices"]) == (
+        "unknown", "worker", None)
+    assert (cpu["kind"], cpu["model"], cpu["worker_devices"]) == ("cpu", None, [])
+    assert "lists no GPU device: tensorflow 2.21.0" in cpu["note"]
+    assert (named["kind"], named["model"], named["driver_version"], named["devices"]) == (
+        "gpu", TF_GPU["name"], None, [])
+    assert named["worker_devices"] == [TF_GPU] and "pynvml not installed" in named["note"]
+    monkeypatch.setattr(environment, "nvml_gpus", lambda: (NVML, ""))
+    found = environment.worker_target({**HELLO, "devices": [TF_GPU]})
+    # matched by bus id; CUDA_VISIBLE_DEVICES of the suite says nothing about the worker's GPU
+    assert (found["model"], found["driver_version"], found["cuda_version"], found["note"]) == (
+        "NVIDIA A100", "550.54", "12.4", None)
+    assert [d["uuid"] for d in found["devices"]] == ["GPU-1"]
+    assert "visible" not in found["devices"][0]
+    elsewhere = environment.worker_target({**HELLO, "devices": [{**TF_GPU,
+                                                                 "pci_bus_id": "5e:00.0"}]})
+    assert (elsewhere["kind"], elsewhere["devices"]) == ("gpu", [])
+    assert "NVML lists no GPU at PCI bus 5e:00.0" in elsewhere["note"]
+    texts = [render_md.target_text(t) for t in (unknown, cpu, named, found, elsewhere)]
+    assert texts[0].startswith("unknown target") and texts[1].startswith("CPU (no GPU device)")
+    assert texts[2].startswith(f"1 × GPU {TF_GPU['name']}")
+    assert texts[3] == "1 × NVIDIA A100, driver 550.54, CUDA 12.4"
+    for target in (unknown, cpu, named, found, elsewhere):
+        data = _data(tmp_path, [_record("t::a", ["API-1"], PASSED)])
+        data.target = target
+        assert _build(data)["execution_target"] == target
+    doc = _build(data)
+    for broken in ({**cpu, "source": "in-process"}, {**cpu, "worker_devices": [TF_GPU]},
+                   {**named, "worker_devices": []}, {**found, "driver_version": None}):
+        assert writer.validation_errors({**doc, "execution_target": broken}), broken
+
+
+def test_black_box_runtime_is_named_by_its_hello_record(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    from conformance import blackbox
+    for var in WORKER_VARS:
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr(environment, "nvml_gpus", lambda: (None, "pynvml not installed"))
+    doc = _black_box(tmp_path, [HELLO])
+    rt = doc["runtime"]
+    assert (rt["name"], rt["version"], rt["spec_version"], rt["git"]) == (
+        "tensorflow", "2.21.0", SPEC_VERSION, None)
+    assert rt["worker_hello"] == HELLO and doc["execution_target"]["kind"] == "cpu"
+    assert not [w for w in doc["verdict"]["warnings"] if w["code"].startswith("worker-")]
+    md = render_md.render(doc, [])
+    assert md.count("**tensorflow 2.21.0**") == 1 and "CPU (no GPU device)" in md
+    assert "Worker's hello record: tensorflow 2.21.0, spec " in md
+    # Nothing read: the defaults; an unknown target.
+    rt = _black_box(tmp_path, [])["runtime"]
+    assert (rt["name"], rt["version"], rt["spec_version"], rt["worker_hello"]) == (
+        blackbox.DEFAULT_NAME, blackbox.DEFAULT_VERSION, SPEC_VERSION, None)
+    # The variables win over the hello record, each on its own.
+    monkeypatch.setenv("ANTMAN_WORKER_NAME", "my-fork")
+    rt = _black_box(tmp_path, [HELLO])["runtime"]
+    assert (rt["name"], rt["version"]) == ("my-fork", "2.21.0")
+    monkeypatch.delenv("ANTMAN_WORKER_NAME")
+    # A worker targeting another spec version is rejected for it; differing hellos are noted.
+    other = {**HELLO, "spec_version": "1999.1"}
+    doc = _black_box(tmp_path, [other, {**HELLO, "devices": [TF_GPU]}])
+    assert "spec-version-mismatch" in {r["code"] for r in doc["verdict"]["reasons"]}
+    warning = next(w for w in doc["verdict"]["warnings"]
+                   if w["code"] == "worker-hello-inconsistent")
+    assert "2 variants" in warning["message"] and "3b:00.0" in warning["message"]
+    html = render_html.render(
+        _black_box(tmp_path, [{**HELLO, "runtime": {"name": "<b>x</b>", "version": "1"}}]), [])
+    assert "<b>x</b>" not in html and "&lt;b&gt;x&lt;/b&gt;" in html
 
 
 # --------------------------------------------------------------------------- the real must-pass list

@@ -25,7 +25,6 @@ import shlex
 import subprocess
 import sys
 import threading
-import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
@@ -117,8 +116,7 @@ def run_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     cmd = [sys.executable, "-m", "pytest", "-n", "0", "conformance", "-q",
            "-p", "no:cacheprovider", "-p", "no:randomly",
            "--worker-cmd", shlex.join(WORKER_CMD), "--report-dir", str(report_dir)]
-    env = dict(_clean_env(), ANTMAN_WORKER_NAME="tensorflow",
-               ANTMAN_WORKER_VERSION=tensorflow_version() or "unknown")
+    env = _clean_env()      # no ANTMAN_WORKER_*: the report names TensorFlow from its hello
     try:
         proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
                               timeout=RUN_TIMEOUT_S)
@@ -137,23 +135,21 @@ def report(run_folder: Path) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def hellos(run_folder: Path) -> list[dict[str, Any]]:
-    """The worker's hello records of the run (JUnit properties ``worker_hello``)."""
-    junit = run_folder / "junit.xml"
-    assert junit.is_file(), f"no junit.xml in {run_folder}"
-    found = [json.loads(p.get("value", "{}")) for p in ET.parse(junit).iter("property")
-             if p.get("name") == "worker_hello"]
-    assert found, f"{junit}: no worker_hello property: did any WORKER test start the worker?"
+def hello(report: dict[str, Any]) -> dict[str, Any]:
+    """The worker's hello record, as certification.json keeps it (``runtime.worker_hello``)."""
+    found = report["runtime"].get("worker_hello")
+    assert found, (f"certification.json keeps no worker hello record: did any WORKER test "
+                   f"start the worker? {report['runtime']}")
+    differing = [w["message"] for w in report["verdict"]["warnings"]
+                 if w["code"] == "worker-hello-inconsistent"]
+    assert not differing, f"the worker named different runtimes or devices: {differing}"
     return found
 
 
 @pytest.fixture(scope="module")
-def expected(hellos: list[dict[str, Any]]) -> dict[str, tuple[str, str]]:
+def expected(hello: dict[str, Any]) -> dict[str, tuple[str, str]]:
     """Per WORKER clause: (outcome, text in its reasons) stock TensorFlow deserves here."""
-    devices = {json.dumps(h["devices"], sort_keys=True) for h in hellos}
-    assert len(devices) == 1, f"the worker listed different devices across tests: {devices}"
-    has_gpu = bool(hellos[0]["devices"])
-    device = WITH_DEVICE if has_gpu else NO_DEVICE
+    device = WITH_DEVICE if hello["devices"] else NO_DEVICE
     return {**MEETS, **LACKS, **{cid: device for cid in NEEDS_DEVICE}}
 
 
@@ -166,16 +162,31 @@ def clause_tests(report: dict[str, Any], clause: str) -> list[dict[str, Any]]:
 
 
 def test_report_is_about_this_tensorflow(report: dict[str, Any],
-                                         hellos: list[dict[str, Any]]) -> None:
+                                         hello: dict[str, Any]) -> None:
     version = tensorflow_version()
-    runtimes = {(h["runtime"]["name"], h["runtime"]["version"]) for h in hellos}
-    assert runtimes == {("tensorflow", version)}, (
-        f"the run's worker reported {runtimes}, expected tensorflow {version} (the "
+    rt = report["runtime"]
+    assert hello["runtime"] == {"name": "tensorflow", "version": version}, (
+        f"the run's worker reported {hello['runtime']}, expected tensorflow {version} (the "
         f"TensorFlow installed here)")
-    assert report["runtime"]["module"] == "conformance.blackbox", report["runtime"]
-    assert report["runtime"]["capabilities"] == ["worker"], report["runtime"]
-    assert "conformance.workers.tf_worker" in (report["runtime"].get("worker_cmd") or ""), \
-        report["runtime"]
+    assert (rt["name"], rt["version"]) == ("tensorflow", version), (
+        f"the report names {rt['name']} {rt['version']}, expected the hello record's "
+        f"tensorflow {version}")
+    assert rt["module"] == "conformance.blackbox", rt
+    assert rt["capabilities"] == ["worker"], rt
+    assert "conformance.workers.tf_worker" in (rt.get("worker_cmd") or ""), rt
+
+
+def test_execution_target_is_what_the_worker_reports(report: dict[str, Any],
+                                                      hello: dict[str, Any]) -> None:
+    target = report["execution_target"]
+    assert target["source"] == "worker", target
+    assert target["worker_devices"] == [
+        {k: d[k] for k in ("name", "pci_bus_id", "memory_limit")} for d in hello["devices"]], target
+    if hello["devices"]:
+        assert target["kind"] == "gpu", target
+    else:
+        assert (target["kind"], target["model"], target["devices"]) == ("cpu", None, []), target
+        assert "lists no GPU device" in target["note"], target
 
 
 def test_report_is_valid_against_the_schema(report: dict[str, Any]) -> None:

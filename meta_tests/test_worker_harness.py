@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+import reference_runtime
 from conformance import spec
 
 ROOT = spec.ROOT
@@ -134,6 +135,18 @@ def test_fake_worker_outcomes(runs: dict[str, Run], fake: str) -> None:
     assert run.returncode == 1, f"{fake}: pytest exit status {run.returncode}"
 
 
+def test_black_box_identity_and_target_come_from_the_hello_record(runs: dict[str, Run]) -> None:
+    fake = runs["crash_mid_run"].report()      # hello read; no ANTMAN_WORKER_* variable set
+    assert (fake["runtime"]["name"], fake["runtime"]["version"]) == ("fake-worker", "0")
+    assert fake["execution_target"]["worker_devices"][0]["pci_bus_id"] == "3b:00.0"
+    for name in ("no_hello", "no_command"):     # no hello record: nothing is known
+        report = runs[name].report()
+        assert report["runtime"]["worker_hello"] is None, report["runtime"]
+        assert (report["runtime"]["name"], report["runtime"]["version"]) == (
+            "black-box worker", "unknown"), report["runtime"]
+        assert report["execution_target"]["kind"] == "unknown", report["execution_target"]
+
+
 def test_hung_workers_are_cut_off_by_the_worker_timeout(runs: dict[str, Run]) -> None:
     # 11 tests, each bounded by --worker-timeout (1 s) plus start-up and a SIGKILL.
     for fake in ("no_hello", "hang_after_hello"):
@@ -149,8 +162,18 @@ def test_garbage_failure_quotes_the_offending_line(runs: dict[str, Run]) -> None
 def test_reference_worker_passes_as_a_black_box(runs: dict[str, Run]) -> None:
     run = runs["reference"]
     report = run.report()
-    assert report["runtime"]["name"] == "reference via worker", report["runtime"]
-    assert sorted(report["runtime"]["capabilities"]) == ["worker"], report["runtime"]
+    rt, target = report["runtime"], report["execution_target"]
+    # The name from ANTMAN_WORKER_NAME; the version and spec version from the hello record.
+    assert rt["name"] == "reference via worker", rt
+    hello = rt["worker_hello"]
+    assert hello["runtime"] == {"name": reference_runtime.NAME,
+                                "version": reference_runtime.VERSION}, rt
+    assert (rt["version"], rt["spec_version"]) == (reference_runtime.VERSION,
+                                                   reference_runtime.SPEC_VERSION), rt
+    assert sorted(rt["capabilities"]) == ["worker"], rt
+    assert (target["source"], target["kind"]) == ("worker", "gpu"), target
+    assert target["worker_devices"] == [
+        {k: d[k] for k in ("name", "pci_bus_id", "memory_limit")} for d in hello["devices"]], target
     got = run.outcomes()
     assert set(got.values()) and all(o == "PASS" for o, _ in got.values()), \
         f"{got}\n{run.output[-3000:]}"

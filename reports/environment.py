@@ -51,19 +51,31 @@ def suite_info() -> dict[str, Any]:
 
 
 def runtime_info(module: types.ModuleType | None, module_name: str,
-                 worker_cmd: str | None) -> dict[str, Any]:
+                 worker_cmd: str | None,
+                 worker_hello: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The runtime under test. A black-box stand-in (``BLACK_BOX``) is named by its
+    ``identity(worker_hello)``: the ``ANTMAN_WORKER_*`` variables, else the hello record."""
     info: dict[str, Any] = {"module": module_name, "name": None, "version": None,
                             "spec_version": None, "capabilities": [], "path": None,
-                            "git": None, "worker_cmd": worker_cmd}
+                            "git": None, "worker_cmd": worker_cmd,
+                            "worker_hello": worker_hello}
     if module is None:
         return info
     path = getattr(module, "__file__", None)
     info.update(name=str(module.NAME), version=str(module.VERSION),
                 spec_version=str(module.SPEC_VERSION),
                 capabilities=sorted(str(c) for c in module.CAPABILITIES), path=path)
-    if path:
+    if is_black_box(module):
+        info.update(module.identity(worker_hello))
+    elif path:
         info["git"] = git_info(Path(path).resolve().parent)
     return info
+
+
+def is_black_box(module: types.ModuleType | None) -> bool:
+    """Whether ``module`` is a stand-in for an implementation seen only through its worker."""
+    return bool(getattr(module, "BLACK_BOX", False)) and callable(getattr(module, "identity",
+                                                                          None))
 
 
 def python_info() -> dict[str, Any]:
@@ -90,47 +102,106 @@ def _visible(index: int, uuid: str, visible: str | None) -> bool:
                for w in wanted)
 
 
-def execution_target() -> dict[str, Any]:
-    """``kind`` "gpu" with the devices NVML reports (model, driver, CUDA), else "simulated".
+def bus_key(bus_id: str) -> str:
+    """``"00000000:3B:00.0"`` / ``"3b:00.0"`` -> ``"3b:00.0"`` (the config-key form, RM clauses)."""
+    return ":".join(bus_id.strip().lower().split(":")[-2:])
 
-    Devices hidden by ``CUDA_VISIBLE_DEVICES`` are left out (NVML itself ignores it).
+
+def nvml_gpus() -> tuple[dict[str, Any] | None, str]:
+    """``({"driver_version", "cuda_version", "devices"}, "")`` from NVML, or ``(None, why not)``.
+
+    Each device: ``index``, ``model``, ``uuid``, ``memory_total_bytes``, ``pci_bus_id``
+    (config-key form) and ``visible`` (not hidden by ``CUDA_VISIBLE_DEVICES``, which NVML
+    itself ignores).
     """
-    simulated: dict[str, Any] = {"kind": "simulated", "model": None, "driver_version": None,
-                                 "cuda_version": None, "devices": [], "note": None}
     try:
         import pynvml  # optional: nvidia-ml-py
     except ImportError:
-        simulated["note"] = "pynvml (nvidia-ml-py) not installed"
-        return simulated
+        return None, "pynvml (nvidia-ml-py) not installed"
     try:
         pynvml.nvmlInit()
     except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
-        simulated["note"] = f"NVML unavailable: {exc}"
-        return simulated
+        return None, f"NVML unavailable: {exc}"
     try:
         driver = _text(pynvml.nvmlSystemGetDriverVersion())
         cuda = pynvml.nvmlSystemGetCudaDriverVersion_v2()
-        cuda_version = f"{cuda // 1000}.{cuda % 1000 // 10}"
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
         devices = []
         for i in range(pynvml.nvmlDeviceGetCount()):
             handle = pynvml.nvmlDeviceGetHandleByIndex(i)
             uuid = _text(pynvml.nvmlDeviceGetUUID(handle))
-            if not _visible(i, uuid, visible):
-                continue
+            try:
+                bus = bus_key(_text(pynvml.nvmlDeviceGetPciInfo(handle).busId))
+            except Exception:  # a driver without PCI info: the device cannot be matched
+                bus = None
             devices.append({"index": i, "model": _text(pynvml.nvmlDeviceGetName(handle)),
                             "uuid": uuid,
-                            "memory_total_bytes": int(pynvml.nvmlDeviceGetMemoryInfo(handle).total)})
+                            "memory_total_bytes": int(pynvml.nvmlDeviceGetMemoryInfo(handle).total),
+                            "pci_bus_id": bus, "visible": _visible(i, uuid, visible)})
     except Exception as exc:
-        simulated["note"] = f"NVML query failed: {exc}"
-        return simulated
+        return None, f"NVML query failed: {exc}"
     finally:
         try:
             pynvml.nvmlShutdown()
         except Exception:
             pass
-    if not devices:
-        simulated["note"] = "no visible NVIDIA GPU"
-        return simulated
-    return {"kind": "gpu", "model": devices[0]["model"], "driver_version": driver,
-            "cuda_version": cuda_version, "devices": devices, "note": None}
+    return {"driver_version": driver, "cuda_version": f"{cuda // 1000}.{cuda % 1000 // 10}",
+            "devices": devices}, ""
+
+
+def _target(kind: str, source: str, **facts: Any) -> dict[str, Any]:
+    target = {"kind": kind, "source": source, "model": None, "driver_version": None,
+              "cuda_version": None, "devices": [], "worker_devices": None, "note": None}
+    target.update(facts)
+    return target
+
+
+def _strip(device: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in device.items() if k != "visible"}
+
+
+def execution_target() -> dict[str, Any]:
+    """Where an in-process runtime ran: ``kind`` "gpu" with the visible devices NVML reports
+    (model, driver, CUDA), else "simulated" (the runtime's simulated device)."""
+    gpus, why = nvml_gpus()
+    devices = [_strip(d) for d in (gpus or {}).get("devices", []) if d["visible"]]
+    if gpus is None or not devices:
+        return _target("simulated", "in-process", note=why or "no visible NVIDIA GPU")
+    return _target("gpu", "in-process", model=devices[0]["model"],
+                   driver_version=gpus["driver_version"], cuda_version=gpus["cuda_version"],
+                   devices=devices)
+
+
+def worker_target(hello: dict[str, Any] | None) -> dict[str, Any]:
+    """Where a black-box implementation ran, as its worker's hello record says (WORKER-2).
+
+    No hello record read: ``kind`` "unknown". ``devices`` empty: "cpu" (the implementation
+    built no GPU and trained on the host's CPU). Otherwise "gpu": the hello's devices
+    identified through NVML by PCI bus id (model, driver, CUDA) where NVML knows them, else
+    named as the worker names them (``model`` is then the first device's name).
+    """
+    if not isinstance(hello, dict):
+        return _target("unknown", "worker", note="no worker hello record was read, so the "
+                                                 "devices the implementation used are unknown")
+    reported = [dict(d) for d in hello.get("devices") or [] if isinstance(d, dict)]
+    worker_devices = [{"name": str(d.get("name")), "pci_bus_id": str(d.get("pci_bus_id")),
+                       "memory_limit": d.get("memory_limit")} for d in reported]
+    runtime = hello.get("runtime") or {}
+    who = f"{runtime.get('name')} {runtime.get('version')}"
+    if not worker_devices:
+        return _target("cpu", "worker", worker_devices=[],
+                       note=f"the worker's hello record lists no GPU device: {who} built "
+                            f"none and trained on the host's CPU")
+    gpus, why = nvml_gpus()
+    by_bus = {d["pci_bus_id"]: d for d in (gpus or {}).get("devices", []) if d["pci_bus_id"]}
+    matched = [_strip(by_bus[bus_key(d["pci_bus_id"])]) for d in worker_devices
+               if bus_key(d["pci_bus_id"]) in by_bus]
+    if gpus is not None and matched and bus_key(worker_devices[0]["pci_bus_id"]) in by_bus:
+        return _target("gpu", "worker", model=matched[0]["model"],
+                       driver_version=gpus["driver_version"], cuda_version=gpus["cuda_version"],
+                       devices=matched, worker_devices=worker_devices)
+    why = why or ("NVML lists no GPU at PCI bus "
+                  f"{', '.join(d['pci_bus_id'] for d in worker_devices)}")
+    return _target("gpu", "worker", model=worker_devices[0]["name"],
+                   worker_devices=worker_devices,
+                   note=f"GPU model not identified ({why}); devices as the worker names them")

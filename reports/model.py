@@ -26,7 +26,9 @@ from reports import expectations as exp
 from reports import outcomes as oc
 from reports.mustpass import MustPassList
 
-SCHEMA_VERSION = "1.0"
+#: 1.1: ``runtime.worker_hello``; ``execution_target`` kinds "cpu" and "unknown", ``source``,
+#: ``worker_devices`` and the devices' ``pci_bus_id`` (black-box runs, reports/environment.py).
+SCHEMA_VERSION = "1.1"
 CERTIFIED = "CERTIFIED"
 NOT_CERTIFIED = "NOT CERTIFIED"
 INCOMPLETE = "INCOMPLETE"
@@ -78,6 +80,7 @@ class RunData:
     exitstatus: int = 0
     artifacts: list[dict[str, Any]] = field(default_factory=list)
     benchmarks: list[dict[str, Any]] = field(default_factory=list)
+    worker_hellos: list[dict[str, Any]] = field(default_factory=list)
     run_id: str = ""
     generated_at: str = ""
     today: dt.date | None = None
@@ -226,6 +229,11 @@ def _verdict(data: RunData, clauses: list[dict], required: set[str],
         reason(warnings, "partial-clauses",
                f"must-pass clause(s) partly exercised (some tests skipped, unsupported or not run): "
                f"{listing(partial)}", partial)
+    variants = sorted({hello_identity(h) for h in data.worker_hellos})
+    if len(variants) > 1:
+        reason(warnings, "worker-hello-inconsistent",
+               f"the worker's hello records disagree on what ran ({len(variants)} variants): "
+               + "; ".join(variants[:5]))
     for w in data.expectations.waivers:
         if w.status in (exp.STALE, exp.UNNEEDED, exp.EXPIRED):
             reason(warnings, f"waiver-{w.status}", f"waiver {w.id} is {w.status}: {w.note}")
@@ -233,6 +241,15 @@ def _verdict(data: RunData, clauses: list[dict], required: set[str],
     status = NOT_CERTIFIED if fatal else INCOMPLETE if incomplete else CERTIFIED
     return {"status": status, "reasons": fatal + incomplete, "warnings": warnings,
             "profiles": profiles}
+
+
+def hello_identity(hello: Mapping[str, Any]) -> str:
+    """What a worker's hello record says ran: runtime, spec version, devices (by bus)."""
+    rt = hello.get("runtime") if isinstance(hello.get("runtime"), Mapping) else {}
+    devices = [f"{d.get('name')}@{d.get('pci_bus_id')}" for d in hello.get("devices") or []
+               if isinstance(d, Mapping)]
+    return (f"{rt.get('name')} {rt.get('version')}, spec {hello.get('spec_version')}, "
+            f"devices [{', '.join(devices)}]")
 
 
 def _counts(values: list[str], order: tuple[str, ...]) -> dict[str, Any]:

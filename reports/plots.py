@@ -1,4 +1,12 @@
-"""Figures of the report as SVG text (matplotlib, Agg backend); only what the run produced."""
+"""Figures of the report as SVG text (matplotlib, Agg backend); only what the run produced.
+
+Artifact shapes (``report_artifacts.add(name, data)``): the named ones of ``RENDERERS``; any
+data with ``categories`` (list of labels) and ``series`` (``{label: [value or None per
+category]}``), optional ``targets`` (a target per category, or None) or ``target`` (one value,
+drawn as a line labelled ``target_label``), ``ylabel`` and ``title``: a grouped bar chart
+(the benchmarks' overhead, co-location and latency figures); any data with ``x`` and
+``series``: a line plot.
+"""
 
 from __future__ import annotations
 
@@ -97,6 +105,13 @@ def throttle_accuracy(data: dict[str, Any], title: str) -> str | None:
                         [float(tol), 100 + float(tol)], color="#2e7d32", alpha=0.12,
                         label=f"±{tol} %")
     ax.scatter(target, measured, color="#1565c0", zorder=3, label="measured")
+    extra = data.get("extra")
+    for (label, ys), marker in zip(extra.items() if isinstance(extra, dict) else (),
+                                   ("o", "s", "^", "D")):
+        ys = _nums(ys)
+        if len(ys) == len(target):
+            ax.scatter(target, ys, facecolors="none", edgecolors="#ef6c00", marker=marker,
+                       zorder=3, label=str(label))
     ax.set_xlabel("perfControl (%)")
     ax.set_ylabel("measured compute share (%)")
     ax.set_xlim(0, 105)
@@ -122,8 +137,60 @@ def series(data: dict[str, Any], title: str) -> str | None:
     return _svg(fig)
 
 
+def _num_or_none(values: Any) -> list[float | None]:
+    if not isinstance(values, Sequence) or isinstance(values, str):
+        return []
+    return [None if v is None else float(v) for v in values]
+
+
+def bars(data: dict[str, Any], title: str) -> str | None:
+    """Grouped bars: ``categories`` × ``series``, with optional targets (see the module doc)."""
+    cats = [str(c) for c in data.get("categories", []) or []]
+    groups = data.get("series")
+    if not cats or not isinstance(groups, dict):
+        return None
+    rows = [(str(k), _num_or_none(v)) for k, v in groups.items()]
+    rows = [(k, v) for k, v in rows if len(v) == len(cats)]
+    if not rows:
+        return None
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(max(4.5, 1.1 * len(cats) * max(1, len(rows)) ** 0.5 + 2),
+                                    3.6))
+    width = 0.8 / len(rows)
+    colours = ("#1565c0", "#ef6c00", "#2e7d32", "#6a1b9a")
+    for j, (label, ys) in enumerate(rows):
+        xs = [i - 0.4 + width * (j + 0.5) for i in range(len(cats))]
+        shown = [(x, y) for x, y in zip(xs, ys) if y is not None]
+        if shown:
+            ax.bar([x for x, _ in shown], [y for _, y in shown], width=width * 0.92,
+                   color=colours[j % len(colours)], label=label)
+            for x, y in shown:
+                ax.annotate(f"{y:.3g}", (x, y), ha="center", va="bottom", fontsize=7,
+                            xytext=(0, 2), textcoords="offset points")
+    targets = _num_or_none(data.get("targets", []))
+    if len(targets) == len(cats):
+        drawn = False
+        for i, t in enumerate(targets):
+            if t is not None:
+                ax.hlines(t, i - 0.45, i + 0.45, colors="#c62828", linestyles="--", lw=1.2,
+                          label=None if drawn else "target")
+                drawn = True
+    if data.get("target") is not None:
+        ax.axhline(float(data["target"]), color="#c62828", ls="--", lw=1,
+                   label=str(data.get("target_label") or "target"))
+    ax.axhline(0, color="#555", lw=0.6)
+    ax.set_xticks(range(len(cats)), cats, fontsize=8)
+    ax.set_ylabel(str(data.get("ylabel", "")))
+    ax.legend(frameon=False, fontsize=8)
+    return _svg(fig)
+
+
 def benchmarks(results: list[dict[str, Any]]) -> str | None:
-    rows = [r for r in results if r.get("stats", {}).get("mean") is not None]
+    # One-round experiments that report their own figures (extra_info["figures"]) are
+    # tabulated, not drawn: their time is the whole experiment's, not a call's.
+    rows = [r for r in results if r.get("stats", {}).get("mean") is not None
+            and not (r["stats"].get("rounds") == 1
+                     and (r.get("extra_info") or {}).get("figures"))]
     if not rows:
         return None
     plt = _pyplot()
@@ -158,9 +225,13 @@ def figures(doc: dict[str, Any]) -> list[dict[str, str]]:
         name = art["name"]
         if counts.get(name, 0) >= MAX_PER_NAME:
             continue
-        fn = RENDERERS.get(name, series)
+        fn = RENDERERS.get(name) or (bars if isinstance(art["data"], dict)
+                                     and "categories" in art["data"] else series)
         given = art["data"].get("title") if isinstance(art["data"], dict) else None
         title = TITLES.get(name) or str(given or name.replace("_", " "))
+        machine = art["data"].get("machine") if isinstance(art["data"], dict) else None
+        if machine:
+            title = f"{title}: {machine}"
         try:
             svg = fn(art["data"], title) if isinstance(art["data"], dict) else None
         except Exception as exc:  # bad data from a test: say so instead of failing the report

@@ -23,6 +23,13 @@ collection (clauses, capabilities per node ID) into ``workeroutput``, so a test 
 crashed before reporting still has its clauses; the controller learns the collected IDs from
 ``pytest_xdist_node_collection_finished``, so tests that never ran are NOT_RUN.
 
+Black-box runs: fixtures/worker.py adds the user property ``worker_hello`` (the hello record's
+line) to each test that starts a worker. The controller keeps every distinct record; the first
+is ``runtime.worker_hello`` of the report and, when the runtime is the black-box stand-in
+(``conformance.blackbox``), names the runtime and the execution target
+(``reports.environment.worker_target``); records naming another runtime or other devices
+give the warning ``worker-hello-inconsistent``.
+
 Hypothesis seeds: after the call phase the plugin reads what Hypothesis left on the test
 function: the seed it generated (source ``generated``; reproduce with ``@seed(N)`` or
 ``--hypothesis-seed=N``), an explicit ``@seed`` (``explicit``), ``derandomize`` (``derandomize``;
@@ -65,6 +72,7 @@ from reports import environment, model
 from reports import expectations as exp
 from reports import mustpass as mp
 from reports import outcomes as oc
+from reports.render_md import target_text
 
 PROP_CLAUSE = "antman:clause"
 PROP_CAPABILITY = "antman:capability"
@@ -73,6 +81,7 @@ PROP_OUTCOME = "antman:outcome"
 PROP_SEED = "antman:hypothesis_seed"
 PROP_SEED_SOURCE = "antman:hypothesis_seed_source"
 PROP_ARTIFACT = "antman:artifact"
+PROP_WORKER_HELLO = "worker_hello"      # fixtures.worker.HELLO_PROPERTY: a hello record's line
 WORKEROUTPUT_TESTS = "antman_tests"
 WORKEROUTPUT_DESELECTED = "antman_deselected"
 _ARTIFACT_NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
@@ -305,6 +314,7 @@ class CertificationRecorder:
         self.collection_errors: list[str] = []
         self.deselected = 0
         self.artifacts: dict[str, list[dict[str, Any]]] = {}
+        self.worker_hellos: dict[str, dict[str, Any]] = {}   # raw line -> record, read order
         self.junit_is_ours = False
         self.document: dict[str, Any] | None = None
         self.write_error: str | None = None
@@ -380,6 +390,14 @@ class CertificationRecorder:
         source = next((v for k, v in props if k == PROP_SEED_SOURCE), None)
         if source is not None:
             rec.hypothesis = {"seed": seed or None, "source": source}
+        for k, v in props:
+            if k == PROP_WORKER_HELLO and v not in self.worker_hellos:
+                try:
+                    hello = json.loads(v)
+                except (TypeError, ValueError):
+                    continue
+                if isinstance(hello, dict):
+                    self.worker_hellos[v] = hello
         arts = getattr(report, "antman_artifacts", None)
         if arts:
             self.artifacts[report.nodeid] = [{"nodeid": report.nodeid, **a} for a in arts]
@@ -420,13 +438,19 @@ class CertificationRecorder:
         invocation["hypothesis_seed"] = (None if invocation["hypothesis_seed"] is None
                                          else str(invocation["hypothesis_seed"]))
         artifacts = [a for arts in self.artifacts.values() for a in arts]
+        hellos = list(self.worker_hellos.values())
+        hello = hellos[0] if hellos else None
+        black_box = environment.is_black_box(self.runtime)
         return model.RunData(
             clauses=spec.load_clauses(), spec_version=version, tests=self.tests,
             runtime=environment.runtime_info(
                 self.runtime, conformance_plugin.runtime_module_name(config),
-                config.getoption("--worker-cmd", default=None)),
+                config.getoption("--worker-cmd", default=None), hello),
             suite=environment.suite_info(), python=environment.python_info(),
-            platform=environment.platform_info(), target=environment.execution_target(),
+            platform=environment.platform_info(),
+            target=(environment.worker_target(hello) if black_box
+                    else environment.execution_target()),
+            worker_hellos=hellos,
             invocation=invocation, mustpass=must, mustpass_error=must_error,
             mustpass_official=must is not None and mp_file.resolve() == official.resolve(),
             expectations=self.expectations,
@@ -474,8 +498,7 @@ def summary_lines(doc: dict[str, Any], run_dir: Path) -> list[tuple[str, dict[st
               model.NOT_CERTIFIED: {"red": True, "bold": True},
               model.INCOMPLETE: {"yellow": True, "bold": True}}[v["status"]]
     rt = doc["runtime"]
-    target = doc["execution_target"]
-    where = target["model"] if target["kind"] == "gpu" else "simulated device"
+    where = target_text(doc["execution_target"], short=True)
     lines = [(f"verdict: {v['status']}  ({rt['name']} {rt['version']}, spec "
               f"{doc['spec']['version']}, {where})", colour)]
     for r in v["reasons"][:12]:

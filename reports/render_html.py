@@ -6,7 +6,7 @@ from html import escape
 from typing import Any
 
 from reports import model
-from reports.render_md import target_text
+from reports.render_md import bench_figures, target_text
 
 #: outcome -> (background, text colour, legend meaning)
 STYLE = {
@@ -85,7 +85,7 @@ def _facts(doc: dict[str, Any]) -> str:
     git = suite.get("git") or {}
     inv = doc["invocation"]
     items = [
-        ("Runtime", f"{rt['name']} {rt['version']} <span class=muted>({_e(rt['module'])})</span>"),
+        ("Runtime", f"{_e(rt['name'])} {_e(rt['version'])} <span class=muted>({_e(rt['module'])})</span>"),
         ("Capabilities", _e(", ".join(rt["capabilities"]) or "none")),
         ("Spec version", _e(doc["spec"]["version"])
          + f" <span class=muted>({doc['spec']['clauses']} clauses)</span>"),
@@ -99,6 +99,8 @@ def _facts(doc: dict[str, Any]) -> str:
     ]
     if rt.get("worker_cmd"):
         items.append(("Worker command", f"<code>{_e(rt['worker_cmd'])}</code>"))
+    if rt.get("worker_hello"):
+        items.append(("Worker's hello record", _e(model.hello_identity(rt["worker_hello"]))))
     return '<div class="facts">' + "".join(
         f'<div class="fact"><b>{k}</b>{val}</div>' for k, val in items) + "</div>"
 
@@ -222,6 +224,19 @@ def _figures(doc: dict[str, Any], figures: list[dict[str, str]]) -> str:
         parts.append("<h3>Benchmark statistics (µs)</h3><table><tr><th>benchmark</th><th>mean"
                      "</th><th>min</th><th>max</th><th>stddev</th><th>median</th><th>rounds"
                      "</th></tr>" + rows + "</table>")
+        figs = bench_figures(doc)
+        if figs:
+            colour = {"met": "#2e7d32", "missed": "#c62828"}
+            body = "".join(
+                f"<tr><td><code>{_e(r['benchmark'])}</code></td><td>{_e(r['figure'])}</td>"
+                f'<td class="n">{_e(r["value"])}</td><td>{_e(r["target"])}</td>'
+                f"<td style='color:{colour.get(r['met'], '#757575')};font-weight:600'>"
+                f"{_e(r['met'])}</td><td>{_e(r['machine'])}</td>"
+                f"<td class=muted>{_e(r['how'])}</td></tr>" for r in figs)
+            parts.append("<h3>Benchmark figures against their targets</h3><table><tr>"
+                         "<th>benchmark</th><th>figure</th><th>value</th><th>target</th>"
+                         "<th></th><th>machine</th><th>how measured</th></tr>" + body
+                         + "</table>")
     return "<h2>Figures</h2>" + "".join(parts) if parts else ""
 
 

@@ -15,12 +15,50 @@ def _cell(text: Any) -> str:
     return str(text if text is not None else "").replace("|", "\\|").replace("\n", " ")
 
 
-def target_text(target: dict[str, Any]) -> str:
-    if target["kind"] != "gpu":
-        return "simulated device" + (f" ({target['note']})" if target.get("note") else "")
-    n = len(target["devices"])
-    return (f"{n} × {target['model']}, driver {target['driver_version']}, "
-            f"CUDA {target['cuda_version']}")
+def target_text(target: dict[str, Any], short: bool = False) -> str:
+    """The execution target in words (``short``: without the note)."""
+    kind, note = target["kind"], target.get("note")
+    if kind == "gpu" and target["devices"]:
+        return (f"{len(target['devices'])} × {target['model']}, driver "
+                f"{target['driver_version']}, CUDA {target['cuda_version']}")
+    text = {"gpu": f"GPU {target['model']}", "cpu": "CPU (no GPU device)",
+            "unknown": "unknown target"}.get(kind, "simulated device")
+    if kind == "gpu" and target.get("worker_devices"):
+        text = f"{len(target['worker_devices'])} × {text}"
+    return text + (f" ({note})" if note and not short else "")
+
+
+def bench_machine(info: dict[str, Any]) -> str:
+    """Where a benchmark ran, from its ``extra_info``."""
+    cpus = f"{info.get('cpu_count')} CPUs" if info.get("cpu_count") else ""
+    if info.get("backend") == "cuda" or (info.get("gpu_model") and
+                                         str(info.get("device_env", "")).lower() == "cuda"):
+        return f"{info.get('gpu_model') or 'GPU'} (driver {info.get('gpu_driver')}, " \
+               f"CUDA {info.get('cuda_driver')}), {cpus}"
+    return f"simulated device, {cpus}" if cpus else "simulated device"
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return "" if value is None else str(value)
+
+
+def bench_figures(doc: dict[str, Any]) -> list[dict[str, str]]:
+    """Every figure the benchmarks recorded (``extra_info["figures"]``), as text cells."""
+    rows = []
+    for b in doc.get("benchmarks") or []:
+        info = b.get("extra_info") or {}
+        for f in info.get("figures") or []:
+            if not isinstance(f, dict):
+                continue
+            met = f.get("met")
+            rows.append({"benchmark": str(b.get("name")), "figure": str(f.get("name", "")),
+                         "value": f"{_fmt(f.get('value'))} {f.get('unit', '')}".strip(),
+                         "target": str(f.get("target") or ""),
+                         "met": {True: "met", False: "missed"}.get(met, ""),
+                         "machine": bench_machine(info), "how": str(f.get("how") or "")})
+    return rows
 
 
 def render(doc: dict[str, Any], figures: list[dict[str, str]]) -> str:
@@ -86,6 +124,15 @@ def render(doc: dict[str, Any], figures: list[dict[str, str]]) -> str:
                        f"{s['min'] * 1e6:.2f} | {s['max'] * 1e6:.2f} | "
                        f"{(s['stddev'] or 0) * 1e6:.2f} | {s['rounds']} |")
         out.append("")
+        rows = bench_figures(doc)
+        if rows:
+            out += ["### Benchmark figures against their targets", "",
+                    "| benchmark | figure | value | target | | machine | how measured |",
+                    "|---|---|---:|---|---|---|---|"]
+            out += [f"| {_cell(r['benchmark'])} | {_cell(r['figure'])} | {_cell(r['value'])} "
+                    f"| {_cell(r['target'])} | {r['met']} | {_cell(r['machine'])} | "
+                    f"{_cell(r['how'])} |" for r in rows]
+            out.append("")
 
     out += ["## Clauses by area", ""]
     for area, cs in areas.items():
@@ -120,6 +167,8 @@ def render(doc: dict[str, Any], figures: list[dict[str, str]]) -> str:
             f"targets spec {rt['spec_version']}; capabilities: "
             f"{', '.join(rt['capabilities']) or 'none'}"
             + (f"; worker command `{rt['worker_cmd']}`" if rt.get("worker_cmd") else ""),
+            *([f"- Worker's hello record: {model.hello_identity(rt['worker_hello'])}"]
+              if rt.get("worker_hello") else []),
             f"- Suite: {suite['name']} {suite['version']}, commit {git.get('commit') or 'unknown'}"
             f"{' (dirty)' if git.get('dirty') else ''}",
             f"- Must-pass list: `{doc['mustpass']['path']}` (sha256 "
