@@ -411,7 +411,9 @@ class BFCAllocator(Allocator):
         if type(ptr) is not int:
             if ptr is None:
                 return
-            raise InvalidPointerError(self._bad_pointer("deallocate_raw", ptr, None))
+            if not isinstance(ptr, Integral) or isinstance(ptr, bool):
+                raise InvalidPointerError(self._bad_pointer("deallocate_raw", ptr, None))
+            ptr = int(ptr)  # NumPy / CuPy integer addresses
         with self._lock:
             c = self._chunks.get(ptr)
             if c is None or c.allocation_id == -1:
@@ -473,7 +475,8 @@ class BFCAllocator(Allocator):
         return True
 
     def _chunk_for(self, what: str, ptr: int) -> _Chunk:
-        c = self._chunks.get(ptr) if isinstance(ptr, int) else None
+        c = (self._chunks.get(int(ptr))
+             if isinstance(ptr, Integral) and not isinstance(ptr, bool) else None)
         if c is None:
             raise InvalidPointerError(self._bad_pointer(what, ptr, None))
         return c
