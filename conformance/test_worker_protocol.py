@@ -282,7 +282,8 @@ def test_perf_control_throttles_the_step_period(worker, report_artifacts) -> Non
         report_artifacts.add("e2e_timeline", w.timeline())
     bands = {p: (0.75 * 100 / p, (1.25 if p == 100 else 1.5) * 100 / p) for p in ratios}
     outside = [p for p, r in ratios.items() if not bands[p][0] <= r <= bands[p][1]]
-    ignored = all(0.75 <= r <= 1.25 for r in ratios.values())
+    # Not even perfControl 25 stretched the period to the lower bound of perfControl 50.
+    ignored = all(r < bands[50][0] for p, r in ratios.items() if p < 100)
     assert len(outside) == 0, (
         f"median period / unthrottled median B={b:.0f} us: "
         + ", ".join(f"perfControl={p}: {r:.3f} (expected [{bands[p][0]:g}, {bands[p][1]:g}]"

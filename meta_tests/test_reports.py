@@ -742,7 +742,7 @@ def test_black_box_target_is_what_the_worker_reports(tmp_path: Path,
     assert (elsewhere["kind"], elsewhere["devices"]) == ("gpu", [])
     assert "NVML lists no GPU at PCI bus 5e:00.0" in elsewhere["note"]
     texts = [render_md.target_text(t) for t in (unknown, cpu, named, found, elsewhere)]
-    assert texts[0].startswith("unknown target") and texts[1].startswith("CPU (no GPU device)")
+    assert texts[0].startswith("unknown target") and texts[1].startswith("host CPU (the worker's")
     assert texts[2].startswith(f"1 × GPU {TF_GPU['name']}")
     assert texts[3] == "1 × NVIDIA A100, driver 550.54, CUDA 12.4"
     for target in (unknown, cpu, named, found, elsewhere):
@@ -768,7 +768,7 @@ def test_black_box_runtime_is_named_by_its_hello_record(tmp_path: Path,
     assert rt["worker_hello"] == HELLO and doc["execution_target"]["kind"] == "cpu"
     assert not [w for w in doc["verdict"]["warnings"] if w["code"].startswith("worker-")]
     md = render_md.render(doc, [])
-    assert md.count("**tensorflow 2.21.0**") == 1 and "CPU (no GPU device)" in md
+    assert md.count("**tensorflow 2.21.0**") == 1 and "on host CPU (" in md
     assert "Worker's hello record: tensorflow 2.21.0, spec " in md
     # Nothing read: the defaults; an unknown target.
     rt = _black_box(tmp_path, [])["runtime"]

@@ -191,7 +191,7 @@ def worker_target(hello: dict[str, Any] | None) -> dict[str, Any]:
     if not worker_devices:
         return _target("cpu", "worker", worker_devices=[],
                        note=f"the worker's hello record lists no GPU device: {who} built "
-                            f"none and trained on the host's CPU")
+                            f"none")
     gpus, why = nvml_gpus()
     by_bus = {d["pci_bus_id"]: d for d in (gpus or {}).get("devices", []) if d["pci_bus_id"]}
     matched = [_strip(by_bus[bus_key(d["pci_bus_id"])]) for d in worker_devices

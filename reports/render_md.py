@@ -21,7 +21,7 @@ def target_text(target: dict[str, Any], short: bool = False) -> str:
     if kind == "gpu" and target["devices"]:
         return (f"{len(target['devices'])} × {target['model']}, driver "
                 f"{target['driver_version']}, CUDA {target['cuda_version']}")
-    text = {"gpu": f"GPU {target['model']}", "cpu": "CPU (no GPU device)",
+    text = {"gpu": f"GPU {target['model']}", "cpu": "host CPU",
             "unknown": "unknown target"}.get(kind, "simulated device")
     if kind == "gpu" and target.get("worker_devices"):
         text = f"{len(target['worker_devices'])} × {text}"
