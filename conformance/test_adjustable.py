@@ -208,6 +208,31 @@ def test_free_empty_memory_keeps_partly_used_regions_and_the_limit(rt):
 
 # --- ADJ-5 -------------------------------------------------------------------------------
 
+
+@pytest.mark.clause("ADJ-3", "ADJ-2")
+def test_region_with_a_free_first_chunk_and_a_live_chunk_is_kept(rt):
+    bfc, sim = make(rt)
+    a = bfc.allocate_raw(256, 256)            # R1 (1 MiB): [a 256][free]
+    b = bfc.allocate_raw(256, 256)            # R1: [a 256][b 256][free]
+    bfc.deallocate_raw(a)                     # R1: [free 256][b in use][free]: no merge
+    (region,) = bfc.memory_map().regions
+    assert [c.in_use for c in region.chunks] == [False, True, False], region
+    adj = rt.GPUAdjustableAllocator()
+    got = adj.free_empty_memory(0, bfc)
+    assert got == MiB and sim.free_calls == [], (
+        f"free_empty_memory(0) with a region whose first chunk is free but whose second "
+        f"chunk is in use: returned {got}, released {sim.free_calls}; the region must stay "
+        f"[ADJ-3]")
+    got = adj.adjust_memory_limit(0, bfc)
+    assert got == MiB and sim.free_calls == [], (
+        f"adjust_memory_limit(0): returned {got}, released {sim.free_calls}; expected the "
+        f"remaining pool 1 MiB and nothing released [ADJ-2, ADJ-3]")
+    assert bfc.allocated_size(b) == 256 and bfc.allocation_id(b) > 0, \
+        "the live chunk must survive the shrink [ADJ-3]"
+    bfc.deallocate_raw(b)
+    assert_bfc_valid(bfc, sim)
+
+
 @pytest.mark.clause("ADJ-5")
 def test_mem_pool_stats(rt):
     adj = rt.GPUAdjustableAllocator()

@@ -602,6 +602,31 @@ def test_gc_releases_free_regions_then_extends(rt):
 
 
 @pytest.mark.clause("BFC-11")
+def test_gc_releases_every_free_region(rt):
+    bfc, sim = make(rt, 8 * MiB + 512 * 1024, gc=True)
+    a = bfc.allocate_raw(256, MiB)            # R1 = 1 MiB, next 2 MiB
+    b = bfc.allocate_raw(256, 2 * MiB)        # R2 = 2 MiB, next 4 MiB
+    c = bfc.allocate_raw(256, 4 * MiB)        # R3 = 4 MiB, next 8 MiB; pool 7 MiB
+    bfc.deallocate_raw(a)
+    bfc.deallocate_raw(b)                     # R1, R2 fully free: F = 3 MiB
+    r = 2 * MiB + 256                         # fits no free chunk; available 1.5 MiB
+    p = bfc.allocate_raw(256, r, no_retry(rt))
+    # Extend fails; r <= limit - pool + F = 4.5 MiB → release R1 AND R2 (releasing R1 alone
+    # would already make room for r), then Extend: region min(next 8 MiB, available 4.5 MiB)
+    assert p is not None, f"allocate_raw(256, {r}) with GC on returned None [BFC-11]"
+    assert sim.free_calls == [(a, MiB), (b, 2 * MiB)], (
+        f"GC released {sim.free_calls}, expected every fully free region [(R1, 1 MiB), "
+        f"(R2, 2 MiB)], not only enough of them [BFC-11]")
+    assert sim.alloc_calls == [MiB, 2 * MiB, 4 * MiB, 4 * MiB + 512 * 1024], (
+        f"regions {sim.alloc_calls}: after releasing every free region the new region is "
+        f"min(next, available) = 4.5 MiB [BFC-11, BFC-8]")
+    assert bfc.memory_map().total_region_allocated_bytes == 8 * MiB + 512 * 1024
+    bfc.deallocate_raw(p)
+    bfc.deallocate_raw(c)
+    assert_bfc_valid(bfc, sim)
+
+
+@pytest.mark.clause("BFC-11")
 def test_gc_feasibility_check(rt):
     bfc, sim, a, b = _gc_setup(rt, gc=True)
     # 2 MiB + 256 > limit - pool + F = 2 MiB → nothing released

@@ -323,7 +323,7 @@ def test_unregister_while_a_handler_uses_the_listener(rt, no_thread_leak, listen
     vclock.advance(1_000_000)
     assert in_handler.wait(5), "the change was not delivered"
     t = threading.Thread(target=listener.unregister_file_listener, args=(str(path), "h"),
-                         name="unregistering")
+                         name="unregistering", daemon=True)
     t.start()
     time.sleep(0.05)                  # let the unregister reach its join, if it joins early
     go.set()

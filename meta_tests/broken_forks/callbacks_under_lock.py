@@ -1,0 +1,37 @@
+"""Breaks FL-6 (handlers): handlers run under the listener's lock.
+
+``FileListener._deliver`` keeps ``self._lock`` held while it calls the handlers, as the
+original does (D-FL-1): a handler that calls ``register_file_listener``,
+``unregister_file_listener`` or ``close`` of the same listener deadlocks the monitor thread
+(the lock is not reentrant), and every later call on the listener blocks.
+
+The suite bounds such a hang: the handler test fails its settle wait and its teardown
+(ERROR), or, on a loaded machine, reaches the per-test timeout first (TIMEOUT).
+"""
+
+from reference_runtime import *  # noqa: F401,F403 - the runtime's public API
+from reference_runtime import CAPABILITIES, SPEC_VERSION, VERSION  # noqa: F401
+from reference_runtime import file_listener as _fl
+
+from meta_tests import broken_forks as _forks
+
+NAME = "broken-callbacks-under-lock"
+WORKER_COMMAND = _forks.worker_command(__name__)
+BREAKS = "FL-6"
+MODULES = ("conformance/test_file_listener.py",)
+OUTCOMES = ("ERROR", "TIMEOUT")
+
+_forks.log_as(__name__)
+_forks.patch_source(_fl.FileListener, "_deliver", (
+    "            handlers = list(watch.handlers)\n"
+    "        for name, callback in handlers:\n"
+    "            try:\n"
+    "                callback(content)\n"
+    "            except Exception:\n"
+    "                log.exception(",
+    "            handlers = list(watch.handlers)\n"
+    "            for name, callback in handlers:         # the fork: under self._lock\n"
+    "                try:\n"
+    "                    callback(content)\n"
+    "                except Exception:\n"
+    "                    log.exception("))

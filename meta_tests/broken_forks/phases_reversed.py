@@ -1,0 +1,24 @@
+"""Breaks REG-2 (phase order): a grouping runs its phases in descending order.
+
+``SessionRunActionRegistry._rebuild`` flattens the phases with ``sorted(phases,
+reverse=True)``: within a phase registration order is kept, but phase 2 (resource
+management) runs before phase 1 (statistics), as a fork iterating its ``std::map`` with
+``rbegin()`` would.
+"""
+
+from reference_runtime import *  # noqa: F401,F403 - the runtime's public API
+from reference_runtime import CAPABILITIES, SPEC_VERSION, VERSION  # noqa: F401
+from reference_runtime import session_run_action_registry as _registry
+
+from meta_tests import broken_forks as _forks
+
+NAME = "broken-phases-reversed"
+WORKER_COMMAND = _forks.worker_command(__name__)
+BREAKS = "REG-2"
+MODULES = ("conformance/test_session_run_actions.py",)
+OUTCOMES = ("FAIL",)
+
+_forks.log_as(__name__)
+_forks.patch_source(_registry.SessionRunActionRegistry, "_rebuild", (
+    "for p in sorted(phases)",
+    "for p in sorted(phases, reverse=True)"))                      # the fork

@@ -1,0 +1,32 @@
+"""Breaks STAT-8 (atomic replacement): the statistics file is rewritten in place.
+
+``GPUStatistics.dump_gpu_statistics`` truncates the status file and writes the new
+document into it (``open(path, "w")``), as the original's ``std::ofstream`` does
+(D-STAT-2), instead of writing a temporary file, fsyncing it and renaming it over the
+path: a concurrent reader can see an empty or partial file.
+
+The suite's concurrent reader fails the test and, again, the teardown of its fixture, so
+the clause is reported ERROR.
+"""
+
+from reference_runtime import *  # noqa: F401,F403 - the runtime's public API
+from reference_runtime import CAPABILITIES, SPEC_VERSION, VERSION  # noqa: F401
+from reference_runtime import gpu_statistics as _stat
+
+from meta_tests import broken_forks as _forks
+
+NAME = "broken-stats-written-in-place"
+WORKER_COMMAND = _forks.worker_command(__name__)
+BREAKS = "STAT-8"
+MODULES = ("conformance/test_statistics.py",)
+OUTCOMES = ("ERROR",)
+
+_forks.log_as(__name__)
+_forks.patch_source(_stat.GPUStatistics, "dump_gpu_statistics", (
+    "            fd, tmp_name = tempfile.mkstemp(prefix=f\".{path.name}.\", suffix=\".tmp\",\n"
+    "                                            dir=path.parent if str(path.parent) else \".\")\n"
+    "            with os.fdopen(fd, \"w\", encoding=\"utf-8\") as f:\n",
+    "            with open(path, \"w\", encoding=\"utf-8\") as f:   # the fork: in place\n"), (
+    "            os.chmod(tmp_name, 0o644)\n"
+    "            os.replace(tmp_name, path)\n",
+    ""))
