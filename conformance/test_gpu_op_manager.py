@@ -144,7 +144,86 @@ def test_fifo_launch_order(rt, managed) -> None:
             f"a CPU node ran on {cpu_thread}, not queued [OPM-2]"
 
 
+@pytest.mark.clause("OPM-4")
+def test_slot_deducts_the_idle_time_it_took(rt, managed_manual) -> None:
+    """Slots that last longer than requested (a real sleep oversleeps) deduct what they took."""
+    m = managed_manual
+    clock, log = m.clock, Log()
+    s = m.ctx.new_session(chain(rt, 4, log, clock, m.rm))
+    m.throttle(50, 1000)
+    t0 = clock.now_us()
+    runner, out = run_in_thread(lambda: s.run(["op3"]), "test-managed-run")
+    # E = 1000, N = 4: slot 250, let run 400 -> E = 600; N = 3: slot 200, run 200 -> E = 400;
+    # N = 2: slot 200, let run 700 -> E = 0 and 300 µs of overrun; N = 1: slot 0, no wait.
+    for advance in (400, 200, 700):
+        wait_until(lambda: any(n.startswith(OP_MANAGER_PREFIX)
+                               for n in clock.waiting_threads()),
+                   "the manager thread to wait in an idle slot")
+        clock.tick(advance)
+    runner.join(10)
+    assert not runner.is_alive() and "error" not in out, f"run() hung or failed: {out}"
+    got = log.snapshot()
+    assert [(e[0], e[1] - t0, e[2]) for e in got] == [
+        ("op0", 400, 600), ("op1", 600, 400), ("op2", 1300, 0), ("op3", 1300, 0)], (
+        f"(op, launch µs, E at launch) = {[(e[0], e[1] - t0, e[2]) for e in got]}: each slot "
+        f"must deduct the idle time it took on the clock, clamped at E = 0 [OPM-4]")
+    assert clock.sleeps_of(OP_MANAGER_PREFIX) == [250, 200, 200], \
+        f"slots requested {clock.sleeps_of(OP_MANAGER_PREFIX)}, expected [250, 200, 200] [OPM-4]"
+    assert m.rm.idle_overrun == 300, \
+        f"idle overrun {m.rm.idle_overrun} µs, expected the 300 spent beyond E [OPM-4, RM-14]"
+
+
+@pytest.mark.clause("OPM-4", "OPM-7")
+def test_interrupted_slot_deducts_what_it_took(rt, managed_manual) -> None:
+    m = managed_manual
+    log = Log()
+    s = m.ctx.new_session(chain(rt, 2, log, m.clock, m.rm))
+    m.throttle(50, 10 ** 6)
+    runner, out = run_in_thread(lambda: s.run(["op1"]), "test-managed-run")
+    wait_until(lambda: any(n.startswith(OP_MANAGER_PREFIX) for n in m.clock.waiting_threads()),
+               "the manager thread to wait in an idle slot")
+    m.clock.tick(1234)                     # part of the 500 000 µs slot
+    s.close()
+    runner.join(10)
+    assert not runner.is_alive() and isinstance(out.get("error"), rt.CancelledError), \
+        f"close() during an idle slot must fail the step: {out} [OPM-7]"
+    assert m.rm.get_estimated_idle_time() == 10 ** 6 - 1234, (
+        f"E = {m.rm.get_estimated_idle_time()} after a slot interrupted 1234 µs in, expected "
+        f"{10 ** 6 - 1234} (the idle time it took, not the slot requested) [OPM-4]")
+
+
 # -- OPM-1, OPM-2 ----------------------------------------------------------------------------
+
+@pytest.mark.clause("OPM-2", "OPM-3")
+def test_gpu_consumers_of_a_queued_op_launch_in_edge_order(rt, managed) -> None:
+    log = Log()
+    clock, rm = managed.clock, managed.rm
+    g = rt.Graph()
+    g.add_node("a", "PyFunc", device=GPU, func=probe(log, "a", clock, rm))
+    names = [f"c{i}" for i in (5, 2, 7, 0, 3, 6, 1, 4)]
+    for i, name in enumerate(names):       # output edges of 'a' in this order
+        g.add_node(name, "PyFunc", ["a"], device=GPU, func=probe(log, name, clock, rm))
+        if i == 3:
+            g.add_node("cpu", "PyFunc", ["a"], device=CPU, is_expensive=False,
+                       func=probe(log, "cpu", clock, rm))
+    s = managed.ctx.new_session(g)
+    for _ in range(20):
+        log.clear()
+        managed.throttle(50, 9000)
+        t0 = clock.now_us()
+        s.run(names + ["cpu"])
+        gpu = [e for e in log.snapshot() if e[0] != "cpu"]
+        assert [e[0] for e in gpu] == ["a"] + names, (
+            f"launch order {[e[0] for e in gpu]}: the GPU consumers of the queued op 'a' must "
+            f"be queued, and launched, in the order of its output edges {names} [OPM-2]")
+        assert [e[1] - t0 for e in gpu] == np.cumsum([1000] * 9).tolist(), \
+            f"launch times {[e[1] - t0 for e in gpu]} [OPM-4]"
+        assert all(e[3].startswith(OP_MANAGER_PREFIX) for e in gpu), \
+            f"queued ops ran on {sorted({e[3] for e in gpu})} [OPM-3]"
+        cpu_thread = next(e[3] for e in log.snapshot() if e[0] == "cpu")
+        assert cpu_thread.startswith(INTER_OP_PREFIX), \
+            f"the CPU consumer of a queued op ran on {cpu_thread}, not the runner [OPM-2]"
+
 
 @pytest.mark.clause("OPM-2")
 def test_synchronous_gpu_kernels_are_queued_too(rt, managed) -> None:

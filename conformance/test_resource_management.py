@@ -460,6 +460,7 @@ class ThrottleModel:
 
     def __init__(self) -> None:
         self.est = self.slot = 0
+        self.overrun = 0            # idle spent beyond E since the last step (RM-14)
 
     @classmethod
     def after(cls, sleep: int, perf: int, d: int) -> int:
@@ -470,9 +471,10 @@ class ThrottleModel:
 
     def step(self, perf: int, d: int) -> int:
         if perf >= 100:
-            self.est = self.slot = 0
+            self.est = self.slot = self.overrun = 0
             return 0
-        consumed = self.slot - self.est if self.slot > self.est else 0
+        consumed = (self.slot - self.est if self.slot > self.est else 0) + self.overrun
+        self.overrun = 0
         actual = d - consumed if d > consumed else 1
         total = actual * 100 // perf
         if total > d + 50:
@@ -546,6 +548,80 @@ def in_step_idle(rm) -> None:
     # consumed = 350; actual = 1; total = 2 <= 350 -> no sleep, E = S = 0
     assert rm.do_sleep_or_suspend(300) == 0
     assert rm.get_estimated_idle_time() == 0
+
+
+@pytest.mark.clause("RM-10", "RM-14")
+@given(steps=st.lists(st.tuples(st.sampled_from([1, 2, 10, 33, 50, 75, 99, 100]),
+                                st.integers(0, 200_000), st.integers(0, 250)),
+                      min_size=1, max_size=12))
+def test_idle_spent_beyond_the_estimate_counts_as_idle(rt, steps) -> None:
+    """Each step: perf, duration, and the idle time the executor spent in it as a percentage
+    of E (above 100: its slots overslept, the excess is the idle overrun)."""
+    clock = VirtualClock(auto_advance=True)
+    with throttled(rt, clock) as rm:
+        model = ThrottleModel()
+        for perf, d, spent_pct in steps:
+            if perf != rm.perf_control:
+                rm.parse_manage_info_from_json(json.dumps({"perfControl": perf}))
+            spent = rm.get_estimated_idle_time() * spent_pct // 100 + (spent_pct > 100)
+            left = rm.spend_idle_time(spent)
+            model.overrun += max(spent - model.est, 0)
+            model.est = max(model.est - spent, 0)
+            assert left == model.est and rm.idle_overrun == model.overrun, (
+                f"spend_idle_time({spent}) left E = {left}, overrun {rm.idle_overrun}; "
+                f"expected {model.est}, {model.overrun} [RM-14]")
+            expected = model.step(perf, d)
+            before = len(clock.records)
+            rm.run_action(rt.SessionRunActionOptions(sess_duration_us=d))
+            sleeps = [r.duration_us for r in clock.records[before:]]
+            assert sleeps == ([expected] if expected else []), (
+                f"step perf={perf} d={d} after {spent} µs of idle spent slept {sleeps}, "
+                f"expected [{expected}] (consumed = S - E + overrun) [RM-10]")
+            assert rm.get_estimated_idle_time() == model.est and rm.idle_overrun == 0, \
+                f"E = {rm.get_estimated_idle_time()}, overrun {rm.idle_overrun} after the " \
+                f"step, expected {model.est}, 0 [RM-10]"
+
+
+@pytest.mark.clause("RM-10", "RM-11")
+def test_oversleep_shortens_the_next_sleep(rt, control_env) -> None:
+    clock = VirtualClock()
+    with throttled(rt, clock) as rm:
+        rm.parse_manage_info_from_json('{"perfControl": 50}')
+
+        def step(d: int, late_by: int | None) -> list[int]:
+            """One boundary of duration d; a sleep is let run ``late_by`` µs past its end."""
+            before = len(clock.records)
+            t, out = run_in_thread(lambda: rm.run_action(post(rt, duration=d)), name="step")
+            if late_by is not None:
+                clock.wait_for_waiters(1)
+                clock.advance(clock.records[before].duration_us + late_by)
+            assert joined(t) and "error" not in out, f"run_action(d={d}) hung or raised {out}"
+            return [r.duration_us for r in clock.records[before:]]
+
+        # total = 1000 * 100 // 50 = 2000 > 1050: sleep 950, which ends 70 µs late.
+        assert step(1000, 70) == [950] and rm.oversleep == 70, \
+            f"a sleep of 950 µs that lasted 1020 left oversleep {rm.oversleep}, expected 70 [RM-10]"
+        # The executor spends E = 950 in-step: consumed 950, actual 1000, total 2000 = d + 50:
+        # no sleep, and the oversleep waits for the next sleep.
+        rm.spend_idle_time(950)
+        assert step(1950, None) == [] and rm.oversleep == 70
+        # consumed 0, total 2000: sleep 2000 - 1000 - 50 - 70 = 880, ending on time.
+        got = step(1000, 0)
+        assert got == [880] and rm.get_estimated_idle_time() == 880 and rm.oversleep == 0, (
+            f"the sleep after a 70 µs oversleep was {got} (E = "
+            f"{rm.get_estimated_idle_time()}, oversleep {rm.oversleep}), expected [880] [RM-10]")
+        # A sleep of 950 that lasts 5950 is remembered as at most its own length ...
+        assert step(1000, 5000) == [950] and rm.oversleep == 950, \
+            f"oversleep {rm.oversleep}, expected it capped at the sleep's 950 µs [RM-10]"
+        # ... and cancels the next sleep of 950 entirely: E and S become 0.
+        assert step(1000, None) == [] and rm.get_estimated_idle_time() == 0 \
+            and rm.total_time_slot == 0 and rm.oversleep == 0, \
+            f"E = {rm.get_estimated_idle_time()}, oversleep {rm.oversleep} [RM-10]"
+        # perfControl 100 clears an oversleep not compensated yet (RM-11).
+        assert step(1000, 30) == [950] and rm.oversleep == 30
+        rm.parse_manage_info_from_json('{"perfControl": 100}')
+        assert step(1000, None) == [] and rm.oversleep == 0, \
+            f"oversleep {rm.oversleep} after a step at perfControl 100, expected 0 [RM-11]"
 
 
 @pytest.mark.clause("RM-11")
@@ -681,6 +757,23 @@ def test_idle_time_bookkeeping(rt, managed) -> None:
 
 
 @pytest.mark.clause("RM-14")
+def test_spend_idle_time_keeps_the_overrun(rt, managed) -> None:
+    rm, _ = managed
+    rm.set_estimated_idle_time(1000)
+    assert rm.spend_idle_time(300) == 700 and rm.idle_overrun == 0
+    assert rm.spend_idle_time(-5) == 700 and rm.idle_overrun == 0, \
+        "spend_idle_time(-5) must count as 0 [RM-14]"
+    assert rm.spend_idle_time(1000) == 0 and rm.idle_overrun == 300, (
+        f"spend_idle_time(1000) with E = 700: E = {rm.get_estimated_idle_time()}, overrun "
+        f"{rm.idle_overrun}, expected 0 and 300 [RM-14]")
+    assert rm.consume_idle_time(50) == 0 and rm.idle_overrun == 300, \
+        "consume_idle_time must not count an overrun [RM-14]"
+    rm.set_estimated_idle_time(10)
+    assert rm.spend_idle_time(25) == 0 and rm.idle_overrun == 315
+    assert rm.oversleep == 0 and rm.total_time_slot == 0
+
+
+@pytest.mark.clause("RM-14")
 def test_idle_time_is_atomic_under_threads(rt, managed) -> None:
     rm, _ = managed
     rm.set_estimated_idle_time(8000)
@@ -698,6 +791,27 @@ def test_idle_time_is_atomic_under_threads(rt, managed) -> None:
         assert joined(t)
     assert rm.get_estimated_idle_time() == 0, \
         f"8000 concurrent consume_idle_time(1) left E = {rm.get_estimated_idle_time()} [RM-14]"
+
+
+@pytest.mark.clause("RM-14")
+def test_spend_idle_time_is_atomic_under_threads(rt, managed) -> None:
+    rm, _ = managed
+    rm.set_estimated_idle_time(8000)
+    barrier = threading.Barrier(4)
+
+    def spend() -> None:
+        barrier.wait()
+        for _ in range(2500):
+            rm.spend_idle_time(1)
+
+    threads = [threading.Thread(target=spend) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        assert joined(t)
+    assert (rm.get_estimated_idle_time(), rm.idle_overrun) == (0, 2000), (
+        f"10000 concurrent spend_idle_time(1) from E = 8000 left E = "
+        f"{rm.get_estimated_idle_time()}, overrun {rm.idle_overrun}; expected 0, 2000 [RM-14]")
 
 
 @pytest.mark.clause("RM-15")

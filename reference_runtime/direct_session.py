@@ -140,6 +140,7 @@ class DirectSession:
     def run(self, fetches: Any, feed_dict: Mapping[str, Any] | None = None,
             target_nodes: Any = None) -> list[np.ndarray]:
         """Run one step; returns the fetched values as host (NumPy) arrays, in fetch order."""
+        start_us = self._clock.now_us()  # sess_duration_us counts from run entry (SESS clauses)
         fetch_names = _names(fetches, "fetches")
         targets = _names(target_nodes, "target_nodes")
         feeds: dict[str, np.ndarray] = {}
@@ -161,7 +162,7 @@ class DirectSession:
                 raise RuntimeError("Attempted to use a closed Session.")
             self._running_threads[me] = self._running_threads.get(me, 0) + 1
         try:
-            return self._run(fetch_names, feeds, targets, list(feed_dict or ()))
+            return self._run(start_us, fetch_names, feeds, targets, list(feed_dict or ()))
         finally:
             with self._lock:
                 left = self._running_threads[me] - 1
@@ -171,10 +172,9 @@ class DirectSession:
                     del self._running_threads[me]
                 self._runs_done.notify_all()
 
-    def _run(self, fetch_names: list[str], feeds: dict[str, np.ndarray], targets: list[str],
-             feed_keys: list[str]) -> list[np.ndarray]:
+    def _run(self, start_us: int, fetch_names: list[str], feeds: dict[str, np.ndarray],
+             targets: list[str], feed_keys: list[str]) -> list[np.ndarray]:
         eak = self._get_or_create(fetch_names, feed_keys, targets)
-        start_us = self._clock.now_us()                      # RunInternal's start_time_usecs
         with self._lock:
             eak.step_count += 1
         step_id = next(self._step_ids)
@@ -216,7 +216,7 @@ class DirectSession:
         if not isinstance(value, np.ndarray) and callable(get) and hasattr(value, "device"):
             value = get()  # a CuPy array
         try:
-            return np.array(value)
+            return np.asarray(value)  # the Placeholder kernel copies it into a device buffer
         except Exception as exc:
             raise InvalidArgumentError(f"cannot feed {key!r}: {exc}") from None
 

@@ -9,7 +9,9 @@ device. ``ExecutorState`` runs one step, as TF 1.15 does:
   propagated to its consumers, and consumers whose inputs are all there become ready;
 - ``schedule_ready``: inexpensive ready nodes stay on the current thread (inline queue),
   expensive ones go to the runner, except that the last expensive one runs inline when
-  nothing else is inline (TF's tail-recursion rule);
+  nothing else is inline (TF's tail-recursion rule); roots and the consumers of async or
+  queued kernels go to the runner, except the GPU ops of a throttled step, which the
+  thread that made them ready queues at once (no thread hand-off per op);
 - the first error (kernel error or failed allocation) aborts the step: no node starts after
   it, the step ends once running kernels return, and every buffer of the step is freed.
 
@@ -19,6 +21,7 @@ While the step is throttled, a ``GpuOpManager`` launches the step's GPU kernels 
 from __future__ import annotations
 
 import collections
+import functools
 import logging
 import threading
 from dataclasses import dataclass, field
@@ -83,7 +86,8 @@ class StepStats:
     bytes_allocated: int = 0
     buffers_freed_at_end: int = 0
     gpu_ops_queued: int = 0
-    idle_slots_us: list[int] = field(default_factory=list)
+    idle_slots_us: list[int] = field(default_factory=list)    # requested, one per launch
+    idle_spent_us: list[int] = field(default_factory=list)    # measured, per non-zero slot
     op_manager_thread: str | None = None
 
 
@@ -234,6 +238,7 @@ class ExecutorState:
         if self.opm is not None:
             self.opm.join()
             self.stats.idle_slots_us = list(self.opm.idle_slots)
+            self.stats.idle_spent_us = list(getattr(self.opm, "idle_spent", ()))
             self.stats.gpu_ops_queued = self.opm.num_queued
         if self._status is not None:
             raise self._status
@@ -265,8 +270,12 @@ class ExecutorState:
         if not ready:
             return
         if inline is None:
+            items, opm = self.impl.items, self.opm
             for nid in ready:
-                self._dispatch(nid)
+                if opm is not None and items[nid].is_gpu:
+                    self._enqueue(items[nid])     # queued here, not via the runner (OPM-2)
+                else:
+                    self._dispatch(nid)
             return
         items = self.impl.items
         curr_expensive: int | None = None
@@ -302,8 +311,7 @@ class ExecutorState:
                 if self._abort.is_set():
                     completed = self._skip(item)
                 elif self.opm is not None and item.is_gpu:
-                    self.opm.enqueue(QueuedOp(item.name, lambda it=item: self._launch(it),
-                                              lambda it=item: self._retire_unrun(it)))
+                    self._enqueue(item)
                 elif item.is_async:
                     self._launch(item)
                 else:
@@ -316,8 +324,15 @@ class ExecutorState:
             self._record_error(UnknownError(f"internal executor error: {exc!r}"))
             raise
 
+    def _enqueue(self, item: NodeItem) -> None:
+        """Queue a GPU op of a managed step on the GpuOpManager (OPM-2)."""
+        assert self.opm is not None
+        self.opm.enqueue(QueuedOp(item.name, functools.partial(self._launch, item),
+                                  functools.partial(self._retire_unrun, item)))
+
     def _launch(self, item: NodeItem) -> None:
-        """Run an async or queued kernel; its successors go to the runner (TF's done callback)."""
+        """Run an async or queued kernel; its successors go to the runner (TF's done callback),
+        or to the queue for the GPU ops of a managed step (OPM-2)."""
         if self._abort.is_set():
             completed = self._skip(item)
         else:

@@ -5,9 +5,12 @@ time E of GPUResourceManagement is positive and perfControl is below 100), the e
 queues every kernel placed on a GPU instead of launching it; this manager's thread
 (``antman-gpu-op-manager-...``) launches them first in, first out, and waits an idle slot
 of ``floor(E / N)`` µs **before** each launch, where N is the number of the step's GPU ops
-not launched yet (this one included), deducting each slot from E. Waits go through the
-injected clock and are interrupted by ``abort``/``shutdown``; the thread blocks on a
-condition (no polling) while the queue is empty.
+not launched yet (this one included). What is deducted from E is the idle time the slot
+really took, measured on the injected clock (a real sleep oversleeps), so that the
+throttle's arithmetic sees the idle time actually inserted. Waits go through the injected
+clock and are interrupted by ``abort``/``shutdown``; the thread blocks on a condition (no
+polling) while the queue is empty. Ops queued by the manager thread itself (the GPU
+consumers of the op it launched) need no wake-up: the loop takes them next.
 """
 
 from __future__ import annotations
@@ -53,7 +56,8 @@ class GpuOpManager:
         self._aborted = False
         self.num_queued = 0                       # ops queued so far in this step
         self.launched: list[str] = []             # launch order
-        self.idle_slots: list[int] = []           # µs waited before each launch
+        self.idle_slots: list[int] = []           # µs requested before each launch
+        self.idle_spent: list[int] = []           # µs the non-zero slots really took
         suffix = f"{label}-{next(_ids)}" if label else str(next(_ids))
         self._thread = threading.Thread(target=self._run, name=f"{THREAD_NAME_PREFIX}-{suffix}",
                                         daemon=True)
@@ -68,7 +72,7 @@ class GpuOpManager:
         with self._cv:
             self._queue.append(op)
             self.num_queued += 1
-            self._cv.notify()
+            self._cv.notify()                     # a no-op unless the thread is waiting
 
     def abort(self) -> None:
         """The step failed: wake an idle slot in progress; queued ops are retired unrun."""
@@ -116,18 +120,25 @@ class GpuOpManager:
                 log.exception("GPU op manager: op %s raised", op.name)
 
     def _idle_slot(self) -> None:
+        """Wait the idle slot ``E // N`` before a launch; deduct the idle time it took (OPM-4)."""
         n = max(self._remaining, 1)
         self._remaining = max(self._remaining - 1, 0)
-        take = getattr(self._rm, "take_idle_slot", None)
-        if callable(take):
-            slot = int(take(n))                   # slot = E // N; E -= slot (atomically)
-        else:
-            slot = int(self._rm.get_estimated_idle_time()) // n
-            if slot > 0:
-                left = int(self._rm.get_estimated_idle_time()) - slot
-                self._rm.set_estimated_idle_time(max(left, 0))
+        slot = int(self._rm.get_estimated_idle_time()) // n
         if slot <= 0:
             self.idle_slots.append(0)
             return
+        start = self._clock.now_us()
         self._clock.sleep_us(slot, self._cancel)
+        spent = max(0, int(self._clock.now_us()) - start)
+        self._spend(spent)
         self.idle_slots.append(slot)
+        self.idle_spent.append(spent)
+
+    def _spend(self, us: int) -> None:
+        """Deduct ``us`` µs of idle time spent from E (clamped at 0; RM-14)."""
+        rm = self._rm
+        spend = getattr(rm, "spend_idle_time", None) or getattr(rm, "consume_idle_time", None)
+        if callable(spend):
+            spend(us)
+        else:
+            rm.set_estimated_idle_time(max(int(rm.get_estimated_idle_time()) - us, 0))

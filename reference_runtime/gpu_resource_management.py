@@ -11,7 +11,9 @@ AntMan's ``gpu_resource_management.{h,cc}``, a POST_SESSION_RUN action at phase 
   later boundary until reached or superseded.
 - ``perfControl`` (percent, 0..100) throttles: after each step the calling thread sleeps so
   that the step period is about ``compute * 100 / perf``; 0 suspends the step until a
-  non-zero value arrives or the action is closed.
+  non-zero value arrives or the action is closed. The idle time a step spent is what the
+  GpuOpManager measured (``spend_idle_time``), and a sleep's oversleep, measured on the
+  clock, shortens the next sleep, so that the period holds on a real clock too.
 
 Every malformed input keeps the last good state and logs one line naming the file.
 """
@@ -111,6 +113,8 @@ class GPUResourceManagement(SessionRunAction):
         self._pending: dict[str, int] = {}
         self._estimated_idle_us = 0
         self._total_time_slot_us = 0
+        self._idle_overrun_us = 0                # idle spent in-step beyond E (RM-14)
+        self._oversleep_us = 0                   # the last throttle sleep's oversleep (RM-10)
         self._queued_op_num: dict[Any, int] = {}
         self._closed = threading.Event()
         self._suspended: set[threading.Event] = set()
@@ -256,10 +260,13 @@ class GPUResourceManagement(SessionRunAction):
 
     def _sleep_or_suspend(self, sess_duration_us: int, perf: int, session: Any) -> int:
         if perf >= 100:
-            if self._total_time_slot_us or self._estimated_idle_us:
+            if self._total_time_slot_us or self._estimated_idle_us or self._idle_overrun_us \
+                    or self._oversleep_us:
                 with self._idle_lock:
                     self._total_time_slot_us = 0
                     self._estimated_idle_us = 0
+                    self._idle_overrun_us = 0
+                    self._oversleep_us = 0
             return 0
         if perf == 0:
             self._suspend(session)
@@ -268,17 +275,26 @@ class GPUResourceManagement(SessionRunAction):
         with self._idle_lock:
             est = self._estimated_idle_us
             slot = self._total_time_slot_us
-            consumed = slot - est if slot > est else 0
+            # The idle time the executor inserted in the step: what it deducted from E, plus
+            # what it spent beyond E (a real slot oversleeps).
+            consumed = (slot - est if slot > est else 0) + self._idle_overrun_us
+            self._idle_overrun_us = 0
             actual_run = d - consumed if d > consumed else 1
             total_time = actual_run * 100 // perf
             if total_time > d + FIXED_COST_US:
-                sleep_us = total_time - d - FIXED_COST_US
+                # Less the last throttle sleep's oversleep (0 on an exact clock).
+                sleep_us = max(total_time - d - FIXED_COST_US - self._oversleep_us, 0)
+                self._oversleep_us = 0
             else:
                 sleep_us = 0
             self._estimated_idle_us = sleep_us
             self._total_time_slot_us = sleep_us
         if sleep_us:
-            self._clock.sleep_us(sleep_us, self._closed)
+            start = self._clock.now_us()
+            if self._clock.sleep_us(sleep_us, self._closed):
+                over = int(self._clock.now_us()) - start - sleep_us
+                with self._idle_lock:
+                    self._oversleep_us = min(max(over, 0), sleep_us)
         return sleep_us
 
     def _suspend(self, session: Any) -> None:
@@ -324,6 +340,30 @@ class GPUResourceManagement(SessionRunAction):
         with self._idle_lock:
             self._estimated_idle_us = max(0, self._estimated_idle_us - max(0, int(us)))
             return self._estimated_idle_us
+
+    def spend_idle_time(self, us: int) -> int:
+        """The executor spent ``us`` µs idle: deduct it from E (clamped at 0); what exceeds E
+        is the idle overrun, counted as idle by the next step's arithmetic. Returns E."""
+        us = max(0, int(us))
+        with self._idle_lock:
+            if us > self._estimated_idle_us:
+                self._idle_overrun_us += us - self._estimated_idle_us
+                self._estimated_idle_us = 0
+            else:
+                self._estimated_idle_us -= us
+            return self._estimated_idle_us
+
+    @property
+    def idle_overrun(self) -> int:
+        """Idle time spent in-step beyond E since the last step boundary (µs)."""
+        with self._idle_lock:
+            return self._idle_overrun_us
+
+    @property
+    def oversleep(self) -> int:
+        """The last throttle sleep's oversleep still to be compensated (µs)."""
+        with self._idle_lock:
+            return self._oversleep_us
 
     def take_idle_slot(self, queued_op_num: int) -> int:
         """Atomically ``slot = E // N`` and ``E -= slot``; 0 when ``N <= 0``. Returns slot."""
