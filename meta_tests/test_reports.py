@@ -384,6 +384,53 @@ def test_benchmarks_are_tabulated_and_plotted(project: pytest.Pytester) -> None:
     assert "Benchmark statistics" in html and "<svg" in html
 
 
+def test_run_without_conformance_tests_has_no_verdict(project: pytest.Pytester) -> None:
+    project.makepyfile(test_bench='''
+        def test_share(benchmark):
+            benchmark.extra_info["figures"] = [
+                {"name": "allocator share", "value": 0.4, "unit": "%", "target": "< 1 %",
+                 "met": True, "how": "synthetic"}]
+            benchmark.pedantic(sum, args=(range(10),), rounds=2, iterations=1)
+
+        def test_plain():
+            pass
+    ''')
+    result, doc = run(project, "-k", "test_", "--require-certified")
+    assert_valid(doc)
+    assert doc["schema_version"] == model.SCHEMA_VERSION == "1.2"
+    v = doc["verdict"]
+    assert v["status"] == model.NO_VERDICT, v
+    assert [r["code"] for r in v["reasons"]] == ["no-conformance-tests"]
+    assert "no conformance test ran: this is a benchmark run" in v["reasons"][0]["message"]
+    codes = {r["code"] for r in v["reasons"] + v["warnings"]}
+    assert not codes & {"mustpass-not-run", "subset-selection", "hypothesis-profile"}, v
+    assert result.ret == 1, "--require-certified: NO VERDICT must fail the run"
+    assert short(doc) == {"test_share": "PASS", "test_plain": "PASS"}
+    result.stdout.fnmatch_lines(["verdict: NO VERDICT*", "  - no conformance test ran: *",
+                                 "benchmarks: 1", "tests: 2 (PASS 2)"])
+    assert "must-pass clauses:" not in result.stdout.str()
+    folder = project.path / "out" / "latest"
+    html = (folder / "certification.html").read_text()
+    md = (folder / "certification.md").read_text()
+    for text in (html, md):  # no clause listing, no must-pass clause as a failure
+        assert "did not pass" not in text and "not exercised" not in text
+        assert "Clauses by area" not in text and "Clause grid" not in text
+        assert "API-1 " not in text and 'id="API-1"' not in text
+    header_end = html.index("</header>")
+    assert html.index("NO VERDICT") < header_end
+    assert header_end < html.index("Benchmark figures against their targets") \
+        < html.index("<svg") < html.index("Benchmark statistics") < html.index("<h2>Summary")
+    assert md.startswith(f"# {render_md.VERDICT_SYMBOL[model.NO_VERDICT]} NO VERDICT")
+    assert md.index("## Why") < md.index("## Benchmarks") < md.index("| allocator share |") \
+        < md.index("## Summary")
+    # Once a test names a clause, the run is judged as before.
+    project.makepyfile(test_ok='import pytest\n\n@pytest.mark.clause("API-1")\n'
+                               'def test_ok():\n    pass\n')
+    result, doc = run(project, "--require-certified")
+    assert doc["verdict"]["status"] == model.INCOMPLETE and result.ret == 1
+    assert doc["verdict"]["reasons"][0]["code"] == "mustpass-not-run"
+
+
 def test_hypothesis_seed_is_recorded(project: pytest.Pytester) -> None:
     project.makepyfile(test_hyp='''
         import pytest
@@ -579,6 +626,29 @@ def test_incomplete_when_tests_did_not_run_or_were_skipped(tmp_path: Path) -> No
     clause = {c["id"]: c for c in doc["clauses"]}["API-2"]
     assert clause["outcome"] == "NOT_RUN" and "no GPU" in clause["notes"][0]
     assert doc["verdict"]["reasons"][0]["code"] == "mustpass-not-run"
+
+
+def test_no_verdict_without_a_clause_test_unless_collection_broke(tmp_path: Path) -> None:
+    plain = [_record("b::t", [], PASSED), _record("b::u", [], ("SKIPPED", "benchmark only"))]
+    data = _data(tmp_path, plain, official=False, selection_reasons=["paths benchmarks"])
+    data.runtime["spec_version"] = "2020.01"
+    doc = _build(data)
+    v = doc["verdict"]
+    assert v["status"] == model.NO_VERDICT
+    assert [r["code"] for r in v["reasons"]] == ["no-conformance-tests"]
+    assert "no collected test names a clause" in v["reasons"][0]["message"]
+    # Setup findings that would refuse certification stay visible, as notes.
+    assert {"spec-version-mismatch", "mustpass-unofficial"} <= {w["code"] for w in v["warnings"]}
+    assert not {"mustpass-not-run", "subset-selection"} & {w["code"] for w in v["warnings"]}
+    html = render_html.render(doc, [])
+    assert "Must-pass clauses that did not pass" not in html and 'id="API-1"' not in html
+    # The tests that failed to collect may be the conformance tests: judged as before.
+    doc = _build(_data(tmp_path, plain, collection_errors=["conformance/test_x.py"]))
+    assert doc["verdict"]["status"] == model.NOT_CERTIFIED
+    codes = {r["code"] for r in doc["verdict"]["reasons"]}
+    assert {"collection-errors", "mustpass-not-run"} <= codes
+    doc = _build(_data(tmp_path, plain, exitstatus=3))
+    assert doc["verdict"]["status"] == model.NOT_CERTIFIED
 
 
 def test_waived_is_never_pass_and_not_run_is_never_waived(tmp_path: Path) -> None:

@@ -11,6 +11,12 @@ Verdict, in order:
   subset of the suite (``-k``, ``-m``, ``--deselect``, node IDs, paths that do not cover
   ``conformance/``), or collected tests were never reported (``-x``, interruption, crashes).
 - ``CERTIFIED`` otherwise: every required must-pass clause is PASS or WAIVED.
+
+A run that collected no test naming a clause (a benchmark run, say) certifies nothing: its
+verdict is ``NO VERDICT`` (reason ``no-conformance-tests``) unless tests failed to collect or
+the session hit an internal error (``NOT CERTIFIED``, as above). The checks of the
+certification setup (spec version, must-pass list, profile) become notes; the must-pass
+clauses are not reported as missing. ``--require-certified`` fails such a run.
 """
 
 from __future__ import annotations
@@ -28,11 +34,16 @@ from reports.mustpass import MustPassList
 
 #: 1.1: ``runtime.worker_hello``; ``execution_target`` kinds "cpu" and "unknown", ``source``,
 #: ``worker_devices`` and the devices' ``pci_bus_id`` (black-box runs, reports/environment.py).
-SCHEMA_VERSION = "1.1"
+#: 1.2: verdict status ``NO VERDICT`` (runs without conformance tests).
+SCHEMA_VERSION = "1.2"
 CERTIFIED = "CERTIFIED"
 NOT_CERTIFIED = "NOT CERTIFIED"
 INCOMPLETE = "INCOMPLETE"
-VERDICTS = (CERTIFIED, NOT_CERTIFIED, INCOMPLETE)
+NO_VERDICT = "NO VERDICT"
+VERDICTS = (CERTIFIED, NOT_CERTIFIED, INCOMPLETE, NO_VERDICT)
+#: Fatal reasons that keep the full verdict even when no conformance test was collected
+#: (the tests that failed to collect may be the conformance tests).
+_ALWAYS_FATAL = ("collection-errors", "internal-error")
 FAILING = (oc.CRASH, oc.TIMEOUT, oc.ERROR, oc.FAIL, oc.NOT_SUPPORTED)
 
 
@@ -238,9 +249,32 @@ def _verdict(data: RunData, clauses: list[dict], required: set[str],
         if w.status in (exp.STALE, exp.UNNEEDED, exp.EXPIRED):
             reason(warnings, f"waiver-{w.status}", f"waiver {w.id} is {w.status}: {w.note}")
 
+    if not is_certification_run(data) and not any(r["code"] in _ALWAYS_FATAL for r in fatal):
+        return _no_verdict(data, fatal, incomplete, warnings, profiles)
     status = NOT_CERTIFIED if fatal else INCOMPLETE if incomplete else CERTIFIED
     return {"status": status, "reasons": fatal + incomplete, "warnings": warnings,
             "profiles": profiles}
+
+
+def is_certification_run(data: RunData) -> bool:
+    """Whether the run collected at least one test that names a clause."""
+    return any(t.clauses for t in data.tests.values())
+
+
+def _no_verdict(data: RunData, fatal: list[dict[str, Any]], incomplete: list[dict[str, Any]],
+                warnings: list[dict[str, Any]], profiles: list[str]) -> dict[str, Any]:
+    """``NO VERDICT``: the run collected no conformance test, so must-pass clauses that did not
+    run and the selection are no reasons; other findings stay as notes."""
+    n = len(data.benchmarks)
+    what = (f"this is a benchmark run ({n} benchmark{'s' if n != 1 else ''})" if n
+            else "no collected test names a clause of SPEC.md")
+    reasons = [{"code": "no-conformance-tests",
+                "message": f"no conformance test ran: {what}; it certifies nothing",
+                "clauses": []}]
+    skip = {"mustpass-not-run", "subset-selection", "hypothesis-profile"}
+    notes = [r for r in fatal + incomplete if r["code"] not in skip]
+    notes += [r for r in warnings if r["code"] not in skip]
+    return {"status": NO_VERDICT, "reasons": reasons, "warnings": notes, "profiles": profiles}
 
 
 def hello_identity(hello: Mapping[str, Any]) -> str:

@@ -11,7 +11,8 @@ summary prints the verdict, the counts per outcome and the folder.
 Options: ``--report-dir DIR`` (default ``reports/out`` under the rootdir), ``--no-report``,
 ``--expectations FILE`` (waivers, see ``reports.expectations``), ``--mustpass FILE``
 (another must-pass list; such a run is never CERTIFIED) and ``--require-certified`` (exit
-status 0 exactly when the verdict is CERTIFIED, so waived failures do not fail the run).
+status 0 exactly when the verdict is CERTIFIED, so waived failures do not fail the run, and
+NO VERDICT, a run without conformance tests such as a benchmark run, fails it).
 
 How data crosses xdist workers: at collection each item gets ``user_properties``
 ``antman:clause`` / ``antman:capability`` / ``antman:gpu`` (they travel with every report and
@@ -496,7 +497,8 @@ def summary_lines(doc: dict[str, Any], run_dir: Path) -> list[tuple[str, dict[st
     v = doc["verdict"]
     colour = {model.CERTIFIED: {"green": True, "bold": True},
               model.NOT_CERTIFIED: {"red": True, "bold": True},
-              model.INCOMPLETE: {"yellow": True, "bold": True}}[v["status"]]
+              model.INCOMPLETE: {"yellow": True, "bold": True},
+              model.NO_VERDICT: {"cyan": True, "bold": True}}[v["status"]]
     rt = doc["runtime"]
     where = target_text(doc["execution_target"], short=True)
     lines = [(f"verdict: {v['status']}  ({rt['name']} {rt['version']}, spec "
@@ -509,8 +511,11 @@ def summary_lines(doc: dict[str, Any], run_dir: Path) -> list[tuple[str, dict[st
         parts = [f"{o} {n}" for o, n in s["by_outcome"].items() if n]
         return f"{s['total']} ({', '.join(parts) or 'none'})"
 
-    lines.append((f"must-pass clauses: {counts('must_pass')}", {}))
-    lines.append((f"clauses: {counts('clauses')}", {}))
+    if v["status"] == model.NO_VERDICT:
+        lines.append((f"benchmarks: {len(doc['benchmarks'])}", {}))
+    else:
+        lines.append((f"must-pass clauses: {counts('must_pass')}", {}))
+        lines.append((f"clauses: {counts('clauses')}", {}))
     lines.append((f"tests: {counts('tests')}", {}))
     for w in doc["expectations"]["waivers"]:
         if w["status"] != exp.APPLIED:

@@ -22,7 +22,8 @@ STYLE = {
 }
 VERDICT_STYLE = {model.CERTIFIED: ("#1b5e20", "#e8f5e9"),
                  model.NOT_CERTIFIED: ("#b71c1c", "#ffebee"),
-                 model.INCOMPLETE: ("#e65100", "#fff3e0")}
+                 model.INCOMPLETE: ("#e65100", "#fff3e0"),
+                 model.NO_VERDICT: ("#37474f", "#eceff1")}
 
 CSS = """
 *{box-sizing:border-box}
@@ -110,22 +111,32 @@ def _verdict(doc: dict[str, Any]) -> str:
     fg, bg = VERDICT_STYLE[v["status"]]
     rt = doc["runtime"]
     reasons = "".join(f"<li>{_e(r['message'])}</li>" for r in v["reasons"])
-    must = doc["summary"]["must_pass"]
-    ok = must["by_outcome"]["PASS"] + must["by_outcome"]["WAIVED"]
+    if v["status"] == model.NO_VERDICT:
+        figs = bench_figures(doc)
+        met = sum(r["met"] == "met" for r in figs)
+        judged = sum(r["met"] in ("met", "missed") for r in figs)
+        sub = (f'<b>{_e(rt["name"])} {_e(rt["version"])}</b> &middot; not a certification run'
+               f' &middot; {len(doc["benchmarks"])} benchmark(s)'
+               + (f", {met} of {judged} figures met their targets" if judged else ""))
+    else:
+        must = doc["summary"]["must_pass"]
+        ok = must["by_outcome"]["PASS"] + must["by_outcome"]["WAIVED"]
+        sub = (f'<b>{_e(rt["name"])} {_e(rt["version"])}</b> against SPEC.md '
+               f'<b>{_e(doc["spec"]["version"])}</b> &middot; {ok} of {must["total"]} must-pass '
+               f'clauses passed or waived')
     return (f'<header class="verdict" style="background:{bg};border-color:{fg}">'
             f'<div class="wrap"><p class="status" style="color:{fg}">{_e(v["status"])}</p>'
-            f'<div class="sub"><b>{_e(rt["name"])} {_e(rt["version"])}</b> against SPEC.md '
-            f'<b>{_e(doc["spec"]["version"])}</b> &middot; {ok} of {must["total"]} must-pass '
-            f'clauses passed or waived</div>'
+            f'<div class="sub">{sub}</div>'
             + (f"<ul>{reasons}</ul>" if reasons else "") + _facts(doc) + "</div></header>")
 
 
-def _summary(doc: dict[str, Any]) -> str:
+def _summary(doc: dict[str, Any], keys: tuple[str, ...] = ("must_pass", "clauses", "tests")
+             ) -> str:
     order = list(doc["summary"]["tests"]["by_outcome"])
     head = "".join(f"<th>{badge(o)}</th>" for o in order)
     rows = []
-    for key, label in (("must_pass", "Must-pass clauses"), ("clauses", "All clauses"),
-                       ("tests", "Tests")):
+    labels = {"must_pass": "Must-pass clauses", "clauses": "All clauses", "tests": "Tests"}
+    for key, label in ((k, labels[k]) for k in keys):
         s = doc["summary"][key]
         cells = "".join(f'<td class="n">{s["by_outcome"].get(o, "–") or ""}</td>'
                         for o in order)
@@ -203,7 +214,7 @@ def _waivers(doc: dict[str, Any]) -> str:
             "<th>link</th></tr>" + rows + "</table>")
 
 
-def _figures(doc: dict[str, Any], figures: list[dict[str, str]]) -> str:
+def _plots(figures: list[dict[str, str]]) -> list[str]:
     parts = []
     for f in figures:
         if f.get("error"):
@@ -214,30 +225,50 @@ def _figures(doc: dict[str, Any], figures: list[dict[str, str]]) -> str:
             f" &middot; from <code>{_e(f['nodeid'])}</code>" if f["nodeid"] else "") + \
             "</figcaption>"
         parts.append(f"<figure>{f['svg']}{cap}</figure>")
-    parts = [f'<div class="figs">{"".join(parts)}</div>'] if parts else []
-    if doc["benchmarks"]:
-        rows = "".join(
-            f"<tr><td><code>{_e(b['fullname'])}</code></td>"
-            + "".join(f'<td class="n">{(b["stats"][k] or 0) * 1e6:.2f}</td>'
-                      for k in ("mean", "min", "max", "stddev", "median"))
-            + f'<td class="n">{b["stats"]["rounds"]}</td></tr>' for b in doc["benchmarks"])
-        parts.append("<h3>Benchmark statistics (µs)</h3><table><tr><th>benchmark</th><th>mean"
-                     "</th><th>min</th><th>max</th><th>stddev</th><th>median</th><th>rounds"
-                     "</th></tr>" + rows + "</table>")
-        figs = bench_figures(doc)
-        if figs:
-            colour = {"met": "#2e7d32", "missed": "#c62828"}
-            body = "".join(
-                f"<tr><td><code>{_e(r['benchmark'])}</code></td><td>{_e(r['figure'])}</td>"
-                f'<td class="n">{_e(r["value"])}</td><td>{_e(r["target"])}</td>'
-                f"<td style='color:{colour.get(r['met'], '#757575')};font-weight:600'>"
-                f"{_e(r['met'])}</td><td>{_e(r['machine'])}</td>"
-                f"<td class=muted>{_e(r['how'])}</td></tr>" for r in figs)
-            parts.append("<h3>Benchmark figures against their targets</h3><table><tr>"
-                         "<th>benchmark</th><th>figure</th><th>value</th><th>target</th>"
-                         "<th></th><th>machine</th><th>how measured</th></tr>" + body
-                         + "</table>")
+    return [f'<div class="figs">{"".join(parts)}</div>'] if parts else []
+
+
+def _bench_stats(doc: dict[str, Any]) -> list[str]:
+    if not doc["benchmarks"]:
+        return []
+    rows = "".join(
+        f"<tr><td><code>{_e(b['fullname'])}</code></td>"
+        + "".join(f'<td class="n">{(b["stats"][k] or 0) * 1e6:.2f}</td>'
+                  for k in ("mean", "min", "max", "stddev", "median"))
+        + f'<td class="n">{b["stats"]["rounds"]}</td></tr>' for b in doc["benchmarks"])
+    return ["<h3>Benchmark statistics (µs)</h3><table><tr><th>benchmark</th><th>mean"
+            "</th><th>min</th><th>max</th><th>stddev</th><th>median</th><th>rounds"
+            "</th></tr>" + rows + "</table>"]
+
+
+def _bench_targets(doc: dict[str, Any]) -> list[str]:
+    figs = bench_figures(doc)
+    if not figs:
+        return []
+    colour = {"met": "#2e7d32", "missed": "#c62828"}
+    body = "".join(
+        f"<tr><td><code>{_e(r['benchmark'])}</code></td><td>{_e(r['figure'])}</td>"
+        f'<td class="n">{_e(r["value"])}</td><td>{_e(r["target"])}</td>'
+        f"<td style='color:{colour.get(r['met'], '#757575')};font-weight:600'>"
+        f"{_e(r['met'])}</td><td>{_e(r['machine'])}</td>"
+        f"<td class=muted>{_e(r['how'])}</td></tr>" for r in figs)
+    return ["<h3>Benchmark figures against their targets</h3><table><tr>"
+            "<th>benchmark</th><th>figure</th><th>value</th><th>target</th>"
+            "<th></th><th>machine</th><th>how measured</th></tr>" + body + "</table>"]
+
+
+def _figures(doc: dict[str, Any], figures: list[dict[str, str]]) -> str:
+    """Certification runs: plots, then benchmark statistics and figures against targets."""
+    parts = _plots(figures) + _bench_stats(doc) + _bench_targets(doc)
     return "<h2>Figures</h2>" + "".join(parts) if parts else ""
+
+
+def _benchmarks_first(doc: dict[str, Any], figures: list[dict[str, str]]) -> str:
+    """Runs without a verdict: figures against targets, plots, then statistics."""
+    parts = _bench_targets(doc) + _plots(figures) + _bench_stats(doc)
+    if not parts:
+        return "<h2>Benchmarks</h2><p class=muted>this run recorded no benchmark</p>"
+    return "<h2>Benchmarks</h2>" + "".join(parts)
 
 
 def _by_area(doc: dict[str, Any]) -> str:
@@ -313,9 +344,13 @@ def _provenance(doc: dict[str, Any]) -> str:
 def render(doc: dict[str, Any], figures: list[dict[str, str]]) -> str:
     v = doc["verdict"]["status"]
     title = f"{v}: {doc['runtime']['name']} {doc['runtime']['version']} · spec {doc['spec']['version']}"
-    body = "".join([_verdict(doc), "<main>", _problems(doc), _notes(doc), _summary(doc),
-                    _grid(doc), _waivers(doc), _figures(doc, figures), _by_area(doc),
-                    _tests(doc), _provenance(doc), "</main>"])
+    if v == model.NO_VERDICT:  # nothing certified: the benchmarks first, no clause listings
+        sections = [_benchmarks_first(doc, figures), _notes(doc), _summary(doc, ("tests",)),
+                    _waivers(doc), _tests(doc), _provenance(doc)]
+    else:
+        sections = [_problems(doc), _notes(doc), _summary(doc), _grid(doc), _waivers(doc),
+                    _figures(doc, figures), _by_area(doc), _tests(doc), _provenance(doc)]
+    body = "".join([_verdict(doc), "<main>", *sections, "</main>"])
     return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
             f'<meta name="viewport" content="width=device-width,initial-scale=1">'
             f"<title>{_e(title)}</title><style>{CSS}</style></head><body>{body}</body></html>\n")

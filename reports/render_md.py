@@ -8,7 +8,8 @@ from reports import model
 
 SYMBOL = {"PASS": "✅", "FAIL": "❌", "ERROR": "🟧", "TIMEOUT": "⏱️", "CRASH": "💀",
           "NOT_SUPPORTED": "➖", "WAIVED": "🛡️", "NOT_RUN": "⬜", "SKIPPED": "⏭️"}
-VERDICT_SYMBOL = {model.CERTIFIED: "✅", model.NOT_CERTIFIED: "❌", model.INCOMPLETE: "⚠️"}
+VERDICT_SYMBOL = {model.CERTIFIED: "✅", model.NOT_CERTIFIED: "❌", model.INCOMPLETE: "⚠️",
+                  model.NO_VERDICT: "ℹ️"}
 
 
 def _cell(text: Any) -> str:
@@ -61,29 +62,78 @@ def bench_figures(doc: dict[str, Any]) -> list[dict[str, str]]:
     return rows
 
 
+def _summary(doc: dict[str, Any], keys: tuple[str, ...]) -> list[str]:
+    labels = {"must_pass": "must-pass clauses", "clauses": "all clauses", "tests": "tests"}
+    order = doc["summary"]["tests"]["by_outcome"]
+    out = ["## Summary", "", "| | total | " + " | ".join(f"{SYMBOL[o]} {o}" for o in order)
+           + " |", "|---|---:|" + "---:|" * len(order)]
+    for key in keys:
+        s = doc["summary"][key]
+        cells = [str(s["by_outcome"].get(o, "")) if o in s["by_outcome"] else "–" for o in order]
+        out.append(f"| {labels[key]} | {s['total']} | " + " | ".join(cells) + " |")
+    return out + [""]
+
+
+def _plots(figures: list[dict[str, str]]) -> list[str]:
+    out = []
+    for f in figures:
+        if f.get("file"):
+            out += [f"### {f['title']}", "", f"![{f['title']}]({f['file']})",
+                    "" if not f["nodeid"] else f"From `{f['nodeid']}`.", ""]
+    return out
+
+
+def _bench_stats(doc: dict[str, Any], heading: str) -> list[str]:
+    if not doc["benchmarks"]:
+        return []
+    out = [heading, "", "| benchmark | mean (µs) | min (µs) | max (µs) | stddev (µs) | rounds |",
+           "|---|---:|---:|---:|---:|---:|"]
+    for b in doc["benchmarks"]:
+        s = b["stats"]
+        out.append(f"| {_cell(b['fullname'])} | {s['mean'] * 1e6:.2f} | "
+                   f"{s['min'] * 1e6:.2f} | {s['max'] * 1e6:.2f} | "
+                   f"{(s['stddev'] or 0) * 1e6:.2f} | {s['rounds']} |")
+    return out + [""]
+
+
+def _bench_targets(doc: dict[str, Any]) -> list[str]:
+    rows = bench_figures(doc)
+    if not rows:
+        return []
+    out = ["### Benchmark figures against their targets", "",
+           "| benchmark | figure | value | target | | machine | how measured |",
+           "|---|---|---:|---|---|---|---|"]
+    out += [f"| {_cell(r['benchmark'])} | {_cell(r['figure'])} | {_cell(r['value'])} "
+            f"| {_cell(r['target'])} | {r['met']} | {_cell(r['machine'])} | "
+            f"{_cell(r['how'])} |" for r in rows]
+    return out + [""]
+
+
 def render(doc: dict[str, Any], figures: list[dict[str, str]]) -> str:
     v = doc["verdict"]
-    rt, suite = doc["runtime"], doc["suite"]
+    rt = doc["runtime"]
+    no_verdict = v["status"] == model.NO_VERDICT
     out = [f"# {VERDICT_SYMBOL[v['status']]} {v['status']}", ""]
-    out.append(f"**{rt['name']} {rt['version']}** (module `{rt['module']}`) against SPEC.md "
-               f"**{doc['spec']['version']}**, on {target_text(doc['execution_target'])}; "
-               f"profile: {', '.join(v['profiles']) or 'none'}; {doc['generated_at']}.")
+    if no_verdict:
+        out.append(f"**{rt['name']} {rt['version']}** (module `{rt['module']}`), not a "
+                   f"certification run, on {target_text(doc['execution_target'])}; "
+                   f"{doc['generated_at']}.")
+    else:
+        out.append(f"**{rt['name']} {rt['version']}** (module `{rt['module']}`) against SPEC.md "
+                   f"**{doc['spec']['version']}**, on {target_text(doc['execution_target'])}; "
+                   f"profile: {', '.join(v['profiles']) or 'none'}; {doc['generated_at']}.")
     out.append("")
     if v["reasons"]:
         out += ["## Why", ""] + [f"- {r['message']}" for r in v["reasons"]] + [""]
+    if no_verdict:  # nothing certified: the benchmarks first, no clause listings
+        bench = _bench_targets(doc) + _plots(figures) \
+            + _bench_stats(doc, "### Benchmark statistics")
+        out += ["## Benchmarks", ""] + (bench or ["This run recorded no benchmark.", ""])
     if v["warnings"]:
         out += ["## Notes", ""] + [f"- {w['message']}" for w in v["warnings"]] + [""]
-
-    out += ["## Summary", "", "| | total | " + " | ".join(
-        f"{SYMBOL[o]} {o}" for o in doc["summary"]["tests"]["by_outcome"]) + " |",
-        "|---|---:|" + "---:|" * len(doc["summary"]["tests"]["by_outcome"])]
-    for key, label in (("must_pass", "must-pass clauses"), ("clauses", "all clauses"),
-                       ("tests", "tests")):
-        s = doc["summary"][key]
-        cells = [str(s["by_outcome"].get(o, "")) if o in s["by_outcome"] else "–"
-                 for o in doc["summary"]["tests"]["by_outcome"]]
-        out.append(f"| {label} | {s['total']} | " + " | ".join(cells) + " |")
-    out.append("")
+    out += _summary(doc, ("tests",) if no_verdict else ("must_pass", "clauses", "tests"))
+    if no_verdict:
+        return "\n".join(out + _waivers(doc) + _tests(doc) + _provenance(doc))
 
     out += ["## Clause grid", "", "Legend: " + ", ".join(
         f"{SYMBOL[o]} {o}" for o in ("PASS", "WAIVED", "NOT_SUPPORTED", "FAIL", "ERROR",
@@ -99,40 +149,11 @@ def render(doc: dict[str, Any], figures: list[dict[str, str]]) -> str:
         out.append(f"| {area} | {cells} |")
     out.append("")
 
-    waivers = doc["expectations"]["waivers"]
-    if waivers:
-        out += ["## Waivers", "", f"File: `{doc['expectations']['path']}`", "",
-                "| waiver | status | matched | reason | link |", "|---|---|---|---|---|"]
-        for w in waivers:
-            out.append(f"| {_cell(w['id'])} | {w['status']} {_cell(w['note'])} | "
-                       f"{_cell(', '.join(w['matched'][:5]))} | {_cell(w['reason'])} | "
-                       f"{w['link']} |")
-        out.append("")
-
+    out += _waivers(doc)
     if figures:
-        out += ["## Figures", ""]
-        for f in figures:
-            if f.get("file"):
-                out += [f"### {f['title']}", "", f"![{f['title']}]({f['file']})",
-                        "" if not f["nodeid"] else f"From `{f['nodeid']}`.", ""]
+        out += ["## Figures", ""] + _plots(figures)
     if doc["benchmarks"]:
-        out += ["## Benchmarks", "", "| benchmark | mean (µs) | min (µs) | max (µs) | "
-                "stddev (µs) | rounds |", "|---|---:|---:|---:|---:|---:|"]
-        for b in doc["benchmarks"]:
-            s = b["stats"]
-            out.append(f"| {_cell(b['fullname'])} | {s['mean'] * 1e6:.2f} | "
-                       f"{s['min'] * 1e6:.2f} | {s['max'] * 1e6:.2f} | "
-                       f"{(s['stddev'] or 0) * 1e6:.2f} | {s['rounds']} |")
-        out.append("")
-        rows = bench_figures(doc)
-        if rows:
-            out += ["### Benchmark figures against their targets", "",
-                    "| benchmark | figure | value | target | | machine | how measured |",
-                    "|---|---|---:|---|---|---|---|"]
-            out += [f"| {_cell(r['benchmark'])} | {_cell(r['figure'])} | {_cell(r['value'])} "
-                    f"| {_cell(r['target'])} | {r['met']} | {_cell(r['machine'])} | "
-                    f"{_cell(r['how'])} |" for r in rows]
-            out.append("")
+        out += _bench_stats(doc, "## Benchmarks") + _bench_targets(doc)
 
     out += ["## Clauses by area", ""]
     for area, cs in areas.items():
@@ -146,7 +167,25 @@ def render(doc: dict[str, Any], figures: list[dict[str, str]]) -> str:
                        f"{c['outcome']} | {'yes' if c['must_pass'] else ''} | "
                        f"{len(c['tests'])} | {_cell(note)} |")
         out.append("")
+    return "\n".join(out + _tests(doc) + _provenance(doc))
 
+
+def _waivers(doc: dict[str, Any]) -> list[str]:
+    out: list[str] = []
+    waivers = doc["expectations"]["waivers"]
+    if waivers:
+        out += ["## Waivers", "", f"File: `{doc['expectations']['path']}`", "",
+                "| waiver | status | matched | reason | link |", "|---|---|---|---|---|"]
+        for w in waivers:
+            out.append(f"| {_cell(w['id'])} | {w['status']} {_cell(w['note'])} | "
+                       f"{_cell(', '.join(w['matched'][:5]))} | {_cell(w['reason'])} | "
+                       f"{w['link']} |")
+        out.append("")
+    return out
+
+
+def _tests(doc: dict[str, Any]) -> list[str]:
+    out: list[str] = []
     bad = [t for t in doc["tests"] if t["outcome"] not in ("PASS",)]
     if bad:
         out += ["## Tests that did not pass", "", "| test | outcome | clauses | message |",
@@ -158,11 +197,15 @@ def render(doc: dict[str, Any], figures: list[dict[str, str]]) -> str:
             out.append(f"| `{_cell(t['nodeid'])}` | {SYMBOL[t['outcome']]} {outcome} | "
                        f"{', '.join(t['clauses'])} | {_cell(msg)} |")
         out.append("")
+    return out
 
+
+def _provenance(doc: dict[str, Any]) -> list[str]:
+    rt, suite = doc["runtime"], doc["suite"]
     git = suite.get("git") or {}
     tgt = doc["execution_target"]
     inv = doc["invocation"]
-    out += ["## Provenance", "",
+    return ["## Provenance", "",
             f"- Runtime: {rt['name']} {rt['version']}, module `{rt['module']}` ({rt['path']}), "
             f"targets spec {rt['spec_version']}; capabilities: "
             f"{', '.join(rt['capabilities']) or 'none'}"
@@ -173,8 +216,10 @@ def render(doc: dict[str, Any], figures: list[dict[str, str]]) -> str:
             f"{' (dirty)' if git.get('dirty') else ''}",
             f"- Must-pass list: `{doc['mustpass']['path']}` (sha256 "
             f"{(doc['mustpass']['sha256'] or '')[:12]}, "
-            f"{'official' if doc['mustpass']['official'] else 'NOT official'}), "
-            f"{len(doc['mustpass']['required'])} clauses required in this run",
+            f"{'official' if doc['mustpass']['official'] else 'NOT official'}),"
+            + (" not applied (no conformance test ran)"
+               if doc["verdict"]["status"] == model.NO_VERDICT
+               else f" {len(doc['mustpass']['required'])} clauses required in this run"),
             f"- Execution target: {target_text(tgt)}",
             f"- Python {doc['python']['version']} ({doc['python']['implementation']}) on "
             f"{doc['platform']['platform']}",
@@ -182,4 +227,3 @@ def render(doc: dict[str, Any], figures: list[dict[str, str]]) -> str:
             f"{inv['xdist_workers']}; Hypothesis profile {inv['hypothesis_profile']}; "
             f"exit status {inv['exitstatus']}; {inv['duration_s']} s",
             ""]
-    return "\n".join(out)
