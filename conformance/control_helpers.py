@@ -60,14 +60,17 @@ def runtimes(rt: types.ModuleType, control_env: pytest.MonkeyPatch) -> Iterator[
 
     Defaults: one GPU of 64 MiB, no config and no status file unless given.
     """
+    yield from runtime_factory(rt, num_gpus=1, gpu_memory_bytes=64 * MiB)
+
+
+def runtime_factory(rt: types.ModuleType, **defaults: Any) -> Iterator[Callable[..., Any]]:
+    """Yield ``make(**kwargs)`` for ``rt.create_runtime`` with ``defaults`` (no config and no
+    status file unless given); close every runtime it made when resumed."""
     made: list[Any] = []
 
     def make(**kwargs: Any) -> Any:
-        kwargs.setdefault("num_gpus", 1)
-        kwargs.setdefault("gpu_memory_bytes", 64 * MiB)
-        kwargs.setdefault("config_file", None)
-        kwargs.setdefault("status_file", None)
-        ctx = rt.create_runtime(**kwargs)
+        ctx = rt.create_runtime(**{"config_file": None, "status_file": None, **defaults,
+                                   **kwargs})
         made.append(ctx)
         return ctx
 

@@ -12,6 +12,8 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
+from conformance.control_helpers import run_in_thread  # noqa: F401 - shared helper
+
 CPU = "/device:CPU:0"
 GPU = "/device:GPU:0"
 OP_MANAGER_PREFIX = "antman-gpu-op-manager"
@@ -105,17 +107,3 @@ def wait_until(predicate: Callable[[], bool], what: str, timeout_s: float = 10.0
         time.sleep(0.005)
 
 
-def run_in_thread(fn: Callable[[], Any], name: str = "test-runner") -> tuple[threading.Thread,
-                                                                              dict[str, Any]]:
-    """Start ``fn`` on a thread; the dict gets ``result`` or ``error``."""
-    out: dict[str, Any] = {}
-
-    def body() -> None:
-        try:
-            out["result"] = fn()
-        except BaseException as exc:  # noqa: BLE001 - handed to the test
-            out["error"] = exc
-
-    t = threading.Thread(target=body, name=name, daemon=True)
-    t.start()
-    return t, out

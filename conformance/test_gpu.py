@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from conformance.control_helpers import (POLL_US, bus_id, control_env,  # noqa: F401
+from conformance.control_helpers import (POLL_US, bus_id, control_env, runtime_factory,  # noqa: F401
                                          device_bfc, gpus, runtimes, wait_for_poller)
 from fixtures.config_writer import ConfigWriter, config_document
 from fixtures.status_reader import validate_status
@@ -72,22 +72,8 @@ def cuda_runtimes(rt: types.ModuleType, control_env: pytest.MonkeyPatch, nvml: A
 
     Defaults: one GPU, a 2 GiB limit, growth on, no config and no status file.
     """
-    made: list[Any] = []
-
-    def make(**kwargs: Any) -> Any:
-        kwargs.setdefault("backend", "cuda")
-        kwargs.setdefault("num_gpus", 1)
-        kwargs.setdefault("gpu_memory_bytes", 2 * GiB)
-        kwargs.setdefault("allow_growth", True)
-        kwargs.setdefault("config_file", None)
-        kwargs.setdefault("status_file", None)
-        ctx = rt.create_runtime(**kwargs)
-        made.append(ctx)
-        return ctx
-
-    yield make
-    for ctx in reversed(made):
-        ctx.close()
+    yield from runtime_factory(rt, backend="cuda", num_gpus=1, gpu_memory_bytes=2 * GiB,
+                               allow_growth=True)
 
 
 def gpu0(ctx: Any) -> Any:
