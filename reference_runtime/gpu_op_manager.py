@@ -130,15 +130,6 @@ class GpuOpManager:
         start = self._clock.now_us()
         self._clock.sleep_us(slot, self._cancel)
         spent = max(0, int(self._clock.now_us()) - start)
-        self._spend(spent)
+        self._rm.spend_idle_time(spent)          # deducted from E, overrun kept (RM-14)
         self.idle_slots.append(slot)
         self.idle_spent.append(spent)
-
-    def _spend(self, us: int) -> None:
-        """Deduct ``us`` µs of idle time spent from E (clamped at 0; RM-14)."""
-        rm = self._rm
-        spend = getattr(rm, "spend_idle_time", None) or getattr(rm, "consume_idle_time", None)
-        if callable(spend):
-            spend(us)
-        else:
-            rm.set_estimated_idle_time(max(int(rm.get_estimated_idle_time()) - us, 0))
