@@ -623,3 +623,56 @@ def test_no_allocator_or_thread_leak_over_1000_steps(rt, ctx) -> None:
     s.close()
     left = pool & antman_threads()
     assert not left, f"session.close() left its threads {sorted(left)} [SESS-8]"
+
+
+# -- EXEC-14 --------------------------------------------------------------------------------
+
+class _RecordingBackend:
+    """The runtime's simulated backend, recording ``synchronize`` calls in a shared log."""
+
+    def __init__(self, inner, log: Log) -> None:
+        self._inner, self._log = inner, log
+        self.name, self.xp = inner.name, inner.xp
+
+    def __getattr__(self, attr: str):
+        return getattr(self._inner, attr)
+
+    def synchronize(self, index=None) -> None:
+        self._log.add(("synchronize", index))
+        self._inner.synchronize(index)
+
+
+@pytest.mark.clause("EXEC-14")
+@pytest.mark.capability("executor", "session_run_actions")
+def test_a_successful_step_waits_for_its_gpus_before_post_actions(rt) -> None:
+    log = Log()
+    backend = _RecordingBackend(rt.select_backend("sim", num_gpus=2, gpu_memory_bytes=1 << 26),
+                                log)
+
+    class Post(rt.SessionRunAction):
+        name = "Recorder"
+
+        def run_action(self, options) -> None:
+            log.add("post")
+
+    registry = rt.SessionRunActionRegistry()
+    registry.register(rt.Grouping.POST_SESSION_RUN, 5, Post())
+    with rt.create_runtime(num_gpus=2, gpu_memory_bytes=1 << 26, backend=backend,
+                           registry=registry, config_file=None, status_file=None) as ctx:
+        g = rt.Graph()
+        g.add_node("a", "PyFunc", device="/device:GPU:1", func=lambda: log.add("kernel a") or
+                   np.ones(2, np.float32))
+        g.add_node("b", "PyFunc", ["a"], device=CPU, func=lambda x: log.add("kernel b") or x)
+        s = ctx.new_session(g)
+        s.run(["b"])
+        assert log.snapshot() == ["kernel a", "kernel b", ("synchronize", 1), "post"], (
+            f"run(['b']) with a node on GPU:1 logged {log.snapshot()}; expected the kernels, "
+            f"then synchronize(1) once, then the POST actions [EXEC-14]")
+        log.clear()
+        g2 = rt.Graph()
+        g2.add_node("bad", "PyFunc", device="/device:GPU:0",
+                    func=lambda: (_ for _ in ()).throw(ValueError("boom")))
+        with pytest.raises(rt.OpError):
+            ctx.new_session(g2).run(["bad"])
+        assert ("synchronize", 0) not in log.snapshot(), \
+            f"a failed step synchronized its GPU: {log.snapshot()} [EXEC-14]"

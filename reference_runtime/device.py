@@ -143,6 +143,10 @@ class Backend(Protocol):
 
     def host_memory(self, index: int) -> SubAllocator: ...
 
+    def synchronize(self, index: int | None = None) -> None:
+        """Wait until GPU ``index`` (every GPU when None) finished the work queued on it."""
+        ...
+
 
 class SimBackend:
     """Embedded simulated GPUs (``SimulatedDeviceMemory`` / ``SimulatedHostMemory``)."""
@@ -181,6 +185,9 @@ class SimBackend:
         self._check_index(index)
         from reference_runtime.sim_memory import SimulatedHostMemory
         return SimulatedHostMemory(self.host_memory_bytes)
+
+    def synchronize(self, index: int | None = None) -> None:
+        """Simulated kernels run synchronously: nothing is ever left queued."""
 
     def _check_index(self, index: int) -> None:
         if not isinstance(index, int) or not 0 <= index < self.num_gpus:
@@ -354,6 +361,9 @@ class Device:
         """The device allocator (TF ``GetAllocator(AllocatorAttributes)``; attrs ignored)."""
         return self._allocator
 
+    def sync(self) -> None:
+        """TF ``Device::Sync``: wait until the work queued on the device has finished."""
+
     @property
     def closed(self) -> bool:
         return self._closed
@@ -403,6 +413,9 @@ class GPUDevice(Device):
         self.xp = backend.xp
         self.gpu_info = info
         self.pci_bus_id = get_pci_bus_id(desc)
+
+    def sync(self) -> None:
+        self.backend.synchronize(self.tf_gpu_id)
 
 
 class DeviceMgr:

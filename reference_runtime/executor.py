@@ -178,6 +178,8 @@ class ExecutorImpl:
             self.items[ids[node_name]].fetches.setdefault(slot, []).append(f)
         self.roots = [it.id for it in self.items if it.num_in_edges == 0]
         self.num_gpu_nodes = sum(1 for it in self.items if it.is_gpu)
+        self.gpu_devices = list({id(it.device): it.device
+                                 for it in self.items if it.is_gpu}.values())
         self._fed = fed
 
     @property
@@ -242,6 +244,8 @@ class ExecutorState:
             self.stats.gpu_ops_queued = self.opm.num_queued
         if self._status is not None:
             raise self._status
+        for device in self.impl.gpu_devices:  # TF Finish with sync_on_finish: the step's
+            device.sync()                     # GPU work counts in its duration (EXEC-7)
         return [v if v is not None else np.empty(0) for v in self.fetch_values]
 
     def run_async(self) -> None:
