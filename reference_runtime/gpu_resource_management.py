@@ -335,12 +335,6 @@ class GPUResourceManagement(SessionRunAction):
         with self._idle_lock:
             self._estimated_idle_us = max(0, int(us))
 
-    def consume_idle_time(self, us: int) -> int:
-        """Atomically deduct ``us`` (clamped at 0) from the estimate; return what is left."""
-        with self._idle_lock:
-            self._estimated_idle_us = max(0, self._estimated_idle_us - max(0, int(us)))
-            return self._estimated_idle_us
-
     def spend_idle_time(self, us: int) -> int:
         """The executor spent ``us`` µs idle: deduct it from E (clamped at 0); what exceeds E
         is the idle overrun, counted as idle by the next step's arithmetic. Returns E."""
@@ -364,15 +358,6 @@ class GPUResourceManagement(SessionRunAction):
         """The last throttle sleep's oversleep still to be compensated (µs)."""
         with self._idle_lock:
             return self._oversleep_us
-
-    def take_idle_slot(self, queued_op_num: int) -> int:
-        """Atomically ``slot = E // N`` and ``E -= slot``; 0 when ``N <= 0``. Returns slot."""
-        with self._idle_lock:
-            if queued_op_num <= 0:
-                return 0
-            slot = self._estimated_idle_us // queued_op_num
-            self._estimated_idle_us -= slot
-            return slot
 
     def get_executor_queued_op_num(self, key: Any) -> int:
         with self._idle_lock:
