@@ -85,6 +85,21 @@ def chain(rt, n: int, log: Log, clock, rm, device: str = GPU):
     return g
 
 
+def wait_for_idle_slot(clock) -> None:
+    wait_until(lambda: any(n.startswith(OP_MANAGER_PREFIX) for n in clock.waiting_threads()),
+               "the manager thread to wait in an idle slot")
+
+
+def run_into_idle_slot(rt, m: Managed, log: Log, idle_us: int):
+    """Run a throttled two-op GPU chain in a thread; return (session, runner, out) once the
+    manager thread waits in the first idle slot."""
+    s = m.ctx.new_session(chain(rt, 2, log, m.clock, m.rm))
+    m.throttle(50, idle_us)
+    runner, out = run_in_thread(lambda: s.run(["op1"]), "test-managed-run")
+    wait_for_idle_slot(m.clock)
+    return s, runner, out
+
+
 # -- OPM-4 -----------------------------------------------------------------------------------
 
 @pytest.mark.clause("OPM-4", "OPM-3", "OPM-5")
@@ -156,9 +171,7 @@ def test_slot_deducts_the_idle_time_it_took(rt, managed_manual) -> None:
     # E = 1000, N = 4: slot 250, let run 400 -> E = 600; N = 3: slot 200, run 200 -> E = 400;
     # N = 2: slot 200, let run 700 -> E = 0 and 300 µs of overrun; N = 1: slot 0, no wait.
     for advance in (400, 200, 700):
-        wait_until(lambda: any(n.startswith(OP_MANAGER_PREFIX)
-                               for n in clock.waiting_threads()),
-                   "the manager thread to wait in an idle slot")
+        wait_for_idle_slot(clock)
         clock.tick(advance)
     runner.join(10)
     assert not runner.is_alive() and "error" not in out, f"run() hung or failed: {out}"
@@ -177,11 +190,7 @@ def test_slot_deducts_the_idle_time_it_took(rt, managed_manual) -> None:
 def test_interrupted_slot_deducts_what_it_took(rt, managed_manual) -> None:
     m = managed_manual
     log = Log()
-    s = m.ctx.new_session(chain(rt, 2, log, m.clock, m.rm))
-    m.throttle(50, 10 ** 6)
-    runner, out = run_in_thread(lambda: s.run(["op1"]), "test-managed-run")
-    wait_until(lambda: any(n.startswith(OP_MANAGER_PREFIX) for n in m.clock.waiting_threads()),
-               "the manager thread to wait in an idle slot")
+    s, runner, out = run_into_idle_slot(rt, m, log, 10 ** 6)
     m.clock.tick(1234)                     # part of the 500 000 µs slot
     s.close()
     runner.join(10)
@@ -353,9 +362,7 @@ def test_failure_elsewhere_interrupts_the_idle_slot(rt, managed_manual) -> None:
     log = Log()
 
     def fail_while_slot_waits():
-        wait_until(lambda: any(n.startswith(OP_MANAGER_PREFIX)
-                               for n in clock.waiting_threads()),
-                   "the manager thread to wait in an idle slot")
+        wait_for_idle_slot(clock)
         raise RuntimeError("failure elsewhere")
 
     g = rt.Graph()
@@ -382,11 +389,7 @@ def test_failure_elsewhere_interrupts_the_idle_slot(rt, managed_manual) -> None:
 def test_close_interrupts_the_idle_slot(rt, managed_manual) -> None:
     m = managed_manual
     log = Log()
-    s = m.ctx.new_session(chain(rt, 2, log, m.clock, m.rm))
-    m.throttle(50, 10 ** 9)
-    runner, out = run_in_thread(lambda: s.run(["op1"]), "test-managed-run")
-    wait_until(lambda: any(n.startswith(OP_MANAGER_PREFIX) for n in m.clock.waiting_threads()),
-               "the manager thread to wait in an idle slot")
+    s, runner, out = run_into_idle_slot(rt, m, log, 10 ** 9)
     s.close()
     runner.join(10)
     assert not runner.is_alive(), "run() hung after close() [OPM-7]"

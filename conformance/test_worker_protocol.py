@@ -99,6 +99,13 @@ def half_limit(w: WorkerProcess, divisor: int) -> int:
     return value
 
 
+def assert_exited_0(rc: int | None, cause: str, clause: str) -> None:
+    """`rc` is wait_exit(TERMINATION_S)'s status of a worker stopped by `cause`."""
+    assert rc == 0, (f"{cause}: worker "
+                     f"{'still ran' if rc is None else f'exited with status {rc}'} "
+                     f"after {TERMINATION_S:g} s, expected exit status 0 [{clause}]")
+
+
 # -- WORKER-1..4: start, records, knobs, termination ------------------------------------
 @pytest.mark.clause("WORKER-1", "WORKER-2")
 def test_hello_then_one_record_per_step(worker) -> None:
@@ -125,9 +132,8 @@ def test_max_steps_writes_exactly_n_steps_then_exits_0(worker) -> None:
     rc, extra = w.wait_exit(TERMINATION_S)
     assert not extra, (f"ANTMAN_WORKER_MAX_STEPS={n}: worker wrote {n + len(extra)} step "
                        f"records [WORKER-3]")
-    assert rc == 0, (f"ANTMAN_WORKER_MAX_STEPS={n}: after step {steps[-1]['step']} the worker "
-                     f"{'still ran' if rc is None else f'exited with status {rc}'} "
-                     f"{TERMINATION_S:g} s later, expected exit status 0 [WORKER-3]")
+    assert_exited_0(rc, f"ANTMAN_WORKER_MAX_STEPS={n}, last step {steps[-1]['step']}",
+                    "WORKER-3")
 
 
 @pytest.mark.clause("WORKER-4")
@@ -136,9 +142,7 @@ def test_stdin_eof_stops_the_worker_with_status_0(worker) -> None:
     w.steps(3)
     w.request_stop("stdin")
     rc, _ = w.wait_exit(TERMINATION_S)
-    assert rc == 0, (f"standard input closed: worker "
-                     f"{'still ran' if rc is None else f'exited with status {rc}'} "
-                     f"after {TERMINATION_S:g} s, expected exit status 0 [WORKER-4]")
+    assert_exited_0(rc, "standard input closed", "WORKER-4")
 
 
 @pytest.mark.clause("WORKER-4")
@@ -152,9 +156,7 @@ def test_sigterm_stops_a_suspended_worker_with_status_0(worker) -> None:
     rc, _ = w.wait_exit(TERMINATION_S)
     state = (f"not suspended: {len(late)} step records after perfControl=0 took effect, "
              f"WORKER-11" if late else "suspended")
-    assert rc == 0, (f"SIGTERM while perfControl=0 ({state}): worker "
-                     f"{'still ran' if rc is None else f'exited with status {rc}'} "
-                     f"after {TERMINATION_S:g} s, expected exit status 0 [WORKER-4]")
+    assert_exited_0(rc, f"SIGTERM while perfControl=0 ({state})", "WORKER-4")
 
 
 # -- WORKER-5..8: memory limits ------------------------------------------------------------

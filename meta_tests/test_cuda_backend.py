@@ -132,6 +132,22 @@ def test_refused_allocation_raises_cupy_out_of_memory(backend, cupy,
     assert bfc.get_stats().bytes_in_use == 0
 
 
+def _drop_array_into_a_cycle(cupy) -> None:
+    """Leave a 1 MiB array reachable only from a reference cycle: the collector frees it."""
+    class Cycle:
+        pass
+
+    c = Cycle()
+    c.me = c
+    c.arr = cupy.empty(MiB)
+
+
+def _wait_for_the_free_thread(routing) -> None:
+    deadline = time.monotonic() + 10.0   # generous: the thread frees within microseconds
+    while routing.live_buffers and time.monotonic() < deadline:
+        time.sleep(0.001)
+
+
 def test_frees_from_another_thread_and_from_the_collector(backend, cupy) -> None:
     bfc, vmem = _stack(backend, 32 * MiB)
     with cb.CupyAllocatorRouting({0: vmem}) as routing:
@@ -141,22 +157,14 @@ def test_frees_from_another_thread_and_from_the_collector(backend, cupy) -> None
         t.join()
         assert routing.live_buffers == 0 and bfc.get_stats().bytes_in_use == 0
 
-        class Cycle:
-            pass
-
         gc.disable()
         try:
-            c = Cycle()
-            c.me = c
-            c.arr = cupy.empty(MiB)
-            del c
+            _drop_array_into_a_cycle(cupy)
             gc.collect()
         finally:
             gc.enable()
         # freed inside the collector: queued for the free thread, never done in place
-        deadline = time.monotonic() + 10.0   # generous: the thread frees within microseconds
-        while routing.live_buffers and time.monotonic() < deadline:
-            time.sleep(0.001)
+        _wait_for_the_free_thread(routing)
         assert routing.deferred_frees == 1
         assert routing.live_buffers == 0 and bfc.get_stats().bytes_in_use == 0
 
@@ -165,23 +173,15 @@ def test_queued_frees_wait_for_a_held_allocator_lock(backend, cupy) -> None:
     """A free inside the collector while this thread holds the BFC lock must not deadlock."""
     bfc, vmem = _stack(backend, 32 * MiB)
     with cb.CupyAllocatorRouting({0: vmem}) as routing:
-        class Cycle:
-            pass
-
         gc.disable()
         try:
-            c = Cycle()
-            c.me = c
-            c.arr = cupy.empty(MiB)
-            del c
+            _drop_array_into_a_cycle(cupy)
             with bfc._lock:                   # as if the collector ran inside the BFC
                 gc.collect()
                 assert routing.live_buffers == 1, "freed under the held lock"
         finally:
             gc.enable()
-        deadline = time.monotonic() + 10.0
-        while routing.live_buffers and time.monotonic() < deadline:
-            time.sleep(0.001)
+        _wait_for_the_free_thread(routing)
         assert routing.live_buffers == 0 and bfc.get_stats().bytes_in_use == 0
 
 
