@@ -336,11 +336,6 @@ class CPUAllocator(Allocator):
             s.peak_bytes_in_use = s.bytes_in_use
             s.largest_alloc_size = 0
 
-    @property
-    def live_allocations(self) -> int:
-        with self._lock:
-            return len(self._live)
-
 
 # --------------------------------------------------------------------------------------
 # Devices
@@ -377,8 +372,6 @@ class Device:
 
 class CPUDevice(Device):
     """``/job:localhost/replica:0/task:0/device:CPU:<i>`` with a thread pool."""
-
-    device_type_name = "CPU"
 
     def __init__(self, index: int = 0, *, num_threads: int | None = None) -> None:
         attrs = DeviceAttributes(f"{LOCAL_PREFIX}/device:CPU:{index}", "CPU",

@@ -51,7 +51,6 @@ _session_ids = itertools.count(1)
 class _ExecutorsAndKeys:
     impl: ExecutorImpl
     graph_id: int
-    step_count: int = 0
 
 
 def _fetch_key(name: str) -> str:
@@ -123,11 +122,6 @@ class DirectSession:
     def closed(self) -> bool:
         return self._closed
 
-    @property
-    def persistent_bytes(self) -> int:
-        """Bytes held by the session's variables and constants."""
-        return self._resources.bytes
-
     def graph_id(self, fetches: Any, feed_dict: Mapping | Iterable[str] | None = None,
                  target_nodes: Any = None) -> int:
         """The ``graph_id`` of a signature (building its executors if needed)."""
@@ -175,8 +169,6 @@ class DirectSession:
     def _run(self, start_us: int, fetch_names: list[str], feeds: dict[str, np.ndarray],
              targets: list[str], feed_keys: list[str]) -> list[np.ndarray]:
         eak = self._get_or_create(fetch_names, feed_keys, targets)
-        with self._lock:
-            eak.step_count += 1
         step_id = next(self._step_ids)
         pre = SessionRunActionOptions(device_mgr=self._device_mgr, session=self,
                                       graph_id=eak.graph_id, sess_duration_us=0)

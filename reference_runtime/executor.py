@@ -45,13 +45,6 @@ log = logging.getLogger("reference_runtime.executor")
 Runner = Callable[[Callable[[], None]], None]
 
 
-def _device_type(device: Any) -> str:
-    t = getattr(device, "device_type", None)
-    if isinstance(t, str) and t:
-        return t.upper()
-    return str(device.name).rsplit(":", 2)[-2].upper()
-
-
 @dataclass
 class NodeItem:
     """A node bound to its kernel and device (TF ``NodeItem``)."""
@@ -81,7 +74,6 @@ class StepStats:
     """What one step did (for tests and benchmarks)."""
 
     step_id: int
-    nodes_run: list[str] = field(default_factory=list)
     num_allocations: int = 0
     bytes_allocated: int = 0
     buffers_freed_at_end: int = 0
@@ -99,9 +91,7 @@ class ExecutorImpl:
                  registry: OpRegistry | None = None) -> None:
         registry = registry or OpRegistry.global_registry()
         graph.validate()
-        self.graph_version = graph.version
         self.fetches = list(fetches)
-        self.feed_nodes: list[str] = []
         fed: set[str] = set()
         for name in feeds:
             node_name, slot = parse_tensor_name(name)
@@ -113,7 +103,6 @@ class ExecutorImpl:
                 raise InvalidArgumentError(f"Feed {name!r}: only single-output nodes can be "
                                            f"fed (output 0)")
             fed.add(node_name)
-            self.feed_nodes.append(node_name)
         fetch_refs: list[tuple[str, int]] = []
         for name in fetches:
             node_name, slot = parse_tensor_name(name)
@@ -149,7 +138,7 @@ class ExecutorImpl:
                 raise InvalidArgumentError(
                     f"Cannot assign a device for operation {node.name!r}: {node.device} is "
                     f"not available ({exc})", node_name=node.name, op=node.op) from None
-            is_gpu = _device_type(device) == "GPU"
+            is_gpu = device.device_type.upper() == "GPU"
             # TF 1.15: kernels placed on a GPU only enqueue work, so never expensive.
             expensive = kernel.expensive_for(node.attrs) and not is_gpu
             cost = node.attrs.get("cost_us", 0)
@@ -180,11 +169,6 @@ class ExecutorImpl:
         self.num_gpu_nodes = sum(1 for it in self.items if it.is_gpu)
         self.gpu_devices = list({id(it.device): it.device
                                  for it in self.items if it.is_gpu}.values())
-        self._fed = fed
-
-    @property
-    def node_names(self) -> list[str]:
-        return [it.name for it in self.items]
 
     def run(self, *, feeds: Mapping[str, np.ndarray], runner: Runner,
             resources: SessionResources, clock: Clock | None = None,
@@ -240,7 +224,7 @@ class ExecutorState:
         if self.opm is not None:
             self.opm.join()
             self.stats.idle_slots_us = list(self.opm.idle_slots)
-            self.stats.idle_spent_us = list(getattr(self.opm, "idle_spent", ()))
+            self.stats.idle_spent_us = list(self.opm.idle_spent)
             self.stats.gpu_ops_queued = self.opm.num_queued
         if self._status is not None:
             raise self._status
@@ -393,8 +377,6 @@ class ExecutorState:
             self._release_inputs(item)
             return error, []
         self._release_inputs(item)
-        with self._lock:
-            self.stats.nodes_run.append(item.name)
         return None, self._propagate(item, ctx.outputs)
 
     def _release_inputs(self, item: NodeItem) -> None:

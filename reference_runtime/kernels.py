@@ -87,12 +87,6 @@ class OpRegistry:
         with self._lock:
             return sorted(self._kernels)
 
-    def is_expensive(self, op: str) -> bool:
-        return self.lookup(op).is_expensive
-
-    def is_async(self, op: str) -> bool:
-        return self.lookup(op).is_async
-
 
 def register_kernel(op: str, *, num_outputs: int | Callable[[dict], int] = 1,
                     is_expensive: bool = True, is_async: bool = False,
@@ -114,10 +108,6 @@ class SessionResources:
         self.lock = threading.Lock()
         self.buffers: dict[str, Buffer] = {}
 
-    def get(self, key: str) -> Buffer | None:
-        with self.lock:
-            return self.buffers.get(key)
-
     def get_or_create(self, key: str, create: Callable[[], Buffer]) -> Buffer:
         with self.lock:
             buf = self.buffers.get(key)
@@ -132,11 +122,6 @@ class SessionResources:
             self.buffers.clear()
         for buf in bufs:
             buf.release()
-
-    @property
-    def bytes(self) -> int:
-        with self.lock:
-            return sum(b.nbytes for b in self.buffers.values())
 
 
 class OpKernelContext:

@@ -31,10 +31,7 @@ _KERNEL_ALLOCATION = AllocationAttributes()
 
 def device_allocator(device: Any) -> Allocator:
     """The allocator kernels on ``device`` allocate from (TF ``Device::GetAllocator``)."""
-    get = getattr(device, "get_allocator", None)
-    if callable(get):
-        return get()
-    return device.allocator
+    return device.get_allocator()
 
 
 def device_xp(device: Any) -> Any:
