@@ -147,6 +147,14 @@ class Backend(Protocol):
         """Wait until GPU ``index`` (every GPU when None) finished the work queued on it."""
         ...
 
+    def attach(self, device_mgr: "DeviceMgr") -> None:
+        """The runtime built ``device_mgr`` on this backend (CUDA: route CuPy's allocator)."""
+        ...
+
+    def detach(self, device_mgr: "DeviceMgr") -> None:
+        """The runtime closed ``device_mgr``'s devices (CUDA: give their memory back)."""
+        ...
+
 
 class SimBackend:
     """Embedded simulated GPUs (``SimulatedDeviceMemory`` / ``SimulatedHostMemory``)."""
@@ -188,6 +196,12 @@ class SimBackend:
 
     def synchronize(self, index: int | None = None) -> None:
         """Simulated kernels run synchronously: nothing is ever left queued."""
+
+    def attach(self, device_mgr: "DeviceMgr") -> None:
+        """Nothing to route: simulated buffers are NumPy arrays."""
+
+    def detach(self, device_mgr: "DeviceMgr") -> None:
+        """Nothing to give back beyond what the allocators already freed."""
 
     def _check_index(self, index: int) -> None:
         if not isinstance(index, int) or not 0 <= index < self.num_gpus:

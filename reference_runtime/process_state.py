@@ -86,9 +86,7 @@ class RuntimeContext:
             self.registry.unregister(Grouping.POST_SESSION_RUN, STAT_PHASE, self.statistics)
         self.file_listener.close()
         self.device_mgr.close()
-        detach = getattr(self.backend, "detach", None)
-        if callable(detach):
-            detach(self.device_mgr)
+        self.backend.detach(self.device_mgr)
         if errors:
             raise errors[0]
 
@@ -137,9 +135,7 @@ def create_runtime(*, num_gpus: int = 1, gpu_memory_bytes: int = 1 << 30,
         device_mgr = create_devices(backend=backend, clock=clock, num_gpus=num_gpus,
                                     gpu_memory_bytes=gpu_memory_bytes,
                                     allow_growth=allow_growth)
-        attach = getattr(backend, "attach", None)   # the CUDA backend routes CuPy's allocator
-        if callable(attach):
-            attach(device_mgr)
+        backend.attach(device_mgr)
     except BaseException:
         if rm is not None:
             rm.close()
