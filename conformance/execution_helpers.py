@@ -55,6 +55,27 @@ class Log:
             return list(self.events)
 
 
+class RecordingBackend:
+    """A backend (EXEC-14's ``Backend`` protocol) wrapping another one, logging each
+    ``synchronize(index)`` as ``("synchronize", index)`` in ``log`` and then calling
+    ``on_sync(index)`` if given (e.g. to let a virtual clock's time pass, as a GPU finishing
+    its queued work would)."""
+
+    def __init__(self, inner: Any, log: Log,
+                 on_sync: Callable[[int | None], None] | None = None) -> None:
+        self._inner, self._log, self._on_sync = inner, log, on_sync
+        self.name, self.xp = inner.name, inner.xp
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self._inner, attr)
+
+    def synchronize(self, index: int | None = None) -> None:
+        self._log.add(("synchronize", index))
+        if self._on_sync is not None:
+            self._on_sync(index)
+        self._inner.synchronize(index)
+
+
 def recording_action(rt: Any, name: str, log: Log, *, raises: BaseException | None = None,
                      on_run: Callable[[Any], None] | None = None) -> Any:
     """A SessionRunAction that logs ``(name, options fields)`` and optionally raises."""

@@ -8,8 +8,8 @@ import threading
 import numpy as np
 import pytest
 
-from conformance.execution_helpers import (CPU, GPU, INTER_OP_PREFIX, Log, antman_threads,
-                                           py_func, sim_runtime)
+from conformance.execution_helpers import (CPU, GPU, INTER_OP_PREFIX, Log, RecordingBackend,
+                                           antman_threads, py_func, sim_runtime)
 
 pytestmark = pytest.mark.capability("executor")
 
@@ -627,26 +627,11 @@ def test_no_allocator_or_thread_leak_over_1000_steps(rt, ctx) -> None:
 
 # -- EXEC-14 --------------------------------------------------------------------------------
 
-class _RecordingBackend:
-    """The runtime's simulated backend, recording ``synchronize`` calls in a shared log."""
-
-    def __init__(self, inner, log: Log) -> None:
-        self._inner, self._log = inner, log
-        self.name, self.xp = inner.name, inner.xp
-
-    def __getattr__(self, attr: str):
-        return getattr(self._inner, attr)
-
-    def synchronize(self, index=None) -> None:
-        self._log.add(("synchronize", index))
-        self._inner.synchronize(index)
-
-
 @pytest.mark.clause("EXEC-14")
 @pytest.mark.capability("executor", "session_run_actions")
 def test_a_successful_step_waits_for_its_gpus_before_post_actions(rt) -> None:
     log = Log()
-    backend = _RecordingBackend(rt.select_backend("sim", num_gpus=2, gpu_memory_bytes=1 << 26),
+    backend = RecordingBackend(rt.select_backend("sim", num_gpus=2, gpu_memory_bytes=1 << 26),
                                 log)
 
     class Post(rt.SessionRunAction):

@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 
 from conformance.execution_helpers import (CPU, GPU, INTER_OP_PREFIX, OP_MANAGER_PREFIX, POST,
-                                           Log, manager_threads, recording_action,
-                                           run_in_thread, sim_runtime, wait_until)
+                                           Log, RecordingBackend, manager_threads,
+                                           recording_action, run_in_thread, sim_runtime,
+                                           wait_until)
 
 pytestmark = pytest.mark.capability("executor", "gpu_op_manager", "resource_management",
                                     "virtual_clock")
@@ -24,10 +25,10 @@ pytestmark = pytest.mark.capability("executor", "gpu_op_manager", "resource_mana
 class Managed:
     """A runtime on a virtual clock with a GPUResourceManagement action (no config file)."""
 
-    def __init__(self, rt, clock) -> None:
+    def __init__(self, rt, clock, **runtime_kw) -> None:
         self.rt = rt
         self.clock = clock
-        self._cm = sim_runtime(rt, clock=clock)
+        self._cm = sim_runtime(rt, clock=clock, **runtime_kw)
         self.ctx = self._cm.__enter__()
         self.rm = rt.GPUResourceManagement(None, clock=clock, registry=self.ctx.registry)
         self.post = Log()
@@ -411,3 +412,70 @@ def test_throttled_steps_leave_no_thread(rt, managed) -> None:
     after = {t.name for t in threading.enumerate()}
     assert not (after - before), f"threads left after 200 managed steps: {after - before} " \
                                  f"[OPM-6]"
+
+
+# -- OPM-8 -----------------------------------------------------------------------------------
+
+SYNC_US = 7_000  # virtual time one synchronize takes: the GPU finishing its queued work
+
+
+@pytest.mark.clause("OPM-8", "OPM-4")
+@pytest.mark.parametrize("idle", [2, 1003, 999_983])
+def test_idle_slot_starts_once_the_steps_gpus_have_drained(rt, auto_clock, idle: int) -> None:
+    """A chain alternating GPU:0 and GPU:1 (and a CPU node), on a backend whose
+    ``synchronize`` takes SYNC_US of virtual time: before every non-zero slot both GPUs are
+    synchronized, the slot is measured after that, and only the slot is deducted from E."""
+    log, sync_times = Log(), []
+
+    def gpu_finishes(index) -> None:
+        sync_times.append(auto_clock.now_us())
+        auto_clock.advance(SYNC_US)
+
+    backend = RecordingBackend(rt.select_backend("sim", num_gpus=2, gpu_memory_bytes=1 << 26),
+                               log, on_sync=gpu_finishes)
+    m = Managed(rt, auto_clock, num_gpus=2, gpu_memory_bytes=1 << 26, backend=backend)
+    try:
+        g = rt.Graph()
+        devices = ["/device:GPU:0", "/device:GPU:1", CPU, "/device:GPU:1", "/device:GPU:0"]
+        for i, dev in enumerate(devices):
+            g.add_node(f"op{i}", "PyFunc", [f"op{i - 1}"] if i else [], device=dev,
+                       func=probe(log, f"op{i}", auto_clock, m.rm))
+        s = m.ctx.new_session(g)
+        s.run(["op4"])                    # unmanaged: only EXEC-14's synchronize at the end
+        log.clear()
+        sync_times.clear()
+        m.throttle(50, idle)
+        t0 = auto_clock.now_us()
+        s.run(["op4"])
+        got = log.snapshot()
+    finally:
+        m.close()
+    slots = iter(expected_slots(idle, 4))          # four GPU ops, N_0 = 4
+    expected, t, e = [], t0, idle
+    for i, dev in enumerate(devices):
+        if dev != CPU:
+            slot = next(slots)
+            if slot:
+                expected += [("synchronize", t), ("synchronize", t + SYNC_US)]
+                t += 2 * SYNC_US + slot
+                e -= slot
+        expected.append((f"op{i}", t, e))
+    expected += [("synchronize", t), ("synchronize", t + SYNC_US)]   # EXEC-14
+    times, seen, indices = iter(sync_times), [], []
+    for ev in got:                       # (synchronize, index) → (synchronize, clock µs)
+        if ev[0] == "synchronize":
+            indices.append(ev[1])
+            seen.append(("synchronize", next(times)))
+        else:
+            seen.append(ev[:3])
+    assert [x[0] for x in seen] == [x[0] for x in expected], (
+        f"E={idle}: events {[x[0] for x in seen]}, expected {[x[0] for x in expected]}: both "
+        f"GPUs synchronized before each non-zero idle slot and none before a zero one [OPM-8]")
+    assert seen == expected, (
+        f"E={idle}: launches (op, clock µs, E left) {[x for x in seen if x[0] != 'synchronize']}"
+        f", expected {[x for x in expected if x[0] != 'synchronize']}: each slot starts after "
+        f"the GPUs drained and only the slot is deducted from E [OPM-8, OPM-4]")
+    pairs = [sorted(indices[j:j + 2]) for j in range(0, len(indices), 2)]
+    assert all(p == [0, 1] for p in pairs), (
+        f"E={idle}: synchronize indices {indices}: each drain synchronizes GPU:0 and GPU:1 "
+        f"once [OPM-8]")

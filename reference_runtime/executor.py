@@ -214,7 +214,8 @@ class ExecutorState:
             idle = get_idle() if callable(get_idle) else 0
             if perf < 100 and idle > 0:
                 self.opm = GpuOpManager(resource_management, num_ops=impl.num_gpu_nodes,
-                                        clock=self.clock, label=f"{key}-{step_id}")
+                                        clock=self.clock, drain=self._sync_gpus,
+                                        label=f"{key}-{step_id}")
                 self.stats.op_manager_thread = self.opm.thread.name
 
     # -- driving the step -----------------------------------------------------------------
@@ -228,9 +229,13 @@ class ExecutorState:
             self.stats.gpu_ops_queued = self.opm.num_queued
         if self._status is not None:
             raise self._status
-        for device in self.impl.gpu_devices:  # TF Finish with sync_on_finish: the step's
-            device.sync()                     # GPU work counts in its duration (EXEC-7)
+        self._sync_gpus()   # TF Finish with sync_on_finish: GPU work is in the step (EXEC-14)
         return [v if v is not None else np.empty(0) for v in self.fetch_values]
+
+    def _sync_gpus(self) -> None:
+        """Wait until every GPU the step placed a node on has finished its queued work."""
+        for device in self.impl.gpu_devices:
+            device.sync()
 
     def run_async(self) -> None:
         roots = list(self.impl.roots)

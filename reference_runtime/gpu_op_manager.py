@@ -5,8 +5,10 @@ time E of GPUResourceManagement is positive and perfControl is below 100), the e
 queues every kernel placed on a GPU instead of launching it; this manager's thread
 (``antman-gpu-op-manager-...``) launches them first in, first out, and waits an idle slot
 of ``floor(E / N)`` µs **before** each launch, where N is the number of the step's GPU ops
-not launched yet (this one included). What is deducted from E is the idle time the slot
-really took, measured on the injected clock (a real sleep oversleeps), so that the
+not launched yet (this one included). A slot is device idle time: before a non-zero slot the
+manager drains the step's GPUs (``drain``: the backend's ``synchronize``), so that kernels
+launched earlier do not run through the slot (OPM-8; AntMan's slots overlap them, D-OPM-12).
+What is deducted from E is the idle time the slot really took, the drain excluded, measured on the injected clock (a real sleep oversleeps), so that the
 throttle's arithmetic sees the idle time actually inserted. Waits go through the injected
 clock and are interrupted by ``abort``/``shutdown``; the thread blocks on a condition (no
 polling) while the queue is empty. Ops queued by the manager thread itself (the GPU
@@ -45,8 +47,9 @@ class GpuOpManager:
     """One step's op manager: a FIFO of queued GPU ops and the thread that launches them."""
 
     def __init__(self, resource_management: Any, *, num_ops: int, clock: Clock | None = None,
-                 label: str = "") -> None:
+                 drain: Callable[[], None] | None = None, label: str = "") -> None:
         self._rm = resource_management
+        self._drain = drain                       # waits for the step's GPUs (OPM-8)
         self._clock = clock if clock is not None else REAL_CLOCK
         self._remaining = max(0, int(num_ops))   # GPU ops of the step not launched yet
         self._cv = threading.Condition()
@@ -127,6 +130,8 @@ class GpuOpManager:
         if slot <= 0:
             self.idle_slots.append(0)
             return
+        if self._drain is not None:
+            self._drain()                        # the slot starts on idle GPUs (OPM-8)
         start = self._clock.now_us()
         self._clock.sleep_us(slot, self._cancel)
         spent = max(0, int(self._clock.now_us()) - start)
