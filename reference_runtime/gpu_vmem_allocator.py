@@ -5,14 +5,15 @@ host BFC allocator (``GPUHost_<id>_bfc``). Frees and per-pointer queries are rou
 membership in the set of device pointers. ``get_stats`` is the device's, except that
 ``peak_bytes_in_use`` is device peak + host peak.
 
-Deviation from AntMan (D-VMEM-1): the host allocation, and the retry wait it may make,
-runs outside this allocator's lock, so frees through this allocator proceed and wake it.
+Deviation from AntMan (D-VMEM-1): AntMan holds a lock for the whole allocation, host retry
+included; this allocator has no lock of its own (its inner allocators have theirs, and the
+set of device pointers is changed atomically), so frees through it proceed while the host
+side waits, and wake it.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 
 from reference_runtime.allocator import (AllocationAttributes, Allocator, AllocatorStats,
                                          InvalidPointerError, SubAllocator)
@@ -61,7 +62,6 @@ class GPUVMemAllocator(Allocator):
         self._device = device_allocator
         self._host = host_allocator
         self._name = f"GPUVMem_{tf_gpu_id}_bfc"
-        self._lock = threading.Lock()
         self._device_ptrs: set[int] = set()
         total = int(physical_total_memory)
         if total < 0:
@@ -87,30 +87,32 @@ class GPUVMemAllocator(Allocator):
 
     def allocate_raw(self, alignment: int, num_bytes: int,
                      attributes: AllocationAttributes | None = None) -> int | None:
-        with self._lock:
-            ptr = self._device.allocate_raw(alignment, num_bytes, _NO_RETRY)
-            if ptr is not None:
-                self._device_ptrs.add(ptr)
-                return ptr
-            if attributes is not None:
-                peak = self._merged_peak()
-                if peak > self._memory_planned:
-                    _log.warning("%s: host memory allocation of %d bytes refused: device peak "
-                                 "+ host peak %d is beyond the upper limit %d", self._name,
-                                 num_bytes, peak, self._memory_planned)
-                    return None
-        # Outside the lock (D-VMEM-1): the host retry may wait for frees made through us.
+        # No lock of ours: the inner allocators have their own, and adding to or removing
+        # from the set of device pointers is atomic. A pointer is in the set from before its
+        # caller sees it until before the device allocator may hand it out again.
+        ptr = self._device.allocate_raw(alignment, num_bytes, _NO_RETRY)
+        if ptr is not None:
+            self._device_ptrs.add(ptr)
+            return ptr
+        if attributes is not None:
+            peak = self._merged_peak()            # the planned-memory check (VMEM-6)
+            if peak > self._memory_planned:
+                _log.warning("%s: host memory allocation of %d bytes refused: device peak + "
+                             "host peak %d is beyond the upper limit %d", self._name,
+                             num_bytes, peak, self._memory_planned)
+                return None
+        # Without a lock held (D-VMEM-1), the host retry may wait for frees made through us.
         return self._host.allocate_raw(alignment, num_bytes, attributes)
 
     def deallocate_raw(self, ptr: int | None) -> None:
         if ptr is None:
             return
-        with self._lock:
-            if ptr in self._device_ptrs:
-                self._device_ptrs.discard(ptr)
-                self._device.deallocate_raw(ptr)
-                return
-        self._host_call("deallocate_raw", ptr)
+        try:
+            self._device_ptrs.remove(ptr)         # atomic: of two frees of ptr, one wins
+        except KeyError:
+            self._host_call("deallocate_raw", ptr)
+            return
+        self._device.deallocate_raw(ptr)
 
     def _host_call(self, what: str, ptr: int):
         try:
@@ -122,9 +124,7 @@ class GPUVMemAllocator(Allocator):
                 f"nor known to the host allocator ({exc})") from None
 
     def _route(self, what: str, ptr: int):
-        with self._lock:
-            on_device = ptr in self._device_ptrs
-        if on_device:
+        if ptr in self._device_ptrs:
             return getattr(self._device, what)(ptr)
         return self._host_call(what, ptr)
 
@@ -142,8 +142,7 @@ class GPUVMemAllocator(Allocator):
 
     def is_device_pointer(self, ptr: int) -> bool:
         """Whether ``ptr`` is a live allocation of the device allocator."""
-        with self._lock:
-            return ptr in self._device_ptrs
+        return ptr in self._device_ptrs
 
     def _merged_peak(self) -> int:
         device = self._device.get_stats()
