@@ -17,7 +17,8 @@ from typing import Any, Callable, ClassVar
 import numpy as np
 
 from reference_runtime.errors import (FailedPreconditionError, InvalidArgumentError)
-from reference_runtime.tensor import Buffer, StepAllocations, allocate_buffer, device_xp, to_host
+from reference_runtime.tensor import (Buffer, StepAllocations, allocate_buffer, copy_from_host,
+                                      device_xp, to_host)
 
 __all__ = ["KernelDef", "OpRegistry", "OpKernelContext", "SessionResources", "register_kernel"]
 
@@ -179,12 +180,16 @@ class OpKernelContext:
         return buf.array
 
     def set_output_value(self, i: int, value: Any) -> None:
-        """Allocate output ``i`` and copy ``value`` (any array-like) into it."""
-        xp = self.xp
-        value = xp.asarray(value)
+        """Allocate output ``i`` and copy ``value`` (any array-like) into it: a host value
+        is copied straight into the output buffer, with no device temporary."""
+        if not isinstance(value, self.xp.ndarray):
+            value = np.asarray(value)
         out = self.allocate_output(i, value.shape, value.dtype)
         if out.size:
-            out[...] = value
+            if isinstance(value, np.ndarray):
+                copy_from_host(out, value)
+            else:
+                out[...] = value
 
     def forward_input(self, i_in: int, i_out: int) -> None:
         """Output ``i_out`` is input ``i_in``'s buffer (no allocation, TF ``set_output``)."""
@@ -389,7 +394,8 @@ def _relu_grad(ctx: OpKernelContext) -> None:
         raise ctx.invalid(f"gradients {list(g.shape)} and features {list(features.shape)} "
                           f"differ")
     out = ctx.allocate_output(0, g.shape, g.dtype)
-    ctx.xp.multiply(g, features > 0, out=out)
+    ctx.xp.greater(features, 0, out=out)        # 1 where features > 0, else 0: no temporary
+    ctx.xp.multiply(out, g, out=out)
 
 
 @register_kernel("SoftmaxCrossEntropyWithLogits", num_outputs=2)
@@ -400,15 +406,21 @@ def _softmax_cross_entropy_with_logits(ctx: OpKernelContext) -> None:
     if logits.ndim != 2 or tuple(logits.shape) != tuple(labels.shape):
         raise ctx.invalid(f"logits and labels must be same-shaped matrices: "
                           f"{list(logits.shape)} vs {list(labels.shape)}")
+    # As TF's kernel: the outputs are the working space, plus a [batch, 1] scratch (and one
+    # [batch, classes] product), so that few temporaries go through the device allocator.
+    # loss_i = log(Σ_j exp(s_ij)) · Σ_j labels_ij − Σ_j labels_ij · s_ij, s = logits − max.
     xp = ctx.xp
-    shifted = logits - xp.max(logits, axis=1, keepdims=True)
-    exp = xp.exp(shifted)
-    total = xp.sum(exp, axis=1, keepdims=True)
-    log_softmax = shifted - xp.log(total)
     loss = ctx.allocate_output(0, (logits.shape[0],), logits.dtype)
-    xp.sum(-labels * log_softmax, axis=1, out=loss)
     backprop = ctx.allocate_output(1, logits.shape, logits.dtype)
-    xp.subtract(exp / total, labels, out=backprop)
+    scratch = xp.max(logits, axis=1, keepdims=True)
+    xp.subtract(logits, scratch, out=backprop)               # s
+    xp.sum(xp.multiply(labels, backprop), axis=1, out=loss)  # Σ labels · s
+    xp.exp(backprop, out=backprop)
+    xp.sum(backprop, axis=1, keepdims=True, out=scratch)     # Σ exp(s)
+    xp.divide(backprop, scratch, out=backprop)
+    xp.subtract(backprop, labels, out=backprop)              # softmax − labels
+    xp.log(scratch, out=scratch)
+    xp.subtract(scratch[:, 0] * xp.sum(labels, axis=1), loss, out=loss)
 
 
 def _reduce(ctx: OpKernelContext, fn_name: str) -> None:

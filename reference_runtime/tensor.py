@@ -49,6 +49,15 @@ def to_host(array: Any) -> np.ndarray:
     return np.array(array)
 
 
+def copy_from_host(out: Any, value: np.ndarray) -> None:
+    """Copy the host array ``value`` into ``out`` (same shape) without a device temporary."""
+    if isinstance(out, np.ndarray):
+        out[...] = value
+        return
+    # CuPy: a host-to-device copy straight into the allocated buffer.
+    out.set(np.ascontiguousarray(value, dtype=out.dtype))
+
+
 class Buffer:
     """One allocation holding a tensor's values."""
 
