@@ -10,6 +10,7 @@ says otherwise; a kernel placed on a GPU is never expensive, TF 1.15's rule) and
 
 from __future__ import annotations
 
+import functools
 import threading
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar
@@ -316,8 +317,25 @@ def _apply_gradient_descent(ctx: OpKernelContext) -> None:
                           f"{list(delta.shape)}")
     if getattr(alpha, "ndim", 0) != 0:
         raise ctx.invalid(f"alpha is not a scalar: shape {list(alpha.shape)}")
-    var -= (alpha * delta).astype(var.dtype, copy=False)
+    _subtract_scaled(ctx.xp, var, alpha, delta)
     ctx.forward_input(0, 0)
+
+
+@functools.cache
+def _fused_update_kernel(xp: Any) -> Any:
+    """CuPy's one-pass ``var -= alpha * delta`` (compiled once per array module)."""
+    return xp.ElementwiseKernel("T delta, S alpha", "T var", "var -= (T)(alpha * delta)",
+                                "antman_apply_gradient_descent")
+
+
+def _subtract_scaled(xp: Any, var: Any, alpha: Any, delta: Any) -> None:
+    """``var -= alpha * delta`` in place. On CuPy one fused kernel, as TF's Eigen expression
+    is, so no device temporary goes through the allocator; NumPy's temporary is host memory
+    the allocator never sees."""
+    if hasattr(xp, "ElementwiseKernel"):
+        _fused_update_kernel(xp)(delta, alpha, var)
+    else:
+        var -= (alpha * delta).astype(var.dtype, copy=False)
 
 
 @register_kernel("Identity", is_expensive=False)
