@@ -1,7 +1,8 @@
 """Breaks VMEM-7 (routing of frees and queries): every free goes to the device allocator.
 
-``GPUVMemAllocator.deallocate_raw`` skips the device-pointer check and hands every pointer
-to the device allocator: a host fallback pointer is freed on the wrong allocator (which
+``GPUVMemAllocator.deallocate_raw`` ignores whether the pointer is in the set of device
+pointers (``discard`` instead of ``remove``, so no ``KeyError`` routes it) and hands every
+pointer to the device allocator: a host fallback pointer is freed on the wrong allocator (which
 rejects it) and the host memory is never returned.
 """
 
@@ -19,5 +20,5 @@ OUTCOMES = ("FAIL",)
 
 _forks.log_as(__name__)
 _forks.patch_source(_vmem.GPUVMemAllocator, "deallocate_raw", (
-    "            if ptr in self._device_ptrs:\n",
-    "            if True:                                # the fork: no routing by membership\n"))
+    "            self._device_ptrs.remove(ptr)         # atomic: of two frees of ptr, one wins\n",
+    "            self._device_ptrs.discard(ptr)        # the fork: no routing by membership\n"))
