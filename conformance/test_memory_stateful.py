@@ -555,33 +555,19 @@ def recording_allocator(rt: types.ModuleType, inner, log: list[tuple]):
 # (a) BFCAllocator
 
 
-class BFCMachine(MemoryMachine):
-    """One BFCAllocator over the runtime's simulated device memory, behind a fault injector."""
+class ObservedBFCMachine(MemoryMachine):
+    """The allocation and free rules of a machine whose ``self.bfc`` a ``BFCObserver``
+    (``self.obs``) predicts; subclasses build them and add their own rules."""
 
-    @initialize(limit=st.sampled_from([2 * MIB, 4 * MIB, 8 * MIB + 1000, 600 * MIB]),
-                allow_growth=LIKELY, gc=LIKELY, room=st.sampled_from([2.0, 2.0, 1.0, 0.5]))
-    def build(self, limit: int, allow_growth: bool, gc: bool, room: float) -> None:
-        rt = self.rt
-        self.dev_sim = rt.SimulatedDeviceMemory(int(limit * room) // GRANULE * GRANULE)
-        self.faults = FaultInjectingSubAllocator(self.dev_sim)
-        self.bfc = rt.BFCAllocator(self.faults, limit, allow_growth, "GPU_0_bfc",
-                                   garbage_collection=gc, clock=self.clock, retry_timeout_us=0)
-        self.obs = BFCObserver(rt, self.bfc, self.dev_sim, self.faults, "bfc", limit, gc)
-        self.freed: set[int] = set()
+    bfc: object
+    obs: BFCObserver
+    freed: set[int]
 
     def _allocate(self, num_bytes: int, mode: str) -> None:
         pred, before = self.obs.predict(num_bytes), self.obs.snapshot()
         ptr = self.bfc.allocate_raw(256, num_bytes, attributes_for(self.rt, mode))
         self.obs.record_allocation(call_text("bfc", num_bytes, mode), num_bytes, ptr, pred,
                                    before)
-
-    @rule(num_bytes=SIZES, mode=ATTRIBUTES)
-    def allocate(self, num_bytes: int, mode: str) -> None:
-        self._allocate(num_bytes, mode)
-
-    @rule(frac=fractions(0.01, 1.1), mode=ATTRIBUTES)
-    def allocate_fraction(self, frac: float, mode: str) -> None:
-        self._allocate(max(1, int(frac * self.obs.limit)), mode)
 
     @rule(frac=fractions(0.5, 1.0), mode=ATTRIBUTES)
     def allocate_next_region(self, frac: float, mode: str) -> None:
@@ -598,13 +584,6 @@ class BFCMachine(MemoryMachine):
     def allocate_into_free_regions(self, frac: float, mode: str) -> None:
         """Over every free chunk and the budget, within budget + free regions: only GC serves."""
         self._allocate(self.obs.gc_only_size(frac), mode)
-
-    @precondition(lambda self: self.obs.free_chunks())
-    @rule(pick=st.integers(0, 1 << 16), edge=st.sampled_from(SPLIT_EDGES), mode=ATTRIBUTES)
-    def allocate_near_free_chunk(self, pick: int, edge: str, mode: str) -> None:
-        """A size at an edge of the split rule for one of the free chunks (largest first)."""
-        chunks = self.obs.free_chunks()
-        self._allocate(split_edge_size(chunks[-1 - pick % len(chunks)], edge), mode)
 
     def _free(self, ptr: int) -> None:
         before = self.obs.snapshot()
@@ -640,6 +619,41 @@ class BFCMachine(MemoryMachine):
         self.free_all(data)
         self._allocate(self.obs.gc_only_size(frac), mode)
 
+    @rule()
+    def clear_stats(self) -> None:
+        self.bfc.clear_stats()
+        self.obs.clear_stats()
+
+
+class BFCMachine(ObservedBFCMachine):
+    """One BFCAllocator over the runtime's simulated device memory, behind a fault injector."""
+
+    @initialize(limit=st.sampled_from([2 * MIB, 4 * MIB, 8 * MIB + 1000, 600 * MIB]),
+                allow_growth=LIKELY, gc=LIKELY, room=st.sampled_from([2.0, 2.0, 1.0, 0.5]))
+    def build(self, limit: int, allow_growth: bool, gc: bool, room: float) -> None:
+        rt = self.rt
+        self.dev_sim = rt.SimulatedDeviceMemory(int(limit * room) // GRANULE * GRANULE)
+        self.faults = FaultInjectingSubAllocator(self.dev_sim)
+        self.bfc = rt.BFCAllocator(self.faults, limit, allow_growth, "GPU_0_bfc",
+                                   garbage_collection=gc, clock=self.clock, retry_timeout_us=0)
+        self.obs = BFCObserver(rt, self.bfc, self.dev_sim, self.faults, "bfc", limit, gc)
+        self.freed: set[int] = set()
+
+    @rule(num_bytes=SIZES, mode=ATTRIBUTES)
+    def allocate(self, num_bytes: int, mode: str) -> None:
+        self._allocate(num_bytes, mode)
+
+    @rule(frac=fractions(0.01, 1.1), mode=ATTRIBUTES)
+    def allocate_fraction(self, frac: float, mode: str) -> None:
+        self._allocate(max(1, int(frac * self.obs.limit)), mode)
+
+    @precondition(lambda self: self.obs.free_chunks())
+    @rule(pick=st.integers(0, 1 << 16), edge=st.sampled_from(SPLIT_EDGES), mode=ATTRIBUTES)
+    def allocate_near_free_chunk(self, pick: int, edge: str, mode: str) -> None:
+        """A size at an edge of the split rule for one of the free chunks (largest first)."""
+        chunks = self.obs.free_chunks()
+        self._allocate(split_edge_size(chunks[-1 - pick % len(chunks)], edge), mode)
+
     @rule(data=st.data())
     def free_invalid(self, data: st.DataObject) -> None:
         """None is a no-op; an address that is not a live allocation raises, changing nothing."""
@@ -665,11 +679,6 @@ class BFCMachine(MemoryMachine):
             self.bfc.allocate_raw(256, num_bytes, attributes_for(self.rt, mode))
         assert self.bfc.memory_map() == before and self.obs.snapshot() == log, (
             f"{call_text('bfc', num_bytes, mode)} raised but changed the allocator")
-
-    @rule()
-    def clear_stats(self) -> None:
-        self.bfc.clear_stats()
-        self.obs.clear_stats()
 
     @invariant()
     def consistent(self) -> None:
@@ -878,7 +887,7 @@ class VMemMachine(MemoryMachine):
 # (c) BFCAllocator + GPUAdjustableAllocator
 
 
-class AdjustMachine(MemoryMachine):
+class AdjustMachine(ObservedBFCMachine):
     """A BFC whose limit is adjusted up and down while allocations come and go."""
 
     @initialize(limit=st.sampled_from([4 * MIB, 16 * MIB + 512]),
@@ -891,12 +900,7 @@ class AdjustMachine(MemoryMachine):
                                    garbage_collection=gc, clock=self.clock, retry_timeout_us=0)
         self.adj = rt.GPUAdjustableAllocator()
         self.obs = BFCObserver(rt, self.bfc, self.dev_sim, self.faults, "bfc", limit, gc)
-
-    def _allocate(self, num_bytes: int, mode: str) -> None:
-        pred, before = self.obs.predict(num_bytes), self.obs.snapshot()
-        ptr = self.bfc.allocate_raw(256, num_bytes, attributes_for(self.rt, mode))
-        self.obs.record_allocation(call_text("bfc", num_bytes, mode), num_bytes, ptr, pred,
-                                   before)
+        self.freed: set[int] = set()
 
     @rule(num_bytes=SMALL_SIZES, mode=ATTRIBUTES)
     def allocate(self, num_bytes: int, mode: str) -> None:
@@ -905,58 +909,6 @@ class AdjustMachine(MemoryMachine):
     @rule(frac=fractions(0.01, 0.6), mode=ATTRIBUTES)
     def allocate_fraction(self, frac: float, mode: str) -> None:
         self._allocate(max(1, int(frac * self.obs.limit)), mode)
-
-    @rule(frac=fractions(0.5, 1.0), mode=ATTRIBUTES)
-    def allocate_next_region(self, frac: float, mode: str) -> None:
-        """Most of ``next_region_size``: usually a new region that one chunk fills."""
-        self._allocate(max(1, int(frac * self.bfc.memory_map().next_region_size)), mode)
-
-    @rule(extra=st.integers(-512, 2 * MIB), mode=ATTRIBUTES)
-    def allocate_past_budget(self, extra: int, mode: str) -> None:
-        self._allocate(max(1, self.obs.budget() + extra), mode)
-
-    @precondition(lambda self: self.obs.free_region_bytes())
-    @rule(frac=fractions(0.0, 1.2), mode=ATTRIBUTES)
-    def allocate_into_free_regions(self, frac: float, mode: str) -> None:
-        """Over every free chunk and the budget, within budget + free regions: only GC serves."""
-        self._allocate(self.obs.gc_only_size(frac), mode)
-
-    def _free(self, ptr: int) -> None:
-        before = self.obs.snapshot()
-        self.bfc.deallocate_raw(ptr)
-        self.obs.record_free(ptr, before)
-
-    @precondition(lambda self: self.obs.live)
-    @rule(pick=st.integers(0, 1 << 16))
-    def free(self, pick: int) -> None:
-        self._free(sorted(self.obs.live)[pick % len(self.obs.live)])
-
-    @precondition(lambda self: self.obs.live)
-    @rule(pick=st.integers(0, 1 << 16), data=st.data())
-    def free_region(self, pick: int, data: st.DataObject) -> None:
-        ptrs = region_of(self.bfc, sorted(self.obs.live)[pick % len(self.obs.live)])
-        for ptr in data.draw(st.permutations(ptrs), label="order"):
-            self._free(ptr)
-
-    @precondition(lambda self: len(self.obs.live) > 1)
-    @rule(data=st.data())
-    def free_all(self, data: st.DataObject) -> None:
-        """Free everything, in random order (the end of a mini-batch): every region empties."""
-        for ptr in data.draw(st.permutations(sorted(self.obs.live)), label="order"):
-            self._free(ptr)
-
-    @precondition(lambda self: self.obs.live)
-    @rule(data=st.data(), frac=fractions(0.0, 1.2), mode=ATTRIBUTES)
-    def next_phase(self, data: st.DataObject, frac: float, mode: str) -> None:
-        """Free everything, then ask for more than any free chunk and the budget hold, which
-        only garbage collection of the emptied regions can serve (a larger next graph)."""
-        self.free_all(data)
-        self._allocate(self.obs.gc_only_size(frac), mode)
-
-    @rule()
-    def clear_stats(self) -> None:
-        self.bfc.clear_stats()
-        self.obs.clear_stats()
 
     def _expected_shrink(self, target: int) -> tuple[list[tuple[int, int]], int, int]:
         """What FreeEmptyMemory(target) must do: released regions, pool left, next region."""
