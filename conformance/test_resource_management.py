@@ -218,9 +218,9 @@ def one_warning(caplog, rt, path, what: str) -> None:
                             f"{[r.getMessage()[:120] for r in recs]} [RM-5]")
 
 
-@pytest.mark.clause("RM-5")
-@pytest.mark.parametrize("kind", sorted(MALFORMED))
-def test_malformed_document_changes_nothing(rt, managed, vclock, caplog, kind) -> None:
+def bad_config_is_rejected(rt, managed, vclock, caplog, kind: str, content: str) -> None:
+    """After a good config, the fault ``kind`` (whose content is ``content``) is written:
+    the last good state stays, one warning names the file, and parsing it returns False."""
     rm, writer = managed
     deliver(lambda: writer.write(GOOD), vclock)
     caplog.set_level(logging.WARNING)
@@ -228,8 +228,15 @@ def test_malformed_document_changes_nothing(rt, managed, vclock, caplog, kind) -
     deliver(lambda: writer.write_malformed(kind), vclock)
     assert_kept(rm, f"config {kind!r}")
     one_warning(caplog, rt, writer.path, f"config {kind!r}")
-    assert rm.parse_manage_info_from_json(MALFORMED[kind]) is False, \
+    assert rm.parse_manage_info_from_json(content) is False, \
         f"parse_manage_info_from_json({kind!r}) returned True [RM-5]"
+
+
+@pytest.mark.clause("RM-5")
+@pytest.mark.parametrize("kind", sorted(MALFORMED))
+def test_malformed_document_changes_nothing(rt, managed, vclock, caplog, kind) -> None:
+    rm, writer = managed
+    bad_config_is_rejected(rt, managed, vclock, caplog, kind, MALFORMED[kind])
     deliver(lambda: writer.write(perf=41), vclock)
     assert rm.perf_control == 41, f"a good config after {kind!r} was not applied [RM-5]"
 
@@ -237,14 +244,7 @@ def test_malformed_document_changes_nothing(rt, managed, vclock, caplog, kind) -
 @pytest.mark.clause("RM-5", "RM-4", "RM-6")
 @pytest.mark.parametrize("kind", sorted(BAD_TYPES))
 def test_wrong_type_keeps_last_good_value(rt, managed, vclock, caplog, kind) -> None:
-    rm, writer = managed
-    deliver(lambda: writer.write(GOOD), vclock)
-    caplog.set_level(logging.WARNING)
-    caplog.clear()
-    deliver(lambda: writer.write_malformed(kind), vclock)
-    assert_kept(rm, f"config {kind!r}")
-    one_warning(caplog, rt, writer.path, f"config {kind!r}")
-    assert rm.parse_manage_info_from_json(BAD_TYPES[kind]) is False
+    bad_config_is_rejected(rt, managed, vclock, caplog, kind, BAD_TYPES[kind])
 
 
 @pytest.mark.clause("RM-5")
