@@ -7,9 +7,10 @@ import threading
 import numpy as np
 import pytest
 
+from conformance.control_helpers import joined
 from conformance.execution_helpers import (CPU, GPU, INTER_OP_PREFIX, POST, PRE, Log,
                                            antman_threads, py_func, recording_action,
-                                           run_in_thread, sim_runtime)
+                                           run_in_thread, sim_runtime, wait_until)
 
 pytestmark = pytest.mark.capability("executor", "session_run_actions")
 
@@ -336,6 +337,7 @@ def test_close_cancels_a_running_step(rt, ctx) -> None:
     runner, result = run_in_thread(lambda: s.run(["after"]), "test-session-run")
     assert entered.wait(10), "the step did not start"
     closer, closed = run_in_thread(s.close, "test-session-close")
+    wait_until(lambda: s.closed, "close() to begin")
     closer.join(0.2)
     assert closer.is_alive(), "close() must wait for the running step [SESS-8]"
     release.set()
@@ -346,3 +348,37 @@ def test_close_cancels_a_running_step(rt, ctx) -> None:
         f"the running step must fail with CancelledError, got {result} [SESS-8]"
     assert log.snapshot() == [], "a node started after close() cancelled the step [EXEC-9]"
     assert "error" not in closed, f"close() raised {closed.get('error')!r}"
+
+
+@pytest.mark.clause("SESS-8")
+def test_close_from_another_sessions_node_waits_for_the_running_step(rt, ctx) -> None:
+    """Session B's node (on B's inter-op pool) closes session A while A's step runs: that
+    thread is not one of A's, so close() must wait for A's step before it returns."""
+    log = Log()
+    entered, release = threading.Event(), threading.Event()
+
+    def blocker():
+        entered.set()
+        assert release.wait(10), "the test never released the kernel"
+        log.add("A's kernel returned")
+        return np.float32(1.0)
+
+    ga = rt.Graph()
+    ga.add_node("block", "PyFunc", device=CPU, func=blocker)
+    a = ctx.new_session(ga)
+    gb = rt.Graph()
+    gb.add_node("close_a", "PyFunc", device=CPU,
+                func=lambda: a.close() or log.add("a.close() returned") or np.float32(0))
+    b = ctx.new_session(gb)
+    runner, result = run_in_thread(lambda: a.run(["block"]), "test-session-run-a")
+    assert entered.wait(10), "A's step did not start"
+    closer, closed = run_in_thread(lambda: b.run(["close_a"]), "test-session-run-b")
+    wait_until(lambda: a.closed, "B's node to begin closing A")
+    closer.join(0.5)             # a close() that does not wait returns within this bound
+    release.set()
+    assert joined(runner) and joined(closer), "A's run or B's run hung [SESS-8]"
+    assert "error" not in closed, f"B's run raised {closed.get('error')!r}"
+    assert log.snapshot() == ["A's kernel returned", "a.close() returned"], (
+        f"events {log.snapshot()}: close() called from another session's pool thread returned "
+        f"before A's running step ended [SESS-8]")
+    b.close()

@@ -29,19 +29,19 @@ import numpy as np
 
 from reference_runtime.clock import REAL_CLOCK, Clock
 from reference_runtime.errors import CancelledError, InvalidArgumentError
-from reference_runtime.executor import ExecutorImpl, ExecutorState, StepStats
+from reference_runtime.executor import ExecutorImpl, ExecutorState
+from reference_runtime.gpu_resource_management import PHASE as RM_PHASE
+from reference_runtime.gpu_resource_management import GPUResourceManagement
 from reference_runtime.graph import Graph, parse_tensor_name
 from reference_runtime.kernels import SessionResources
 from reference_runtime.session_run_action_registry import (Grouping, SessionRunActionOptions,
                                                            SessionRunActionRegistry,
                                                            global_registry)
 
-__all__ = ["DirectSession", "RM_PHASE", "RM_NAME", "INTER_OP_THREAD_PREFIX"]
+__all__ = ["DirectSession", "INTER_OP_THREAD_PREFIX"]
 
 log = logging.getLogger("reference_runtime.direct_session")
 
-RM_PHASE = 2
-RM_NAME = "GPUResourceManagement"
 INTER_OP_THREAD_PREFIX = "antman-session-inter-op"
 _graph_ids = itertools.count(1)
 _session_ids = itertools.count(1)
@@ -86,6 +86,7 @@ class DirectSession:
         self._registry = registry if registry is not None else global_registry()
         self._clock = clock if clock is not None else REAL_CLOCK
         self._id = next(_session_ids)
+        self._pool_prefix = f"{INTER_OP_THREAD_PREFIX}-{self._id}"
         self._lock = threading.Lock()
         self._runs_done = threading.Condition(self._lock)
         self._executors: dict[tuple, _ExecutorsAndKeys] = {}
@@ -94,12 +95,11 @@ class DirectSession:
         self._running_threads: dict[int, int] = {}    # thread ident -> active run() calls
         self._closed = False
         self._step_ids = itertools.count()
-        self.last_step_stats: StepStats | None = None
         n = inter_op_threads if inter_op_threads is not None else max(4, os.cpu_count() or 1)
         if not isinstance(n, int) or n < 2:
             raise ValueError(f"inter_op_threads must be an int >= 2, got {n!r}")
         self._pool = concurrent.futures.ThreadPoolExecutor(
-            max_workers=n, thread_name_prefix=f"{INTER_OP_THREAD_PREFIX}-{self._id}")
+            max_workers=n, thread_name_prefix=self._pool_prefix)
 
     # -- properties -------------------------------------------------------------------------
     @property
@@ -173,7 +173,7 @@ class DirectSession:
         pre = SessionRunActionOptions(device_mgr=self._device_mgr, session=self,
                                       graph_id=eak.graph_id, sess_duration_us=0)
         self._registry.run_grouping(Grouping.PRE_SESSION_RUN, pre)
-        rm = self._registry.get_action(Grouping.POST_SESSION_RUN, RM_PHASE, RM_NAME)
+        rm = self._resource_management()
         started: list[ExecutorState] = []
 
         def on_start(state: ExecutorState) -> None:
@@ -191,7 +191,6 @@ class DirectSession:
             if started:
                 with self._lock:
                     self._in_flight.discard(started[0])
-                self.last_step_stats = started[0].stats
         index = {name: i for i, name in enumerate(eak.impl.fetches)}
         outputs = [values[index[_fetch_key(f)]] for f in fetch_names]
         post = SessionRunActionOptions(device_mgr=self._device_mgr, session=self,
@@ -231,6 +230,12 @@ class DirectSession:
                 self._executors[key] = eak
         return eak
 
+    def _resource_management(self) -> GPUResourceManagement | None:
+        """The registry's GPUResourceManagement action (POST, phase 2), if one is registered."""
+        rm = self._registry.get_action(Grouping.POST_SESSION_RUN, RM_PHASE,
+                                       "GPUResourceManagement")
+        return rm if isinstance(rm, GPUResourceManagement) else None
+
     # -- closing ----------------------------------------------------------------------------
     def close(self) -> None:
         """Cancel running steps, wait for them, join the thread pool, free variables."""
@@ -241,12 +246,12 @@ class DirectSession:
             states = list(self._in_flight)
         for state in states:
             state.cancel(CancelledError("Session was closed."))
-        rm = self._registry.get_action(Grouping.POST_SESSION_RUN, RM_PHASE, RM_NAME)
-        wake = getattr(rm, "wake_suspended", None)
-        if callable(wake):
-            wake()                                 # a step suspended at perfControl 0
+        rm = self._resource_management()
+        if rm is not None:
+            rm.wake_suspended()                    # a step suspended at perfControl 0
         me = threading.get_ident()
-        on_pool = threading.current_thread().name.startswith(INTER_OP_THREAD_PREFIX)
+        # One of this session's own pool threads cannot wait for the runs it is part of.
+        on_pool = threading.current_thread().name.startswith(self._pool_prefix + "_")
         with self._lock:
             while not on_pool and any(t != me for t in self._running_threads):
                 self._runs_done.wait()

@@ -38,7 +38,7 @@ from reference_runtime.kernels import (KernelDef, OpKernelContext, OpRegistry,
                                        SessionResources)
 from reference_runtime.tensor import Buffer, StepAllocations, kernel_context, to_host
 
-__all__ = ["ExecutorImpl", "ExecutorState", "NodeItem", "StepStats", "Runner"]
+__all__ = ["ExecutorImpl", "ExecutorState", "NodeItem", "Runner"]
 
 log = logging.getLogger("reference_runtime.executor")
 
@@ -70,19 +70,6 @@ class NodeItem:
 
 
 @dataclass
-class StepStats:
-    """What one step did (for tests and benchmarks)."""
-
-    step_id: int
-    num_allocations: int = 0
-    bytes_allocated: int = 0
-    buffers_freed_at_end: int = 0
-    gpu_ops_queued: int = 0
-    idle_slots_us: list[int] = field(default_factory=list)    # requested, one per launch
-    idle_spent_us: list[int] = field(default_factory=list)    # measured, per non-zero slot
-    op_manager_thread: str | None = None
-
-
 class ExecutorImpl:
     """The executable form of a graph for one feed/fetch/target signature."""
 
@@ -196,7 +183,6 @@ class ExecutorState:
         self.clock = clock if clock is not None else REAL_CLOCK
         self.key = key
         self.rm = resource_management
-        self.stats = StepStats(step_id)
         self.step = StepAllocations()
         self._lock = threading.Lock()
         self._pending = [it.num_in_edges for it in impl.items]
@@ -209,14 +195,11 @@ class ExecutorState:
         self.fetch_values: list[np.ndarray | None] = [None] * len(impl.fetches)
         self.opm: GpuOpManager | None = None
         if resource_management is not None and impl.num_gpu_nodes > 0:
-            perf = getattr(resource_management, "perf_control", 100)      # read once (OPM-1)
-            get_idle = getattr(resource_management, "get_estimated_idle_time", None)
-            idle = get_idle() if callable(get_idle) else 0
-            if perf < 100 and idle > 0:
+            perf = resource_management.perf_control                      # read once (OPM-1)
+            if perf < 100 and resource_management.get_estimated_idle_time() > 0:
                 self.opm = GpuOpManager(resource_management, num_ops=impl.num_gpu_nodes,
                                         clock=self.clock, drain=self._sync_gpus,
                                         label=f"{key}-{step_id}")
-                self.stats.op_manager_thread = self.opm.thread.name
 
     # -- driving the step -----------------------------------------------------------------
     def run(self) -> list[np.ndarray]:
@@ -224,9 +207,6 @@ class ExecutorState:
         self._done.wait()
         if self.opm is not None:
             self.opm.join()
-            self.stats.idle_slots_us = list(self.opm.idle_slots)
-            self.stats.idle_spent_us = list(self.opm.idle_spent)
-            self.stats.gpu_ops_queued = self.opm.num_queued
         if self._status is not None:
             raise self._status
         self._sync_gpus()   # TF Finish with sync_on_finish: GPU work is in the step (EXEC-14)
@@ -443,12 +423,10 @@ class ExecutorState:
                 return
             self._finished = True
         try:
-            self.stats.buffers_freed_at_end = self.step.free_all()
-            self.stats.num_allocations = self.step.num_allocated
-            self.stats.bytes_allocated = self.step.bytes_allocated
+            self.step.free_all()
             if self.opm is not None:
                 self.opm.shutdown()        # never joins when called from the manager thread
-                if self.opm.num_queued and self.rm is not None:
+                if self.opm.num_queued:
                     self.rm.set_executor_queued_op_num(self.key, self.opm.num_queued)
         except BaseException as exc:
             log.exception("executor: error while finishing the step")

@@ -58,9 +58,6 @@ class GpuOpManager:
         self._terminate = False
         self._aborted = False
         self.num_queued = 0                       # ops queued so far in this step
-        self.launched: list[str] = []             # launch order
-        self.idle_slots: list[int] = []           # µs requested before each launch
-        self.idle_spent: list[int] = []           # µs the non-zero slots really took
         suffix = f"{label}-{next(_ids)}" if label else str(next(_ids))
         self._thread = threading.Thread(target=self._run, name=f"{THREAD_NAME_PREFIX}-{suffix}",
                                         daemon=True)
@@ -117,7 +114,6 @@ class GpuOpManager:
                 if self._aborted:
                     op.skip()
                 else:
-                    self.launched.append(op.name)
                     op.launch()
             except BaseException:  # launch/skip report their own errors; never die silently
                 log.exception("GPU op manager: op %s raised", op.name)
@@ -128,7 +124,6 @@ class GpuOpManager:
         self._remaining = max(self._remaining - 1, 0)
         slot = int(self._rm.get_estimated_idle_time()) // n
         if slot <= 0:
-            self.idle_slots.append(0)
             return
         if self._drain is not None:
             self._drain()                        # the slot starts on idle GPUs (OPM-8)
@@ -136,5 +131,3 @@ class GpuOpManager:
         self._clock.sleep_us(slot, self._cancel)
         spent = max(0, int(self._clock.now_us()) - start)
         self._rm.spend_idle_time(spent)          # deducted from E, overrun kept (RM-14)
-        self.idle_slots.append(slot)
-        self.idle_spent.append(spent)

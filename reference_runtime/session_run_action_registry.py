@@ -129,10 +129,9 @@ class SessionRunActionRegistry:
     def get_action(self, grouping: Grouping | int, phase: int, name: str) -> Any:
         """The first action at exactly (grouping, phase) whose name is ``name``, or None."""
         g, p = _grouping(grouping), _phase(phase)
-        with self._lock:
-            for a in self._groups[g].get(p, ()):
-                if getattr(a, "name", None) == name:
-                    return a
+        for q, a in self._snapshots[g]:           # an immutable snapshot: no lock
+            if q == p and getattr(a, "name", None) == name:
+                return a
         return None
 
     def actions(self, grouping: Grouping | int) -> list[tuple[int, Any]]:

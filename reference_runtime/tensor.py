@@ -143,8 +143,6 @@ class StepAllocations:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._live: dict[int, Buffer] = {}
-        self.num_allocated = 0
-        self.bytes_allocated = 0
 
     def allocate(self, device: Any, shape: tuple[int, ...], dtype: Any, *,
                  node_name: str) -> Buffer:
@@ -152,8 +150,6 @@ class StepAllocations:
         buf.refs = 1  # the producing node's own reference
         with self._lock:
             self._live[id(buf)] = buf
-            self.num_allocated += 1
-            self.bytes_allocated += buf.nbytes
         return buf
 
     def ref(self, buf: Buffer, count: int = 1) -> None:
@@ -172,14 +168,13 @@ class StepAllocations:
             self._live.pop(id(buf), None)
         buf.release()
 
-    def free_all(self) -> int:
-        """Free every buffer still live; returns how many there were."""
+    def free_all(self) -> None:
+        """Free every buffer still live."""
         with self._lock:
             left = list(self._live.values())
             self._live.clear()
         for buf in left:
             buf.release()
-        return len(left)
 
     @property
     def live(self) -> int:

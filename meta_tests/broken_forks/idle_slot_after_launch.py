@@ -24,11 +24,9 @@ _forks.patch_source(_opm.GpuOpManager, "_run", (
     "                if self._aborted:\n"
     "                    op.skip()\n"
     "                else:\n"
-    "                    self.launched.append(op.name)\n"
     "                    op.launch()\n",
     "                if self._aborted:\n"
     "                    op.skip()\n"
     "                else:\n"
-    "                    self.launched.append(op.name)\n"
     "                    op.launch()\n"
     "                    self._idle_slot()                   # the fork: after the launch\n"))
