@@ -5,6 +5,8 @@
 - ``read_int64_from_env_var``: TF ``ReadInt64FromEnvVar`` over ``strings::safe_strto64``.
 - ``get_allow_growth_value`` / ``get_garbage_collection_value``: ``GPUBFCAllocator``'s exact,
   case-sensitive reading of ``TF_FORCE_GPU_ALLOW_GROWTH`` / ``TF_ENABLE_GPU_GARBAGE_COLLECTION``.
+- ``path_from_env``: a file-path argument whose default (``ENV_DEFAULT``) is an environment
+  variable (``GPU_CONFIG_FILE``, ``GPU_STATUS_FILE``).
 
 Every unparsable value produces one ERROR log line and the default; nothing raises.
 """
@@ -13,8 +15,11 @@ from __future__ import annotations
 
 import logging
 import os
+from typing import Any
 
 __all__ = [
+    "ENV_DEFAULT",
+    "path_from_env",
     "INT64_MAX",
     "INT64_MIN",
     "read_bool_from_env_var",
@@ -113,3 +118,19 @@ def get_garbage_collection_value() -> bool:
                'be parsed: %r. Valid values are "true" or "false". Using the default value '
                '"true".', raw)
     return True
+
+
+class _FromEnvironment:
+    def __repr__(self) -> str:
+        return "<env>"
+
+
+#: Default of a file-path argument: read the path from its environment variable.
+ENV_DEFAULT: Any = _FromEnvironment()
+
+
+def path_from_env(value: str | os.PathLike | None, env_var: str) -> str:
+    """A file-path argument: ``ENV_DEFAULT`` reads ``$env_var``; None or "" is no file."""
+    if value is ENV_DEFAULT:
+        value = os.environ.get(env_var, "")
+    return os.fspath(value) if value else ""

@@ -28,6 +28,7 @@ from decimal import Decimal
 from typing import Any
 
 from reference_runtime.clock import REAL_CLOCK, Clock
+from reference_runtime.env import ENV_DEFAULT, path_from_env
 from reference_runtime.file_listener import FileListener, global_file_listener
 from reference_runtime.gpu_usage_adjustment import AdjustOutcome, GPUUsageAdjustment, UINT64_MAX
 from reference_runtime.session_run_action_registry import (Grouping, SessionRunAction,
@@ -44,14 +45,6 @@ FILE_LISTENER_NAME = "GPUResourceManage"
 FIXED_COST_US = 50                  # fixed_cost in DoSleepOrSuspend
 SUSPEND_RECHECK_US = 100_000        # a suspended step re-checks its session this often
 PHASE = 2                           # POST_SESSION_RUN phase
-
-
-class _EnvDefault:
-    def __repr__(self) -> str:
-        return "<env>"
-
-
-ENV_DEFAULT: Any = _EnvDefault()    # "read the path from the environment"
 
 
 class _Reject(Exception):
@@ -98,9 +91,7 @@ class GPUResourceManagement(SessionRunAction):
                  clock: Clock | None = None, file_listener: FileListener | None = None,
                  registry: SessionRunActionRegistry | None = None,
                  usage_adjustment: GPUUsageAdjustment | None = None) -> None:
-        if config_file is ENV_DEFAULT:
-            config_file = os.environ.get(CONFIG_FILE_ENV_VAR, "")
-        self.config_file = os.fspath(config_file) if config_file else ""
+        self.config_file = path_from_env(config_file, CONFIG_FILE_ENV_VAR)
         self.enabled = bool(self.config_file)
         self.name = "GPUResourceManagement"
         self._clock = clock if clock is not None else REAL_CLOCK

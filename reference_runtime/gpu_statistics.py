@@ -22,6 +22,7 @@ from typing import Any
 
 from reference_runtime.clock import REAL_CLOCK, Clock
 from reference_runtime.device import get_pci_bus_id
+from reference_runtime.env import ENV_DEFAULT, path_from_env
 from reference_runtime.session_run_action_registry import (SessionRunAction,
                                                            SessionRunActionOptions)
 
@@ -40,13 +41,6 @@ DURATION_HUGE_CHANGE_THRESHOLD = 10
 # duration_statistics_threshold = 0.01: |cur - last| * 100 >= last
 PHASE = 1
 
-
-class _EnvDefault:
-    def __repr__(self) -> str:
-        return "<env>"
-
-
-ENV_DEFAULT: Any = _EnvDefault()
 
 
 @dataclass
@@ -118,9 +112,7 @@ class GPUStatistics(SessionRunAction):
 
     def __init__(self, status_file: str | os.PathLike | None = ENV_DEFAULT, *,
                  clock: Clock | None = None) -> None:
-        if status_file is ENV_DEFAULT:
-            status_file = os.environ.get(STATUS_FILE_ENV_VAR, "")
-        self.status_file = os.fspath(status_file) if status_file else ""
+        self.status_file = path_from_env(status_file, STATUS_FILE_ENV_VAR)
         self.enabled = bool(self.status_file)
         self.name = "GPUStatistics"
         self._clock = clock if clock is not None else REAL_CLOCK

@@ -17,8 +17,9 @@ from typing import Any
 
 from reference_runtime.clock import REAL_CLOCK, Clock
 from reference_runtime.device import Backend, DeviceMgr, create_devices, select_backend
+from reference_runtime.env import ENV_DEFAULT, path_from_env
 from reference_runtime.file_listener import DEFAULT_POLL_INTERVAL_S, FileListener
-from reference_runtime.gpu_resource_management import (CONFIG_FILE_ENV_VAR, ENV_DEFAULT,
+from reference_runtime.gpu_resource_management import (CONFIG_FILE_ENV_VAR,
                                                        GPUResourceManagement)
 from reference_runtime.gpu_resource_management import PHASE as RM_PHASE
 from reference_runtime.gpu_statistics import STATUS_FILE_ENV_VAR, GPUStatistics
@@ -115,10 +116,8 @@ def create_runtime(*, num_gpus: int = 1, gpu_memory_bytes: int = 1 << 30,
     clock = clock if clock is not None else REAL_CLOCK
     if backend is None or isinstance(backend, str):
         backend = select_backend(backend, num_gpus=num_gpus, gpu_memory_bytes=gpu_memory_bytes)
-    if config_file is ENV_DEFAULT:
-        config_file = os.environ.get(CONFIG_FILE_ENV_VAR, "")
-    if status_file is ENV_DEFAULT:
-        status_file = os.environ.get(STATUS_FILE_ENV_VAR, "")
+    config_file = path_from_env(config_file, CONFIG_FILE_ENV_VAR)
+    status_file = path_from_env(status_file, STATUS_FILE_ENV_VAR)
     registry = registry if registry is not None else SessionRunActionRegistry()
     listener = FileListener(clock=clock, poll_interval_s=poll_interval_s)
     statistics: GPUStatistics | None = None
