@@ -223,14 +223,6 @@ def _check_bytes(what: str, value: Any) -> None:
         raise ValueError(f"{what} must be a positive int (bytes), got {value!r}")
 
 
-def _cuda_available() -> bool:
-    try:
-        import cupy  # noqa: F401
-        return int(cupy.cuda.runtime.getDeviceCount()) > 0
-    except Exception:  # no cupy, no driver, no GPU
-        return False
-
-
 def select_backend(name: str | None = None, *, num_gpus: int = 1,
                    gpu_memory_bytes: int = 1 << 30) -> Backend:
     """The device backend: ``name``, else ``$ANTMAN_DEVICE``, else ``auto``.
@@ -251,7 +243,8 @@ def select_backend(name: str | None = None, *, num_gpus: int = 1,
         raise ValueError(f"unknown device backend {name!r} (from {source}); "
                          f"expected one of 'sim', 'cuda', 'auto'")
     if key == "auto":
-        key = "cuda" if _cuda_available() else "sim"
+        from reference_runtime.cuda_backend import cuda_available   # imports no CuPy
+        key = "cuda" if cuda_available() else "sim"
     if key == "sim":
         return SimBackend(num_gpus, gpu_memory_bytes)
     try:
