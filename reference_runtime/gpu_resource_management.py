@@ -232,6 +232,8 @@ class GPUResourceManagement(SessionRunAction):
         self._sleep_or_suspend(options.sess_duration_us, perf, options.session)
 
     def _apply_limits(self, device_mgr: Any) -> None:
+        if device_mgr is None:
+            return                                    # nothing to look in: stays pending
         with self._apply_lock:
             with self._manage_lock:
                 pending = sorted(self._pending.items())
@@ -239,8 +241,6 @@ class GPUResourceManagement(SessionRunAction):
                 outcome = self._adjustment.adjust(bus_id, limit, device_mgr)
                 if outcome is AdjustOutcome.FELL_SHORT:
                     continue                          # retried at the next boundary
-                if outcome is AdjustOutcome.NOT_FOUND and device_mgr is None:
-                    continue                          # nothing to look in yet
                 with self._manage_lock:
                     if self._pending.get(bus_id) == limit:   # not superseded meanwhile
                         del self._pending[bus_id]
