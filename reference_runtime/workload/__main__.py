@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from typing import Any, Sequence
 
@@ -24,8 +25,8 @@ def _bytes(text: str) -> int:
         value = float(t[:-1] if unit else t)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a size: {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"size must be positive: {text!r}")
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"size must be a positive finite number: {text!r}")
     return int(value * units[unit])
 
 
@@ -74,15 +75,21 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     with create_runtime(backend=args.backend, gpu_memory_bytes=args.gpu_memory) as ctx:
         sized = args.target_bytes is not None
-        common = dict(batch=args.batch or (256 if sized else 32),
-                      input_dim=args.input_dim or (256 if sized else 32),
-                      layers=args.layers or (3 if sized else 2), classes=args.classes,
+        def chosen(value: int | None, default: int) -> int:
+            return default if value is None else value        # 0 is MLPWorkload's to reject
+
+        common = dict(batch=chosen(args.batch, 256 if sized else 32),
+                      input_dim=chosen(args.input_dim, 256 if sized else 32),
+                      layers=chosen(args.layers, 3 if sized else 2), classes=args.classes,
                       learning_rate=args.learning_rate, seed=args.seed, device=args.device,
                       cost_us=args.cost_us)
-        if sized:
-            wl = MLPWorkload.sized_for(ctx, args.target_bytes, **common)
-        else:
-            wl = MLPWorkload(ctx, hidden=args.hidden, **common)
+        try:
+            if sized:
+                wl = MLPWorkload.sized_for(ctx, args.target_bytes, **common)
+            else:
+                wl = MLPWorkload(ctx, hidden=args.hidden, **common)
+        except ValueError as exc:                     # a bad size: the workload says which
+            p.error(str(exc))
         device = ctx.device_mgr.lookup_device(args.device)
         print(json.dumps({"workload": repr(wl), "backend": ctx.backend.name,
                           "param_bytes": wl.param_bytes, "step_bytes": wl.step_bytes}),
