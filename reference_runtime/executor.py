@@ -329,7 +329,7 @@ class ExecutorState:
         buffers: list[Buffer] = [b for b in inputs if b is not None]
         ctx = OpKernelContext(node=item.node, device=item.device, inputs=buffers,
                               step=self.step, resources=self.resources, feeds=self.feeds,
-                              clock=self.clock, num_outputs=item.num_outputs)
+                              num_outputs=item.num_outputs)
         error: OpError | None = None
         try:
             if len(buffers) != len(inputs):

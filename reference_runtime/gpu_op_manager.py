@@ -94,11 +94,6 @@ class GpuOpManager:
         if threading.current_thread() is not self._thread:
             self._thread.join()
 
-    @property
-    def queued(self) -> int:
-        with self._cv:
-            return len(self._queue)
-
     # -- the thread -----------------------------------------------------------------------
     def _run(self) -> None:
         while True:

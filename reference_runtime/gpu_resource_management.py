@@ -212,16 +212,6 @@ class GPUResourceManagement(SessionRunAction):
         with self._manage_lock:
             return dict(self._limits)
 
-    @property
-    def pending_limits(self) -> dict[str, int]:
-        """Limits not applied or not reached yet (retried at each step boundary)."""
-        with self._manage_lock:
-            return dict(self._pending)
-
-    @property
-    def usage_adjustment(self) -> GPUUsageAdjustment:
-        return self._adjustment
-
     # -- the action --------------------------------------------------------------------
     def run_action(self, options: SessionRunActionOptions) -> None:
         if not self.enabled or self._closed.is_set():
@@ -310,12 +300,6 @@ class GPUResourceManagement(SessionRunAction):
         with self._manage_lock:
             for event in self._suspended:
                 event.set()
-
-    @property
-    def suspended_steps(self) -> int:
-        """How many steps are suspended right now."""
-        with self._manage_lock:
-            return len(self._suspended)
 
     # -- idle-time and queued-op bookkeeping (GpuOpManager) ------------------------------
     def get_estimated_idle_time(self) -> int:

@@ -56,7 +56,6 @@ class AllocatorStatus:
     hostMemUsedMax: int = 0
     hostMemUsedMin: int = 0
     hostMemPoolSize: int = 0
-    swapReason: str = ""
 
     FIELDS = ("deviceMemUsedMax", "deviceMemUsedMin", "deviceMemPoolSize", "deviceMemStable",
               "hostMemUsedMax", "hostMemUsedMin", "hostMemPoolSize")
@@ -97,7 +96,7 @@ class AllocatorStatus:
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {f: int(getattr(self, f)) for f in self.FIELDS}
         out["deviceMemUsedNvidia"] = -1
-        out["swapReason"] = self.swapReason
+        out["swapReason"] = self.swap_reason()      # derived from the figures above
         return out
 
 
@@ -189,10 +188,8 @@ class GPUStatistics(SessionRunAction):
         for status in self._statuses:
             old = status.figures()
             status.update()
-            if status.figures() == old:
-                continue
-            changed = True
-            status.swapReason = status.swap_reason()
+            if status.figures() != old:
+                changed = True
         return changed
 
     def _find_allocators(self, device_mgr: Any) -> None:

@@ -107,15 +107,3 @@ class GPUUsageAdjustment:
                           "gpu_pci_bus_id: %s (the limit is %d)", new_limit, pci_bus_id, reached)
                 return AdjustOutcome.FELL_SHORT
             return AdjustOutcome.APPLIED
-
-    def initial_limit(self, pci_bus_id: str) -> int | None:
-        """The cap captured at the first call for ``pci_bus_id`` (None before)."""
-        with self._lock:
-            info = self._usage.get(pci_bus_id)
-            return None if info is None else info.initial_mem_limit
-
-    def current_limit(self, pci_bus_id: str) -> int | None:
-        """The limit last set for ``pci_bus_id`` (None before the first successful lookup)."""
-        with self._lock:
-            info = self._usage.get(pci_bus_id)
-            return None if info is None or info.mem_limit == UINT64_MAX else info.mem_limit

@@ -61,7 +61,6 @@ class Graph:
 
     def __init__(self) -> None:
         self._nodes: dict[str, Node] = {}
-        self._version = 0
 
     def add_node(self, name: str, op: str, inputs: Iterable[str] | str = (),
                  device: str = "/device:CPU:0", **attrs: Any) -> str:
@@ -92,7 +91,6 @@ class Graph:
         node = Node(name, op, tuple(data), tuple(control), canonical_device_name(device),
                     dict(attrs))
         self._nodes[name] = node
-        self._version += 1
         return name
 
     # -- queries ----------------------------------------------------------------------
@@ -105,11 +103,6 @@ class Graph:
     @property
     def nodes(self) -> list[Node]:
         return list(self._nodes.values())
-
-    @property
-    def version(self) -> int:
-        """Bumped by every ``add_node`` (executors built for an older version are stale)."""
-        return self._version
 
     def __contains__(self, name: object) -> bool:
         return name in self._nodes

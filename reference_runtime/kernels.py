@@ -131,7 +131,7 @@ class OpKernelContext:
 
     def __init__(self, *, node: Any, device: Any, inputs: list[Buffer],
                  step: StepAllocations, resources: SessionResources, feeds: dict,
-                 clock: Any, num_outputs: int) -> None:
+                 num_outputs: int) -> None:
         self.node = node
         self.device = device
         self.xp = device_xp(device)
@@ -139,7 +139,6 @@ class OpKernelContext:
         self._step = step
         self.resources = resources
         self.feeds = feeds
-        self.clock = clock
         self.outputs: list[Buffer | None] = [None] * num_outputs
 
     # -- inputs -----------------------------------------------------------------------

@@ -54,9 +54,6 @@ class SessionRunAction(abc.ABC):
     def name(self, value: str) -> None:
         self._name = value
 
-    def set_name(self, value: str) -> None:
-        self._name = value
-
     @abc.abstractmethod
     def run_action(self, options: SessionRunActionOptions) -> None:
         """Run once per session run; raise to fail the run."""
@@ -144,11 +141,6 @@ class SessionRunActionRegistry:
                 self._groups[g].clear()
                 self._rebuild(g)
 
-    def log_all_groupings(self, level: int = logging.DEBUG) -> None:
-        for g in Grouping:
-            for p, a in self._snapshots[g]:
-                log.log(level, "%s phase %d: %s", g.name, p, getattr(a, "name", a))
-
 
 _global_registry = SessionRunActionRegistry()
 
@@ -173,10 +165,7 @@ def register_session_run_action(grouping: Grouping | int, phase: int,
 
     def decorate(cls: T) -> T:
         action = cls()
-        if hasattr(action, "set_name"):
-            action.set_name(cls.__name__)
-        else:
-            action.name = cls.__name__
+        action.name = cls.__name__
         (registry if registry is not None else _global_registry).register(g, p, action)
         return cls
 

@@ -29,11 +29,6 @@ ALLOCATOR_ALIGNMENT = 64  # TF Allocator::kAllocatorAlignment
 _KERNEL_ALLOCATION = AllocationAttributes()
 
 
-def device_allocator(device: Any) -> Allocator:
-    """The allocator kernels on ``device`` allocate from (TF ``Device::GetAllocator``)."""
-    return device.get_allocator()
-
-
 def device_xp(device: Any) -> Any:
     """The array module of ``device`` (NumPy on the simulated device, CuPy on CUDA)."""
     return getattr(device, "xp", None) or np
@@ -119,7 +114,7 @@ def allocate_buffer(device: Any, shape: tuple[int, ...], dtype: Any, *, node_nam
     if any(d < 0 for d in shape):
         raise ValueError(f"negative dimension in shape {shape}")
     nbytes = math.prod(shape) * dtype.itemsize
-    allocator = device_allocator(device)
+    allocator = device.get_allocator()          # TF Device::GetAllocator
     ptr = None
     if nbytes > 0:
         ptr = allocator.allocate_raw(ALLOCATOR_ALIGNMENT, nbytes, _KERNEL_ALLOCATION)
