@@ -51,6 +51,7 @@ _session_ids = itertools.count(1)
 class _ExecutorsAndKeys:
     impl: ExecutorImpl
     graph_id: int
+    fetch_index: dict[str, int]            # fetch key -> position in impl.fetches
 
 
 def _fetch_key(name: str) -> str:
@@ -191,8 +192,7 @@ class DirectSession:
             if started:
                 with self._lock:
                     self._in_flight.discard(started[0])
-        index = {name: i for i, name in enumerate(eak.impl.fetches)}
-        outputs = [values[index[_fetch_key(f)]] for f in fetch_names]
+        outputs = [values[eak.fetch_index[_fetch_key(f)]] for f in fetch_names]
         post = SessionRunActionOptions(device_mgr=self._device_mgr, session=self,
                                        graph_id=eak.graph_id,
                                        sess_duration_us=max(0, self._clock.now_us() - start_us))
@@ -226,7 +226,8 @@ class DirectSession:
         with self._lock:
             eak = self._executors.get(key)
             if eak is None:
-                eak = _ExecutorsAndKeys(impl, next(_graph_ids))
+                eak = _ExecutorsAndKeys(impl, next(_graph_ids),
+                                        {name: i for i, name in enumerate(impl.fetches)})
                 self._executors[key] = eak
         return eak
 

@@ -96,6 +96,7 @@ class ExecutorImpl:
             if node_name not in graph:
                 raise InvalidArgumentError(f"Fetch {name!r} is not a node of the graph")
             node = graph.node(node_name)
+            # The node's own output count, also when fed (its consumers keep their slots).
             n_out = registry.lookup(node.op).num_outputs_for(node.attrs)
             if slot >= n_out:
                 raise InvalidArgumentError(f"Fetch {name!r}: node {node_name!r} ({node.op}) "
@@ -132,6 +133,7 @@ class ExecutorImpl:
             if not isinstance(cost, int) or isinstance(cost, bool) or cost < 0:
                 raise GraphError(f"node {node.name!r}: cost_us must be a non-negative int, "
                                  f"got {cost!r}")
+            # The node's own output count, also when fed (its consumers keep their slots).
             n_out = registry.lookup(node.op).num_outputs_for(node.attrs)
             item = NodeItem(i, node, kernel, device, n_out, is_gpu, expensive,
                             kernel.async_for(node.attrs), cost)

@@ -198,8 +198,7 @@ class GPUResourceManagement(SessionRunAction):
     def _set_perf_locked(self, perf: int) -> None:
         self._perf = perf
         if perf != 0:
-            for event in self._suspended:
-                event.set()
+            self._wake_locked()
 
     @property
     def perf_control(self) -> int:
@@ -298,8 +297,11 @@ class GPUResourceManagement(SessionRunAction):
     def wake_suspended(self) -> None:
         """Make suspended steps re-check their condition now (e.g. a session was closed)."""
         with self._manage_lock:
-            for event in self._suspended:
-                event.set()
+            self._wake_locked()
+
+    def _wake_locked(self) -> None:
+        for event in self._suspended:
+            event.set()
 
     # -- idle-time and queued-op bookkeeping (GpuOpManager) ------------------------------
     def get_estimated_idle_time(self) -> int:
