@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, replace
+from numbers import Integral
 
 __all__ = [
+    "check_size",
     "AllocationAttributes",
     "AllocatorStats",
     "Allocator",
@@ -96,3 +98,14 @@ class SubAllocator(abc.ABC):
     @abc.abstractmethod
     def free(self, ptr: int, num_bytes: int) -> None:
         """Give a region back."""
+
+
+def check_size(value: object, what: str) -> int:
+    """``value`` as a non-negative int (NumPy integers accepted), else ``ValueError`` naming
+    ``what``; booleans are not sizes."""
+    if isinstance(value, bool) or not isinstance(value, Integral):
+        raise ValueError(f"{what} must be a non-negative int, got {value!r}")
+    value = int(value)
+    if value < 0:
+        raise ValueError(f"{what} must be a non-negative int, got {value}")
+    return value

@@ -22,7 +22,7 @@ from numbers import Integral
 import numpy as np
 
 from reference_runtime.allocator import (AllocationAttributes, Allocator, AllocatorStats,
-                                         InvalidPointerError, SubAllocator)
+                                         InvalidPointerError, SubAllocator, check_size)
 from reference_runtime.allocator_retry import DEFAULT_MAX_WAIT_US, AllocatorRetry
 from reference_runtime.clock import Clock
 
@@ -134,23 +134,14 @@ class _Region:
         self.size = size
 
 
-def _check_size(value: object, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, Integral):
-        raise ValueError(f"{what} must be a non-negative int, got {value!r}")
-    value = int(value)
-    if value < 0:
-        raise ValueError(f"{what} must be a non-negative int, got {value}")
-    return value
-
-
 class BFCAllocator(Allocator):
     """TF 1.15 ``BFCAllocator(sub_allocator, total_memory, allow_growth, name, garbage_collection)``."""
 
     def __init__(self, sub_allocator: SubAllocator, total_memory: int, allow_growth: bool,
                  name: str, garbage_collection: bool = False, *, clock: Clock | None = None,
                  retry_timeout_us: int = DEFAULT_MAX_WAIT_US) -> None:
-        total_memory = _check_size(total_memory, "total_memory")
-        self._retry_timeout_us = _check_size(retry_timeout_us, "retry_timeout_us")
+        total_memory = check_size(total_memory, "total_memory")
+        self._retry_timeout_us = check_size(retry_timeout_us, "retry_timeout_us")
         self._sub = sub_allocator
         self._name = str(name)
         self._allow_growth = bool(allow_growth)
@@ -176,7 +167,6 @@ class BFCAllocator(Allocator):
         self._bytes_in_use = 0
         self._peak_bytes_in_use = 0
         self._largest_alloc_size = 0
-        self._bytes_limit = total_memory
 
     # -- Allocator ----------------------------------------------------------------------
     @property
@@ -202,7 +192,7 @@ class BFCAllocator(Allocator):
     def allocate_raw(self, alignment: int, num_bytes: int,
                      attributes: AllocationAttributes | None = None) -> int | None:
         if type(num_bytes) is not int or num_bytes <= 0 or num_bytes > MAX_SIZE_T:
-            num_bytes = _check_size(num_bytes, f"{self._name}.allocate_raw num_bytes")
+            num_bytes = check_size(num_bytes, f"{self._name}.allocate_raw num_bytes")
             if num_bytes == 0 or num_bytes > MAX_SIZE_T:
                 return None  # TF: 0 bytes → nullptr; no size_t holds more than 2^64-1
         with self._lock:
@@ -414,6 +404,9 @@ class BFCAllocator(Allocator):
             if not isinstance(ptr, Integral) or isinstance(ptr, bool):
                 raise InvalidPointerError(self._bad_pointer("deallocate_raw", ptr, None))
             ptr = int(ptr)  # NumPy / CuPy integer addresses
+        # The hot path: _remove_free, the merges and _insert_free are inlined below on
+        # purpose (a helper call per merge costs about 15 % of a free); they must stay in
+        # step with those methods.
         with self._lock:
             c = self._chunks.get(ptr)
             if c is None or c.allocation_id == -1:
@@ -499,7 +492,7 @@ class BFCAllocator(Allocator):
             return AllocatorStats(
                 num_allocs=self._num_allocs, bytes_in_use=self._bytes_in_use,
                 peak_bytes_in_use=self._peak_bytes_in_use,
-                largest_alloc_size=self._largest_alloc_size, bytes_limit=self._bytes_limit)
+                largest_alloc_size=self._largest_alloc_size, bytes_limit=self._memory_limit)
 
     def clear_stats(self) -> None:
         with self._lock:
@@ -552,7 +545,6 @@ class BFCAllocator(Allocator):
 
     def _adj_set_memory_limit(self, limit: int) -> None:
         self._memory_limit = limit
-        self._bytes_limit = limit
 
     def _adj_set_next_region_size(self, size: int) -> None:
         self._curr_region_bytes = size
@@ -565,9 +557,6 @@ class BFCAllocator(Allocator):
         chunks = self._chunks
         return [(r.ptr, r.size, chunks[r.ptr].size == r.size
                  and chunks[r.ptr].allocation_id == -1) for r in self._regions]
-
-    def _adj_region_in_use(self, ptr: int) -> bool:
-        return self._region_in_use(self._regions[bisect_left(self._region_starts, ptr)])
 
     def _adj_release_region(self, ptr: int) -> None:
         self._release_region(self._regions[bisect_left(self._region_starts, ptr)])

@@ -32,7 +32,7 @@ import queue
 import sys
 import threading
 from types import ModuleType
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Mapping
 
 from reference_runtime.allocator import (AllocationAttributes, Allocator, InvalidPointerError,
                                          SubAllocator)
@@ -308,11 +308,6 @@ class CudaBackend:
         return CudaHostMemory(self._check(index), None, self._cupy)
 
     # --- integration with the runtime ------------------------------------------------------
-
-    def array_from_allocation(self, index: int, ptr: int, nbytes: int, shape: tuple[int, ...],
-                              dtype: Any) -> Any:
-        """A CuPy array over an address the GPU's allocator returned (device or mapped host)."""
-        return as_cupy_array(ptr, shape, dtype, device_id=self._check(index), nbytes=nbytes)
 
     def attach(self, device_mgr: Any) -> CupyAllocatorRouting:
         """Put ``device_mgr``'s GPU allocators under CuPy (see ``CupyAllocatorRouting``).
@@ -690,11 +685,3 @@ def as_cupy_array(ptr: int, shape: tuple[int, ...] | int, dtype: Any, *, device_
     mem = cupy.cuda.memory.UnownedMemory(int(ptr), int(nbytes), owner, int(device_id))
     return cupy.ndarray(shape_t, dtype=dt, memptr=cupy.cuda.MemoryPointer(mem, 0))
 
-
-def iter_cuda_ordinals() -> Iterator[int]:
-    """0 .. getDeviceCount()-1, or nothing without CuPy or GPU."""
-    try:
-        count = int(import_cupy().cuda.runtime.getDeviceCount())
-    except Exception:
-        return iter(())
-    return iter(range(count))

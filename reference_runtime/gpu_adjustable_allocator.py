@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from reference_runtime.allocator import check_size
 from reference_runtime.bfc_allocator import BFCAllocator, rounded_bytes
 
 __all__ = ["GPUAdjustableAllocator", "MemPoolStats"]
@@ -36,19 +37,12 @@ def _check_bfc(bfc: object, what: str) -> BFCAllocator:
     return bfc
 
 
-def _check_limit(value: object, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"GPUAdjustableAllocator.{what}: the limit must be a non-negative "
-                         f"int, got {value!r}")
-    return value
-
-
 class GPUAdjustableAllocator:
     """``AdjustMemoryLimit``, ``FreeEmptyMemory`` and ``GetMemPoolStats`` on a BFC allocator."""
 
     def adjust_memory_limit(self, new_limit: int, bfc: BFCAllocator) -> int:
         """Set the limit to ``new_limit`` (releasing free regions if needed); return the limit."""
-        new_limit = _check_limit(new_limit, "adjust_memory_limit")
+        new_limit = check_size(new_limit, "GPUAdjustableAllocator.adjust_memory_limit: the limit")
         bfc = _check_bfc(bfc, "adjust_memory_limit")
         with bfc._lock:
             if new_limit >= bfc._adj_pool_bytes():
@@ -66,7 +60,7 @@ class GPUAdjustableAllocator:
 
     def free_empty_memory(self, target: int, bfc: BFCAllocator) -> int:
         """Release fully free regions until the pool is at most ``target``; return the pool."""
-        target = _check_limit(target, "free_empty_memory")
+        target = check_size(target, "GPUAdjustableAllocator.free_empty_memory: the target")
         bfc = _check_bfc(bfc, "free_empty_memory")
         with bfc._lock:
             return self._free_empty_memory_locked(target, bfc)
@@ -98,8 +92,10 @@ class GPUAdjustableAllocator:
         bfc = _check_bfc(bfc, "get_mem_pool_stats")
         with bfc._lock:
             pool = stable = 0
-            for ptr, size, _ in bfc._adj_regions():
+            # Free neighbours always coalesce, so a region holds a chunk in use exactly when
+            # it is not one free chunk (no walk over its chunks under the lock).
+            for _, size, fully_free in bfc._adj_regions():
                 pool += size
-                if bfc._adj_region_in_use(ptr):
+                if not fully_free:
                     stable += size
             return MemPoolStats(pool, stable)

@@ -12,7 +12,7 @@ import bisect
 import itertools
 import threading
 
-from reference_runtime.allocator import InvalidPointerError, SubAllocator
+from reference_runtime.allocator import InvalidPointerError, SubAllocator, check_size
 
 __all__ = ["SimulatedMemory", "SimulatedDeviceMemory", "SimulatedHostMemory", "REGION_GAP"]
 
@@ -32,9 +32,7 @@ class SimulatedMemory(SubAllocator):
     kind = "memory"
 
     def __init__(self, capacity_bytes: int, base: int) -> None:
-        if not isinstance(capacity_bytes, int) or isinstance(capacity_bytes, bool) \
-                or capacity_bytes < 0:
-            raise ValueError(f"capacity_bytes must be a non-negative int, got {capacity_bytes!r}")
+        capacity_bytes = check_size(capacity_bytes, "capacity_bytes")
         self._lock = threading.Lock()
         self._capacity = capacity_bytes
         self._base = base
@@ -53,9 +51,7 @@ class SimulatedMemory(SubAllocator):
 
     @capacity.setter
     def capacity(self, value: int) -> None:
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise ValueError(f"capacity must be a non-negative int, got {value!r}")
-        self._capacity = value
+        self._capacity = check_size(value, "capacity")
 
     def alloc(self, alignment: int, num_bytes: int) -> int | None:
         with self._lock:
