@@ -67,6 +67,9 @@ def test_device_regions_are_cuda_allocations_on_their_gpu(backend, cupy) -> None
     assert cupy._device_live[p] == (1, 16 * MiB)
     assert mem.alloc(256, 32 * MiB) is None, "over the capacity"
     assert mem.bytes_in_use == 16 * MiB and mem.live_regions == {p: 16 * MiB}
+    with pytest.raises(rt.InvalidPointerError):
+        mem.free(p, 8 * MiB)                        # the wrong size frees nothing
+    assert cupy._device_live[p] == (1, 16 * MiB) and mem.free_calls == []
     mem.free(p, 16 * MiB)
     assert p not in cupy._device_live and mem.free_calls == [(p, 16 * MiB)]
     with pytest.raises(rt.InvalidPointerError):

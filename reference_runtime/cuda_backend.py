@@ -186,6 +186,9 @@ class _RegionSubAllocator(SubAllocator):
             if size is None:
                 raise InvalidPointerError(f"free({ptr:#x}, {num_bytes}): not a live {self.kind} "
                                           f"region of GPU {self.device_index}")
+            if size != num_bytes:          # as the simulated memory checks (a BFC size bug)
+                raise InvalidPointerError(f"free({ptr:#x}, {num_bytes}): the {self.kind} region "
+                                          f"of GPU {self.device_index} has {size} bytes")
             del self.live_regions[ptr]
             self.free_calls.append((ptr, int(num_bytes)))
         with self._cupy.cuda.Device(self.device_index):

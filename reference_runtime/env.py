@@ -89,16 +89,12 @@ def get_allow_growth_value(option: bool) -> bool:
     raw = os.environ.get("TF_FORCE_GPU_ALLOW_GROWTH")
     if raw is None:
         return bool(option)
-    if raw == "false":
-        if option:
+    if raw in ("true", "false"):
+        value = raw == "true"
+        if value != bool(option):
             _log.warning("Overriding allow_growth setting because the TF_FORCE_GPU_ALLOW_GROWTH "
                          "environment variable is set. Original config value was %s.", option)
-        return False
-    if raw == "true":
-        if not option:
-            _log.warning("Overriding allow_growth setting because the TF_FORCE_GPU_ALLOW_GROWTH "
-                         "environment variable is set. Original config value was %s.", option)
-        return True
+        return value
     _log.error('The TF_FORCE_GPU_ALLOW_GROWTH environment variable is set but could not be '
                'parsed: %r. Valid values are "true" or "false". Using original config value '
                'of %s.', raw, bool(option))
