@@ -101,6 +101,25 @@ def run_into_idle_slot(rt, m: Managed, log: Log, idle_us: int):
     return s, runner, out
 
 
+def assert_queued_launches(log: Log, names: list[str], t0: int, slot_us: int,
+                           cpu_tag: str) -> None:
+    """The GPU ops ``names`` were launched in this order (the queue's FIFO order), on the
+    manager thread, one equal slot of ``slot_us`` after another from ``t0``; the CPU node
+    ``cpu_tag`` ran on the runner, not queued."""
+    events = log.snapshot()
+    gpu = [e for e in events if e[0] in names]
+    assert [e[0] for e in gpu] == names, (
+        f"launch order {[e[0] for e in gpu]}, expected the queue order {names}: GPU ops are "
+        f"queued and launched first in, first out [OPM-2, OPM-3]")
+    assert [e[1] - t0 for e in gpu] == np.cumsum([slot_us] * len(names)).tolist(), \
+        f"launch times {[e[1] - t0 for e in gpu]} [OPM-4]"
+    assert all(e[3].startswith(OP_MANAGER_PREFIX) for e in gpu), \
+        f"queued ops ran on {sorted({e[3] for e in gpu})} [OPM-3]"
+    cpu_thread = next(e[3] for e in events if e[0] == cpu_tag)
+    assert cpu_thread.startswith(INTER_OP_PREFIX), \
+        f"the CPU node {cpu_tag!r} ran on {cpu_thread}, not the runner [OPM-2]"
+
+
 # -- OPM-4 -----------------------------------------------------------------------------------
 
 @pytest.mark.clause("OPM-4", "OPM-3", "OPM-5")
@@ -150,14 +169,7 @@ def test_fifo_launch_order(rt, managed) -> None:
         managed.throttle(50, 8000)
         t0 = clock.now_us()
         s.run(names + ["cpu_tail"])
-        gpu = [e for e in log.snapshot() if e[0] in names]
-        assert [e[0] for e in gpu] == names, \
-            f"launch order {[e[0] for e in gpu]}, expected the queue order {names} [OPM-3]"
-        assert [e[1] - t0 for e in gpu] == np.cumsum([1000] * 8).tolist(), \
-            f"launch times {[e[1] - t0 for e in gpu]} [OPM-4]"
-        cpu_thread = next(e[3] for e in log.snapshot() if e[0] == "cpu_tail")
-        assert cpu_thread.startswith(INTER_OP_PREFIX), \
-            f"a CPU node ran on {cpu_thread}, not queued [OPM-2]"
+        assert_queued_launches(log, names, t0, 1000, "cpu_tail")
 
 
 @pytest.mark.clause("OPM-4")
@@ -222,17 +234,7 @@ def test_gpu_consumers_of_a_queued_op_launch_in_edge_order(rt, managed) -> None:
         managed.throttle(50, 9000)
         t0 = clock.now_us()
         s.run(names + ["cpu"])
-        gpu = [e for e in log.snapshot() if e[0] != "cpu"]
-        assert [e[0] for e in gpu] == ["a"] + names, (
-            f"launch order {[e[0] for e in gpu]}: the GPU consumers of the queued op 'a' must "
-            f"be queued, and launched, in the order of its output edges {names} [OPM-2]")
-        assert [e[1] - t0 for e in gpu] == np.cumsum([1000] * 9).tolist(), \
-            f"launch times {[e[1] - t0 for e in gpu]} [OPM-4]"
-        assert all(e[3].startswith(OP_MANAGER_PREFIX) for e in gpu), \
-            f"queued ops ran on {sorted({e[3] for e in gpu})} [OPM-3]"
-        cpu_thread = next(e[3] for e in log.snapshot() if e[0] == "cpu")
-        assert cpu_thread.startswith(INTER_OP_PREFIX), \
-            f"the CPU consumer of a queued op ran on {cpu_thread}, not the runner [OPM-2]"
+        assert_queued_launches(log, ["a"] + names, t0, 1000, "cpu")
 
 
 @pytest.mark.clause("OPM-2")
@@ -313,14 +315,15 @@ def slow_manager_exit(delay_s: float = 0.05):
     returns, while a joined one has ended.
     """
     hooked: list[str] = []
+    delayed: list[threading.Thread] = []     # the threads already hooked (idents are reused)
 
     def tracer(frame, event, arg):
         if event != "call":
             return None
         me = threading.current_thread()
-        if not me.name.startswith(OP_MANAGER_PREFIX) or getattr(me, "_exit_delayed", False):
+        if not me.name.startswith(OP_MANAGER_PREFIX) or any(t is me for t in delayed):
             return None
-        me._exit_delayed = True
+        delayed.append(me)
         hooked.append(me.name)
 
         def outermost(frame, event, arg):
