@@ -2,13 +2,15 @@
 
 - ``FULL``: full sizes on a real GPU (``ANTMAN_DEVICE=cuda``) or when ``ANTMAN_BENCH_FULL=1``;
   short sizes otherwise (the simulated device in CI: each benchmark a few seconds).
-- ``TimingClock``: a ``Clock`` (SPEC.md API-4) over the real clock that measures every sleep
-  the runtime makes; sleeps on GpuOpManager threads (OPM-3 names them
-  ``antman-gpu-op-manager...``) are the step's idle slots. ``instant_sleep=True`` makes every
-  sleep return at once (zero idle time), for cost measurements.
+- ``TimingClock``: a ``Clock`` (SPEC.md API-4) over the real clock that times the sleeps on
+  GpuOpManager threads (OPM-3 names them ``antman-gpu-op-manager...``): the step's idle
+  slots, requested and actually slept; other sleeps pass through uncounted.
+  ``instant_sleep=True`` makes every sleep return at once (zero idle time), for cost
+  measurements.
 - ``StepProbe``: a session-run action registered at ``(POST_SESSION_RUN, 1)``, before
   GPUResourceManagement (phase 2) throttles, that records each step's ``sess_duration_us``
   (what the throttle arithmetic RM-10 is given), its idle slots and its ``graph_id``.
+- ``now_us``: the system-wide monotonic clock in µs (co-location, memory scaling).
 - ``Figure`` / ``record_figures``: one measured value against its target, kept in the
   benchmark's ``extra_info["figures"]`` (the JSON of ``--benchmark-json``) and shown by the
   certification report's benchmark table.
@@ -69,7 +71,7 @@ GPU_MEMORY = size(256 * MiB, 4 * GiB)
 # --- clocks ---------------------------------------------------------------------------------
 
 class TimingClock:
-    """The real clock, measuring each ``sleep_us``; see the module docstring."""
+    """The real clock, timing the op manager's sleeps; see the module docstring."""
 
     def __init__(self, base: Any = None, *, instant_sleep: bool = False) -> None:
         if base is None:
@@ -79,10 +81,6 @@ class TimingClock:
         self._lock = threading.Lock()
         self.idle_requested_us = 0       # op-manager sleeps: requested ...
         self.idle_actual_us = 0          # ... and actually slept
-        self.idle_count = 0
-        self.other_requested_us = 0      # every other sleep (throttle sleeps after a step)
-        self.other_actual_us = 0
-        self.other_count = 0
 
     def now_us(self) -> int:
         return self._base.now_us()
@@ -100,22 +98,16 @@ class TimingClock:
         else:
             done = self._base.sleep_us(duration_us, cancel)
         slept = (time.perf_counter_ns() - start) // 1000
-        idle = threading.current_thread().name.startswith(OPM_THREAD_PREFIX)
-        with self._lock:
-            if idle:
+        if threading.current_thread().name.startswith(OPM_THREAD_PREFIX):
+            with self._lock:
                 self.idle_requested_us += max(0, int(duration_us))
                 self.idle_actual_us += slept
-                self.idle_count += 1
-            else:
-                self.other_requested_us += max(0, int(duration_us))
-                self.other_actual_us += slept
-                self.other_count += 1
         return done
 
-    def snapshot(self) -> tuple[int, int, int, int]:
+    def snapshot(self) -> tuple[int, int]:
+        """(idle slots requested, idle slots slept), µs, since the clock was made."""
         with self._lock:
-            return (self.idle_requested_us, self.idle_actual_us, self.other_requested_us,
-                    self.other_actual_us)
+            return self.idle_requested_us, self.idle_actual_us
 
 
 # --- step probes ----------------------------------------------------------------------------
@@ -138,10 +130,10 @@ class StepProbe:
         self.name = "BenchStepProbe"
         self.clock = clock
         self.records: list[StepRecord] = []
-        self._last = clock.snapshot() if clock is not None else (0, 0, 0, 0)
+        self._last = clock.snapshot() if clock is not None else (0, 0)
 
     def run_action(self, options: Any) -> None:
-        now = self.clock.snapshot() if self.clock is not None else (0, 0, 0, 0)
+        now = self.clock.snapshot() if self.clock is not None else (0, 0)
         req, act = now[0] - self._last[0], now[1] - self._last[1]
         self._last = now
         t = self.clock.now_us() if self.clock is not None else time.monotonic_ns() // 1000
@@ -193,6 +185,11 @@ def _clean(value: Any) -> Any:
 
 def median(xs: list[float]) -> float:
     return statistics.median(xs) if xs else float("nan")
+
+
+def now_us() -> int:
+    """The system-wide monotonic clock in µs (``bench_job``'s step records use it too)."""
+    return time.monotonic_ns() // 1000
 
 
 def one_shot(benchmark: Any, fn: Any) -> Any:

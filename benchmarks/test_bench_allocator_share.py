@@ -8,8 +8,8 @@ management forces ``TF_GPU_VMEM``) gets a timing proxy: its ``allocate_raw`` and
 any thread) to a counter. After warm-up (the pool has grown), over N steps at perfControl
 100: share = time in the allocator / wall time of the steps. Target: under 5 % of the step
 time on the GPU workload. The wrappers' own cost (the clock reads and a lock per call,
-calibrated on an empty wrapper) is subtracted; the raw figure is recorded beside it. Full
-runs also measure the large, device-bound workload.
+calibrated by the same wrapper around no-op stand-ins) is subtracted; the raw figure is
+recorded beside it. Full runs also measure the large, device-bound workload.
 
 Two clocks time each call: the wall clock (``perf_counter_ns``), and the calling thread's CPU
 time (``thread_time_ns``). The headline is the wall-clock figure; the CPU-time figure beside
@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import threading
 import time
+import types
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -45,34 +47,26 @@ class TimedAllocator:
         self.cpu_ns = 0
         self.allocs = 0
         self.frees = 0
-        self._orig = (allocator.allocate_raw, allocator.deallocate_raw)
-        allocate, deallocate = self._orig
+        allocator.allocate_raw = self._timed(allocator.allocate_raw, "allocs")
+        allocator.deallocate_raw = self._timed(allocator.deallocate_raw, "frees")
+
+    def _timed(self, fn: Callable[..., Any], counter: str) -> Callable[..., Any]:
+        """``fn`` with each call's wall and CPU time added to the totals, counted in
+        ``counter``. The CPU clock is read outside the wall interval on both sides."""
         wall, cpu = time.perf_counter_ns, time.thread_time_ns
 
-        def allocate_raw(alignment: int, num_bytes: int, attributes: Any = None) -> Any:
+        def timed(*args: Any, **kwargs: Any) -> Any:
             c, t = cpu(), wall()
             try:
-                return allocate(alignment, num_bytes, attributes)
+                return fn(*args, **kwargs)
             finally:
                 dt, dc = wall() - t, cpu() - c
                 with self._lock:
                     self.ns += dt
                     self.cpu_ns += dc
-                    self.allocs += 1
+                    setattr(self, counter, getattr(self, counter) + 1)
 
-        def deallocate_raw(ptr: int) -> None:
-            c, t = cpu(), wall()
-            try:
-                deallocate(ptr)
-            finally:
-                dt, dc = wall() - t, cpu() - c
-                with self._lock:
-                    self.ns += dt
-                    self.cpu_ns += dc
-                    self.frees += 1
-
-        allocator.allocate_raw = allocate_raw
-        allocator.deallocate_raw = deallocate_raw
+        return timed
 
     def reset(self) -> None:
         with self._lock:
@@ -84,26 +78,23 @@ class TimedAllocator:
 
 
 def wrapper_cost_ns() -> tuple[float, float]:
-    """Wall and CPU time one timed call around a function that does nothing adds to the
-    counters (what the wrapper measures of itself)."""
-    lock = threading.Lock()
-    total = [0, 0]
-    wall, cpu = time.perf_counter_ns, time.thread_time_ns
+    """Wall and CPU time per call that the wrapper adds to its own counters: a
+    ``TimedAllocator`` around a stand-in whose ``allocate_raw``/``deallocate_raw`` do
+    nothing, called n times (allocations and frees alternating)."""
 
-    def timed() -> None:
-        c, t = cpu(), wall()
-        try:
-            pass
-        finally:
-            dt, dc = wall() - t, cpu() - c
-            with lock:
-                total[0] += dt
-                total[1] += dc
+    def allocate_raw(alignment: int, num_bytes: int, attributes: Any = None) -> None:
+        return None
 
+    def deallocate_raw(ptr: int) -> None:
+        return None
+
+    stand_in = types.SimpleNamespace(allocate_raw=allocate_raw, deallocate_raw=deallocate_raw)
+    timed = TimedAllocator(stand_in)
     n = 50_000
-    for _ in range(n):
-        timed()
-    return total[0] / n, total[1] / n
+    for _ in range(n // 2):
+        stand_in.allocate_raw(64, 256)
+        stand_in.deallocate_raw(0)
+    return timed.ns / n, timed.cpu_ns / n
 
 
 @pytest.mark.parametrize("size_name", list(WORKLOADS))

@@ -31,7 +31,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks.bench_support import (GPU_MEMORY, WORKLOADS, Figure, one_shot,
+from benchmarks.bench_support import (GPU_MEMORY, WORKLOADS, Figure, now_us, one_shot,
                                       record_figures, size, write_config)
 
 pytestmark = pytest.mark.capability("executor", "gpu_op_manager", "resource_management",
@@ -129,11 +129,7 @@ class Job:
         self._stderr.close()
 
 
-def now_us() -> int:
-    return time.monotonic_ns() // 1000
-
-
-def measure(g: Job, seconds: float) -> tuple[int, int]:
+def measure(seconds: float) -> tuple[int, int]:
     t0 = now_us()
     time.sleep(seconds)
     return t0, now_us()
@@ -152,7 +148,7 @@ def test_bench_colocation(rt, bench, tmp_path, report_artifacts, size_name: str)
         g = Job("guaranteed", rt.__name__, g_cfg, seed=0, workload=workload)
         jobs.append(g)
         g.wait_steps(size(50, 30))         # warmed up: allocator pool grown, caches hot
-        phases["solo_before"] = {"guaranteed": g.window(*measure(g, WINDOW_S))}
+        phases["solo_before"] = {"guaranteed": g.window(*measure(WINDOW_S))}
         o = Job("opportunistic", rt.__name__, o_cfg, seed=1, workload=workload)
         jobs.append(o)
         for i, p in enumerate(PERFS):
@@ -161,12 +157,12 @@ def test_bench_colocation(rt, bench, tmp_path, report_artifacts, size_name: str)
             t = now_us()
             time.sleep(2 * POLL_S + 0.05)       # detected, then in force at a boundary
             o.wait_steps(3, after_us=t + int((2 * POLL_S + 0.05) * 1e6))
-            t0, t1 = measure(g, WINDOW_S)
+            t0, t1 = measure(WINDOW_S)
             phases[f"p{p}"] = {"guaranteed": g.window(t0, t1), "opportunistic": o.window(t0, t1)}
         o.stop()
         t = now_us()
         g.wait_steps(3, after_us=t)
-        phases["solo_after"] = {"guaranteed": g.window(*measure(g, WINDOW_S))}
+        phases["solo_after"] = {"guaranteed": g.window(*measure(WINDOW_S))}
         g.stop()
 
     try:

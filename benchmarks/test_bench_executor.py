@@ -1,31 +1,28 @@
-"""Executor and GpuOpManager costs.
+"""Executor and GpuOpManager costs (pytest-benchmark timings).
 
-- Op-manager cost per op with zero idle time: a chain of GPU ops run in a managed step
-  (perfControl 50, E = 1 µs, so every slot but one is 0 µs and the 1 µs one passes on a
-  virtual clock at once) against the same step unmanaged (perfControl 100); the difference
-  per op is what queueing, the manager thread and the extra thread hops cost.
+- A chain of GPU ops run in a managed step (perfControl 50, E = 1 µs, so every slot but one
+  is 0 µs and the 1 µs one passes on a virtual clock at once) against the same step
+  unmanaged (perfControl 100): what queueing, the manager thread and the extra thread hops
+  cost.
 - Workload step time with resource management enabled but idle (perfControl 100, no limit)
-  against disabled (no action), as a ratio in one run (interleaved, best of rounds); the
-  target is within 1 %.
+  against disabled (no action).
 
-Figures only: nothing asserts a speed. Run with
-``python -m pytest benchmarks/test_bench_executor.py -p no:xdist -s`` (add
-``--benchmark-only`` for the pytest-benchmark figures alone).
+The derived figures (op-manager cost per queued op; step time with management idle over
+disabled, target within 0.5 %) are recorded by
+``test_bench_throttle.py::test_bench_throttle_overhead``. Figures only: nothing asserts a
+speed. Run with ``python -m pytest benchmarks/test_bench_executor.py -p no:xdist
+--benchmark-only``.
 """
 
 from __future__ import annotations
 
-import os
-import time
-
 import numpy as np
 import pytest
 
+from benchmarks.bench_support import GPU
 from fixtures.virtual_clock import VirtualClock
 
-GPU = "/device:GPU:0"
 CHAIN = 32
-TARGET_RATIO = 0.01
 
 pytestmark = pytest.mark.capability("executor", "gpu_op_manager", "resource_management",
                                     "workload")
@@ -49,19 +46,13 @@ class Setup:
 
 
 @pytest.fixture
-def config_file(tmp_path):
+def config_file(tmp_path, monkeypatch):
     """An idle config (perfControl 100, no limit); the process environment is restored."""
-    saved = {k: os.environ.get(k) for k in ("TF_FORCE_GPU_ALLOW_GROWTH", "TF_GPU_VMEM")}
-    for k in saved:                         # both runtimes get what enabling forces (RM-1)
-        os.environ[k] = "true"
+    for k in ("TF_FORCE_GPU_ALLOW_GROWTH", "TF_GPU_VMEM"):
+        monkeypatch.setenv(k, "true")       # both runtimes get what enabling forces (RM-1)
     path = tmp_path / "config.json"
     path.write_text('{"perfControl": 100}')
-    yield str(path)
-    for k, v in saved.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
+    return str(path)
 
 
 @pytest.fixture
@@ -92,29 +83,6 @@ def test_bench_chain_managed_zero_idle(bench, chain_session) -> None:
     bench(chain_session(50))
 
 
-def best_of(fn, n: int, rounds: int) -> list[float]:
-    out = []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        for _ in range(n):
-            fn()
-        out.append((time.perf_counter() - start) / n)
-    return out
-
-
-def test_op_manager_cost_per_op(chain_session) -> None:
-    """(managed step - unmanaged step) / ops, with zero idle time."""
-    off, on = chain_session(100), chain_session(50)
-    offs, ons = [], []
-    for _ in range(7):                      # interleaved rounds: least drift between the two
-        offs += best_of(off, 20, 1)
-        ons += best_of(on, 20, 1)
-    t_off, t_on = min(offs), min(ons)
-    per_op_us = (t_on - t_off) / CHAIN * 1e6
-    print(f"\nGPU op chain of {CHAIN}: unmanaged {t_off * 1e6:.0f} µs/step, managed with zero "
-          f"idle {t_on * 1e6:.0f} µs/step: op manager {per_op_us:.1f} µs per op")
-
-
 @pytest.fixture
 def workloads(rt, config_file):
     made = []
@@ -139,21 +107,3 @@ def test_bench_workload_management_idle(bench, workloads) -> None:
     wl = workloads(True)
     bench(wl.step)
 
-
-def test_workload_step_ratio(workloads) -> None:
-    """Step time with idle management over step time without, in one run."""
-    off, on = workloads(False), workloads(True)
-    for wl in (off, on):
-        for _ in range(20):
-            wl.step()
-    offs, ons = [], []
-    for i in range(15):                     # interleaved, alternating which goes first
-        pair = (off, on) if i % 2 == 0 else (on, off)
-        for wl in pair:
-            (offs if wl is off else ons).extend(best_of(wl.step, 30, 1))
-    t_off, t_on = min(offs), min(ons)
-    ratio = t_on / t_off - 1
-    print(f"\nMLP workload step: management disabled {t_off * 1e6:.0f} µs, idle "
-          f"{t_on * 1e6:.0f} µs (best of 15 interleaved rounds of 30 steps): "
-          f"{ratio * 100:+.2f} % (target within {TARGET_RATIO * 100:.0f} %; "
-          f"medians {np.median(offs) * 1e6:.0f} / {np.median(ons) * 1e6:.0f} µs)")

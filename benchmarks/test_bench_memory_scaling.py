@@ -28,7 +28,8 @@ from typing import Any
 import pytest
 
 from benchmarks.bench_support import (FULL, MiB, Figure, device_bfc, gpu_device, median,
-                                      on_cuda, one_shot, record_figures, size, write_config)
+                                      now_us, on_cuda, one_shot, record_figures, size,
+                                      write_config)
 
 pytestmark = pytest.mark.capability("executor", "resource_management", "file_listener",
                                     "workload", "adjustable", "session_run_actions")
@@ -45,10 +46,6 @@ POLLS = (0.1, 1.0) if FULL else (0.1,)
 REWRITES = {0.1: size(6, 12), 1.0: 6}
 SLACK = 2 * MiB
 NVML_WAIT_S = 2.0
-
-
-def now_us() -> int:
-    return time.monotonic_ns() // 1000
 
 
 class Boundaries:

@@ -48,6 +48,7 @@ import pytest
 from benchmarks.bench_support import (WORKLOAD, WORKLOADS, Figure, StepProbe, TimingClock,
                                       median, on_cuda, one_shot, record_figures, size,
                                       write_config)
+from reports.render_md import bench_machine
 
 pytestmark = pytest.mark.capability("executor", "gpu_op_manager", "resource_management",
                                     "workload", "session_run_actions")
@@ -137,19 +138,12 @@ def test_bench_throttle_accuracy(rt, bench, bench_runtime, report_artifacts,
         "tolerance_percent": ACCURACY_TOLERANCE_PP,
         "extra": {"idle slots as requested (RM-10's view)":
                   [round(r["share_requested_slots_percent"], 3) for r in results]},
-        "machine": f"{machine_label(bench)}, {size_name} workload "
+        "machine": f"{bench_machine(bench.extra_info)}, {size_name} workload "
                    f"(step {solo_period / 1000:.2f} ms)"})
     print(f"\nthrottle accuracy ({ctx.backend.name}, {size_name}): " + ", ".join(
         f"p={r['perf']}: {r['share_percent']:.2f} % (requested slots "
         f"{r['share_requested_slots_percent']:.2f} %)" for r in results))
     assert all(r["wall_us"] > 0 for r in results)
-
-
-def machine_label(bench: Any) -> str:
-    info = bench.extra_info
-    if info.get("gpu_model") and info.get("device_env", "").lower() == "cuda":
-        return f"{info['gpu_model']} (driver {info.get('gpu_driver')})"
-    return f"simulated device, {info.get('cpu_count')} CPUs"
 
 
 def timed_steps(wl: Any, n: int) -> list[float]:
@@ -315,14 +309,14 @@ def test_bench_throttle_overhead(rt, bench, bench_runtime, report_artifacts) -> 
         "series": {"% of step time": [round(overhead_pct, 4), round((control - 1) * 100, 4),
                                       round(100 * best / step_us, 4)]},
         "targets": [RATIO_TARGET * 100, None, RATIO_TARGET * 100],
-        "ylabel": "% of the step time", "machine": machine_label(bench),
+        "ylabel": "% of the step time", "machine": bench_machine(bench.extra_info),
         "title": f"Throttle overhead at perfControl 100 ({ctx.backend.name}, step "
                  f"{step_us / 1000:.2f} ms)"})
     report_artifacts.add("op_manager_cost", {
         "categories": ["unmanaged step", "managed step,\nzero idle time"],
         "series": {"step time (ms)": [round(median(out["unmanaged"]) / 1000, 4),
                                       round(median(out["managed"]) / 1000, 4)]},
-        "ylabel": "ms", "machine": machine_label(bench),
+        "ylabel": "ms", "machine": bench_machine(bench.extra_info),
         "title": f"GpuOpManager cost: {per_op:.1f} µs per queued op × {queued} ops "
                  f"({ctx.backend.name})"})
     print(f"\noverhead ({ctx.backend.name}): management idle/disabled {overhead_pct:+.3f} % "
