@@ -35,7 +35,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import jsonschema
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -43,8 +42,8 @@ if str(ROOT) not in sys.path:                      # run as a script
     sys.path.insert(0, str(ROOT))
 
 from meta_tests.broken_forks import ForkDeclaration, declarations  # noqa: E402
+from reports.writer import validation_errors  # noqa: E402
 
-SCHEMA_PATH = ROOT / "reports" / "schema" / "certification.schema.json"
 REFERENCE = "reference_runtime"
 BAD = ("FAIL", "ERROR", "TIMEOUT", "CRASH")
 PER_TEST_TIMEOUT_S = 45          # a deadlocked fork's test ends as TIMEOUT, not after 120 s
@@ -140,12 +139,9 @@ def certify(runtime: str, modules: tuple[str, ...], report_dir: Path) -> RunResu
         return result
     result.report_path = found[0]
     result.report = json.loads(found[0].read_text(encoding="utf-8"))
-    validator = jsonschema.Draft202012Validator(
-        json.loads(SCHEMA_PATH.read_text(encoding="utf-8")))
-    for error in validator.iter_errors(result.report):
-        where = "/".join(map(str, error.absolute_path)) or "<root>"
-        result.problems.append(f"certification.json invalid against the schema at {where}: "
-                               f"{error.message[:200]}")
+    for error in validation_errors(result.report):
+        result.problems.append(f"certification.json invalid against the schema at "
+                               f"{error[:300]}")
     return result
 
 

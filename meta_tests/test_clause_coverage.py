@@ -2,46 +2,41 @@
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
+from typing import Any
 
 import pytest
 
 from conformance import spec
+from reports.__main__ import collect_suite_subprocess
 
 pytest_plugins = ["pytester"]
 
 
 @pytest.fixture(scope="module")
-def collected(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
-    out = tmp_path_factory.mktemp("clauses") / "clauses.json"
-    env = dict(os.environ, ANTMAN_CLAUSE_DUMP=str(out))
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "conformance", "--collect-only", "-q",
-         "-p", "meta_tests._clause_dump", "-p", "no:cacheprovider", "--no-report"],
-        cwd=spec.ROOT, env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, f"collection failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-    return json.loads(out.read_text())
+def collected() -> dict[str, dict[str, Any]]:
+    """Node ID -> {clauses, capabilities, gpu} of every collected conformance test."""
+    tests = collect_suite_subprocess()
+    assert tests, "collecting the conformance suite found no test"
+    return tests
 
 
-def test_every_clause_has_a_test(collected: list[dict]) -> None:
-    covered = {c for row in collected for c in row["clauses"]}
+def test_every_clause_has_a_test(collected: dict[str, dict[str, Any]]) -> None:
+    covered = {c for meta in collected.values() for c in meta["clauses"]}
     missing = sorted(cid for cid, clause in spec.load_clauses().items()
                      if not clause.withdrawn and cid not in covered)
     assert not missing, f"SPEC.md clauses without a conformance test: {missing}"
 
 
-def test_every_conformance_test_names_a_clause(collected: list[dict]) -> None:
-    bare = [row["nodeid"] for row in collected if not row["clauses"]]
+def test_every_conformance_test_names_a_clause(collected: dict[str, dict[str, Any]]) -> None:
+    bare = [nodeid for nodeid, meta in collected.items() if not meta["clauses"]]
     assert not bare, f"conformance tests without @pytest.mark.clause: {bare}"
 
 
-def test_every_marker_names_a_known_clause(collected: list[dict]) -> None:
+def test_every_marker_names_a_known_clause(collected: dict[str, dict[str, Any]]) -> None:
     known = spec.load_clauses()
-    unknown = sorted({c for row in collected for c in row["clauses"] if c not in known})
+    unknown = sorted({c for meta in collected.values() for c in meta["clauses"]
+                      if c not in known})
     assert not unknown, f"markers naming clauses that SPEC.md does not define: {unknown}"
 
 

@@ -28,10 +28,11 @@ import threading
 from pathlib import Path
 from typing import Any
 
-import jsonschema
 import pytest
 
 from conformance import spec
+from meta_tests.test_worker_harness import clean_env
+from reports.writer import validation_errors
 
 RUN_TIMEOUT_S = 600
 # The first test's setup may run the whole certification (RUN_TIMEOUT_S).
@@ -39,7 +40,6 @@ pytestmark = [pytest.mark.tensorflow, pytest.mark.timeout(RUN_TIMEOUT_S + 60)]
 
 ROOT = spec.ROOT
 REPORT_DIR_ENV = "ANTMAN_TF_REPORT_DIR"
-SCHEMA = ROOT / "reports" / "schema" / "certification.schema.json"
 WORKER_CMD = [sys.executable, "-m", "conformance.workers.tf_worker"]
 WORKER_RUN_TIMEOUT_S = 120
 TRAIN_STEPS = 40
@@ -85,11 +85,6 @@ def require_tensorflow() -> None:
     pytest.skip(message)
 
 
-def _clean_env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items()
-            if not k.startswith(("PYTEST_", "ANTMAN_", "GPU_CONFIG", "GPU_STATUS"))}
-
-
 def _run_folder(report_dir: Path) -> Path:
     latest = report_dir / "latest"
     if latest.is_symlink() or latest.is_dir():
@@ -116,7 +111,7 @@ def run_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     cmd = [sys.executable, "-m", "pytest", "-n", "0", "conformance", "-q",
            "-p", "no:cacheprovider", "-p", "no:randomly",
            "--worker-cmd", shlex.join(WORKER_CMD), "--report-dir", str(report_dir)]
-    env = _clean_env()      # no ANTMAN_WORKER_*: the report names TensorFlow from its hello
+    env = clean_env()       # no ANTMAN_WORKER_*: the report names TensorFlow from its hello
     try:
         proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
                               timeout=RUN_TIMEOUT_S)
@@ -190,12 +185,8 @@ def test_execution_target_is_what_the_worker_reports(report: dict[str, Any],
 
 
 def test_report_is_valid_against_the_schema(report: dict[str, Any]) -> None:
-    schema = json.loads(SCHEMA.read_text(encoding="utf-8"))
-    cls = jsonschema.validators.validator_for(schema)
-    cls.check_schema(schema)
-    errors = sorted(cls(schema).iter_errors(report), key=lambda e: list(e.path))
-    assert not errors, "; ".join(
-        f"{'/'.join(map(str, e.path)) or '(root)'}: {e.message}" for e in errors[:5])
+    errors = validation_errors(report)
+    assert not errors, "; ".join(errors[:5])
 
 
 def test_stock_tensorflow_is_not_certified_for_its_worker_clauses(
@@ -248,10 +239,10 @@ def test_tf_worker_trains_and_speaks_the_protocol(tmp_path: Path) -> None:
     require_tensorflow()
     config, status = tmp_path / "sche2pai.json", tmp_path / "pai2sche.json"
     config.write_text('{"name": "antman-conformance", "perfControl": 100}', encoding="utf-8")
-    env = dict(_clean_env(), GPU_CONFIG_FILE=str(config), GPU_STATUS_FILE=str(status),
-               TF_GPU_VMEM="true", TF_CUDA_HOST_MEM_LIMIT_IN_MB="1536",
-               ANTMAN_WORKER_STEP_MS="20", ANTMAN_WORKER_MAX_STEPS=str(TRAIN_STEPS),
-               ANTMAN_WORKER_SEED="0")
+    env = clean_env(GPU_CONFIG_FILE=str(config), GPU_STATUS_FILE=str(status),
+                    TF_GPU_VMEM="true", TF_CUDA_HOST_MEM_LIMIT_IN_MB="1536",
+                    ANTMAN_WORKER_STEP_MS="20", ANTMAN_WORKER_MAX_STEPS=str(TRAIN_STEPS),
+                    ANTMAN_WORKER_SEED="0")
     stderr = tmp_path / "worker.stderr"
     with open(stderr, "wb") as err_file:
         # Standard input stays open: its end of file would stop the worker (WORKER-4).

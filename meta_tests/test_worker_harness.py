@@ -54,7 +54,6 @@ class Run:
     proc: subprocess.Popen[str] | None = None
     output: str = ""
     returncode: int | None = None
-    wall_s: float = 0.0
 
     def report(self) -> dict:
         found = sorted(self.report_dir.glob("*/certification.json"))
@@ -67,7 +66,9 @@ class Run:
                 for t in self.report()["tests"]}
 
 
-def _env(**extra: str) -> dict[str, str]:
+def clean_env(**extra: str) -> dict[str, str]:
+    """The caller's environment without pytest's, the suite's and the protocol's variables,
+    plus ``extra``: a conformance run or worker started with it sees only what it is given."""
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("PYTEST_", "ANTMAN_", "GPU_CONFIG", "GPU_STATUS"))}
     env.update(extra)
@@ -77,7 +78,6 @@ def _env(**extra: str) -> dict[str, str]:
 def _start(run: Run, env: dict[str, str]) -> None:
     cmd = [sys.executable, "-m", "pytest", *run.args, "-q", "-p", "no:cacheprovider",
            "-p", "no:randomly", "--report-dir", str(run.report_dir)]
-    run.wall_s = time.monotonic()
     run.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
@@ -92,7 +92,6 @@ def _finish(run: Run, deadline: float) -> None:
         pytest.fail(f"{run.name}: the conformance run did not complete within "
                     f"{RUN_TIMEOUT_S} s:\n{run.output[-3000:]}")
     run.returncode = run.proc.returncode
-    run.wall_s = time.monotonic() - run.wall_s
 
 
 @pytest.fixture(scope="module")
@@ -104,15 +103,15 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Run]:
         cmd = shlex.join([sys.executable, str(WORKERS / f"{fake}.py")])
         out[fake] = Run(fake, [MODULE, "--worker-cmd", cmd,
                                "--worker-timeout", str(WORKER_TIMEOUT_S)], base / fake)
-        _start(out[fake], _env())
+        _start(out[fake], clean_env())
     reference = shlex.join(["env", "OPENBLAS_NUM_THREADS=1", sys.executable, "-m",
                             "reference_runtime.worker"])
     out["reference"] = Run("reference", [MODULE, "--worker-cmd", reference, "-k",
                                          f"{HELLO} or {STDIN} or {MAX_STEPS}"],
                            base / "reference")
-    _start(out["reference"], _env(ANTMAN_WORKER_NAME="reference via worker"))
+    _start(out["reference"], clean_env(ANTMAN_WORKER_NAME="reference via worker"))
     out["no_command"] = Run("no_command", [MODULE], base / "no_command")
-    _start(out["no_command"], _env(ANTMAN_RUNTIME="conformance.blackbox"))
+    _start(out["no_command"], clean_env(ANTMAN_RUNTIME="conformance.blackbox"))
     deadline = time.monotonic() + RUN_TIMEOUT_S
     for run in out.values():
         _finish(run, deadline)
@@ -145,13 +144,6 @@ def test_black_box_identity_and_target_come_from_the_hello_record(runs: dict[str
         assert (report["runtime"]["name"], report["runtime"]["version"]) == (
             "black-box worker", "unknown"), report["runtime"]
         assert report["execution_target"]["kind"] == "unknown", report["execution_target"]
-
-
-def test_hung_workers_are_cut_off_by_the_worker_timeout(runs: dict[str, Run]) -> None:
-    # 11 tests, each bounded by --worker-timeout (1 s) plus start-up and a SIGKILL.
-    for fake in ("no_hello", "hang_after_hello"):
-        durations = [t["duration_s"] for t in runs[fake].report()["tests"]]
-        assert max(durations) < 10 * WORKER_TIMEOUT_S, (fake, durations)
 
 
 def test_garbage_failure_quotes_the_offending_line(runs: dict[str, Run]) -> None:

@@ -103,8 +103,14 @@ def _visible(index: int, uuid: str, visible: str | None) -> bool:
 
 
 def bus_key(bus_id: str) -> str:
-    """``"00000000:3B:00.0"`` / ``"3b:00.0"`` -> ``"3b:00.0"`` (the config-key form, RM clauses)."""
-    return ":".join(bus_id.strip().lower().split(":")[-2:])
+    """``"00000000:3B:00.0"`` / ``"3b:00.0"`` -> ``"3b:00.0"`` (the config-key form, RM clauses).
+
+    fixtures/nvml.py's ``normalize_bus_id``, imported here rather than at module level: the
+    conftest loads this module (through reports.plugin) before the fixtures plugins, and an
+    earlier import would keep pytest from rewriting their asserts.
+    """
+    from fixtures.nvml import normalize_bus_id
+    return normalize_bus_id(bus_id)
 
 
 def nvml_gpus() -> tuple[dict[str, Any] | None, str]:

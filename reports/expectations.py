@@ -35,7 +35,6 @@ UNNEEDED = "unneeded"
 STALE = "stale"
 INACTIVE = "inactive"
 EXPIRED = "expired"
-STATUSES = (APPLIED, UNNEEDED, STALE, INACTIVE, EXPIRED)
 
 _ID = re.compile(r"^[A-Z][A-Z0-9]*-\d+$")
 _LINK = re.compile(r"^https?://\S+$")

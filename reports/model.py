@@ -40,7 +40,6 @@ CERTIFIED = "CERTIFIED"
 NOT_CERTIFIED = "NOT CERTIFIED"
 INCOMPLETE = "INCOMPLETE"
 NO_VERDICT = "NO VERDICT"
-VERDICTS = (CERTIFIED, NOT_CERTIFIED, INCOMPLETE, NO_VERDICT)
 #: Fatal reasons that keep the full verdict even when no conformance test was collected
 #: (the tests that failed to collect may be the conformance tests).
 _ALWAYS_FATAL = ("collection-errors", "internal-error")

@@ -50,7 +50,7 @@ DEFAULT_PROFILES: dict[str, tuple[str, ...]] = {
 
 #: Requirements of a clause that no collected test names yet (generation only).
 AREA_REQUIREMENTS: dict[str, tuple[str, ...]] = {
-    "API": (), "CERT": (), "CLK": ("virtual_clock",), "ENV": ("env",), "BFC": ("bfc",),
+    "API": (), "CLK": ("virtual_clock",), "ENV": ("env",), "BFC": ("bfc",),
     "VMEM": ("vmem",), "ADJ": ("adjustable",), "REG": ("session_run_actions",),
     "SESS": ("session_run_actions",), "FL": ("file_listener",),
     "RM": ("resource_management",), "STAT": ("statistics",), "DEVICE": ("executor",),

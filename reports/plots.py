@@ -41,7 +41,7 @@ def _nums(values: Any) -> list[float]:
     return [float(v) for v in values] if isinstance(values, Sequence) else []
 
 
-def e2e_timeline(data: dict[str, Any], title: str) -> str | None:
+def e2e_timeline(data: dict[str, Any]) -> str | None:
     steps = _nums(data.get("steps", []))
     if not steps:
         return None
@@ -75,7 +75,7 @@ def e2e_timeline(data: dict[str, Any], title: str) -> str | None:
     return _svg(fig)
 
 
-def idle_slots(data: dict[str, Any], title: str) -> str | None:
+def idle_slots(data: dict[str, Any]) -> str | None:
     slots = _nums(data.get("slots_us", []))
     if not slots:
         return None
@@ -91,7 +91,7 @@ def idle_slots(data: dict[str, Any], title: str) -> str | None:
     return _svg(fig)
 
 
-def throttle_accuracy(data: dict[str, Any], title: str) -> str | None:
+def throttle_accuracy(data: dict[str, Any]) -> str | None:
     target = _nums(data.get("target_percent", []))
     measured = _nums(data.get("measured_percent", []))
     if not target or len(target) != len(measured):
@@ -120,7 +120,7 @@ def throttle_accuracy(data: dict[str, Any], title: str) -> str | None:
     return _svg(fig)
 
 
-def series(data: dict[str, Any], title: str) -> str | None:
+def series(data: dict[str, Any]) -> str | None:
     xs = _nums(data.get("x", []))
     lines = data.get("series")
     if not xs or not isinstance(lines, dict):
@@ -143,7 +143,7 @@ def _num_or_none(values: Any) -> list[float | None]:
     return [None if v is None else float(v) for v in values]
 
 
-def bars(data: dict[str, Any], title: str) -> str | None:
+def bars(data: dict[str, Any]) -> str | None:
     """Grouped bars: ``categories`` × ``series``, with optional targets (see the module doc)."""
     cats = [str(c) for c in data.get("categories", []) or []]
     groups = data.get("series")
@@ -233,7 +233,7 @@ def figures(doc: dict[str, Any]) -> list[dict[str, str]]:
         if machine:
             title = f"{title}: {machine}"
         try:
-            svg = fn(art["data"], title) if isinstance(art["data"], dict) else None
+            svg = fn(art["data"]) if isinstance(art["data"], dict) else None
         except Exception as exc:  # bad data from a test: say so instead of failing the report
             svg = None
             out.append({"name": name, "title": title, "nodeid": art["nodeid"], "svg": "",

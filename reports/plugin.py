@@ -82,7 +82,6 @@ PROP_OUTCOME = "antman:outcome"
 PROP_SEED = "antman:hypothesis_seed"
 PROP_SEED_SOURCE = "antman:hypothesis_seed_source"
 PROP_ARTIFACT = "antman:artifact"
-PROP_WORKER_HELLO = "worker_hello"      # fixtures.worker.HELLO_PROPERTY: a hello record's line
 WORKEROUTPUT_TESTS = "antman_tests"
 WORKEROUTPUT_DESELECTED = "antman_deselected"
 _ARTIFACT_NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
@@ -391,8 +390,11 @@ class CertificationRecorder:
         source = next((v for k, v in props if k == PROP_SEED_SOURCE), None)
         if source is not None:
             rec.hypothesis = {"seed": seed or None, "source": source}
+        # Imported here, not at module level: the conftest loads this plugin before
+        # fixtures.worker, whose asserts pytest could not rewrite if it were imported first.
+        from fixtures.worker import HELLO_PROPERTY
         for k, v in props:
-            if k == PROP_WORKER_HELLO and v not in self.worker_hellos:
+            if k == HELLO_PROPERTY and v not in self.worker_hellos:
                 try:
                     hello = json.loads(v)
                 except (TypeError, ValueError):
