@@ -6,6 +6,7 @@ import threading
 
 import pytest
 
+from conformance.control_helpers import joined, run_in_thread
 from fixtures.oom import assert_bfc_valid
 from fixtures.virtual_clock import VirtualClock
 
@@ -31,6 +32,14 @@ def make(rt, limit: int = 64 * MiB, growth: bool = True):
     bfc = rt.BFCAllocator(sim, limit, growth, "GPU_0_bfc",
                           clock=VirtualClock(auto_advance=True), retry_timeout_us=0)
     return bfc, sim
+
+
+def pool_and_stable(bfc) -> tuple[int, int]:
+    """(pool, stable) as ADJ-5 defines them, from memory_map(): the sum of the region sizes,
+    and that of the regions holding at least one chunk in use."""
+    regions = bfc.memory_map().regions
+    return (sum(r.size for r in regions),
+            sum(r.size for r in regions if any(c.in_use for c in r.chunks)))
 
 
 def three_regions(rt, limit: int = 64 * MiB):
@@ -254,29 +263,43 @@ def test_mem_pool_stats(rt):
 
 @pytest.mark.clause("ADJ-5", "BFC-17")
 def test_mem_pool_stats_is_a_consistent_snapshot(rt):
+    """The churn thread is the only mutator: every state a consistent snapshot can see is the
+    initial one or the one right after one of its operations, which it records itself."""
     adj = rt.GPUAdjustableAllocator()
     bfc, sim = make(rt, GiB)
     stop = threading.Event()
-    bad: list = []
+    states = {pool_and_stable(bfc)}            # before any operation: nothing mutates yet
+    iterations = [0]
 
-    def churn():
+    def churn() -> None:
         while not stop.is_set():
-            ps = [bfc.allocate_raw(256, n) for n in (MiB, 3 * MiB, 300)]
+            ps = []
+            for n in (MiB, 3 * MiB, 300):
+                ps.append(bfc.allocate_raw(256, n))
+                states.add(pool_and_stable(bfc))
             for p in ps:
                 bfc.deallocate_raw(p)
+                states.add(pool_and_stable(bfc))
             adj.free_empty_memory(0, bfc)
+            states.add(pool_and_stable(bfc))
+            iterations[0] += 1
 
-    t = threading.Thread(target=churn, name="antman-test-churn", daemon=True)
-    t.start()
+    t, out = run_in_thread(churn, "antman-test-churn")
+    seen: list[tuple[int, int]] = []
     try:
-        for _ in range(300):
+        for i in range(20_000):                # bounded: stop once the threads overlapped
             s = adj.get_mem_pool_stats(bfc)
-            if not (0 <= s.stable_bytes <= s.pool_bytes and s.pool_bytes % 256 == 0):
-                bad.append(s)
+            seen.append((s.pool_bytes, s.stable_bytes))
+            if i >= 300 and iterations[0] >= 10:
+                break
     finally:
         stop.set()
-        t.join(10)
-    assert not bad, f"inconsistent get_mem_pool_stats snapshots {bad[:3]} [ADJ-5]"
+        assert joined(t, 10), "the churn thread did not stop [BFC-17]"
+    assert "error" not in out, f"the churn thread raised {out.get('error')!r} [BFC-17]"
+    assert iterations[0] >= 1, "the churn thread never completed an iteration"
+    bad = [s for s in seen if s not in states]
+    assert not bad, (f"get_mem_pool_stats returned (pool, stable) pairs {sorted(set(bad))[:3]} "
+                     f"that the allocator never held; states held: {sorted(states)} [ADJ-5]")
 
 
 # --- ADJ-6 -------------------------------------------------------------------------------

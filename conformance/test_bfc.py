@@ -12,6 +12,7 @@ import threading
 
 import pytest
 
+from conformance.control_helpers import joined, run_in_thread
 from fixtures.oom import FaultInjectingSubAllocator, assert_bfc_valid
 from fixtures.virtual_clock import VirtualClock
 
@@ -110,10 +111,14 @@ def test_requests_round_up_to_256(rt, n):
                                  f"returned {q:#x}, expected {p + rounded(n):#x} [BFC-1]")
 
 
-@pytest.mark.clause("BFC-1")
+@pytest.mark.clause("BFC-1", "BFC-2")
 def test_helpers_rounded_bytes_and_bin_num(rt):
     for n in [1, 255, 256, 257, 1000, 4096, 123456789]:
         assert rt.rounded_bytes(n) == rounded(n), f"rounded_bytes({n}) [BFC-1]"
+    for n in [1, 255, 256, 257, 511, 512, 1000, 1024, 4096, 65535, 65536,
+              256 << 19, (256 << 20) - 1, 256 << 20, 256 << 21, 123456789, 1 << 40]:
+        got = rt.bin_num_for_size(n)
+        assert got == bin_num(n), f"bin_num_for_size({n}) = {got}, expected {bin_num(n)} [BFC-2]"
 
 
 @pytest.mark.clause("BFC-1", "BFC-12")
@@ -891,9 +896,11 @@ def test_concurrent_allocations_do_not_overlap(rt):
     held: list[tuple[int, int]] = []
     lock = threading.Lock()
 
-    def worker(seed: int) -> None:
+    def worker(seed: int) -> int:
+        """Returns the number of successful allocations."""
         rng = random.Random(seed)
         mine = []
+        served = 0
         for _ in range(400):
             if mine and rng.random() < 0.5:
                 p = mine.pop(rng.randrange(len(mine)))
@@ -905,6 +912,7 @@ def test_concurrent_allocations_do_not_overlap(rt):
                 if p is None:
                     continue
                 mine.append(p)
+                served += 1
                 size = bfc.allocated_size(p)
                 with lock:
                     for q, qs in held:
@@ -915,14 +923,15 @@ def test_concurrent_allocations_do_not_overlap(rt):
             with lock:
                 held.remove((p, bfc.allocated_size(p)))
             bfc.deallocate_raw(p)
+        return served
 
-    threads = [threading.Thread(target=worker, args=(s,), name=f"antman-test-{s}")
-               for s in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
+    runs = [run_in_thread(lambda s=s: worker(s), f"antman-test-{s}") for s in range(2)]
+    for t, out in runs:
+        assert joined(t, 30), f"worker {t.name} did not finish in 30 s [BFC-17]"
+        assert "error" not in out, f"worker {t.name} raised {out.get('error')!r} [BFC-17]"
     assert not errors, f"concurrent allocations overlap: {errors[:3]} [BFC-17]"
+    assert sum(out["result"] for _, out in runs) > 0, \
+        "no allocation succeeded in either worker: nothing was checked [BFC-17]"
     assert bfc.get_stats().bytes_in_use == 0
     assert_bfc_valid(bfc, sim)
 
@@ -1007,7 +1016,7 @@ def _gc_scenario(bfc) -> bool:
     return bfc.allocate_raw(256, 2 * MiB, None) is not None
 
 
-@pytest.mark.clause("BFC-18", "ENV-3", "ENV-4")
+@pytest.mark.clause("BFC-18", "ENV-3")
 @pytest.mark.capability("env")
 @pytest.mark.parametrize("growth_env,option,growth", [
     (None, False, False), (None, True, True), ("true", False, True), ("false", True, False),

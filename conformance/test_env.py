@@ -6,6 +6,7 @@ import logging
 
 import pytest
 
+from conformance.control_helpers import runtime_records
 from fixtures.env_toggles import (BAD_BOOL_VALUES, BAD_EXACT_BOOL_VALUES, BAD_INT64_VALUES)
 from fixtures.virtual_clock import VirtualClock
 
@@ -13,19 +14,14 @@ MiB = 1 << 20
 VAR = "TF_ANTMAN_SUITE_TEST_VAR"
 
 
-def error_records(caplog: pytest.LogCaptureFixture, rt) -> list[logging.LogRecord]:
-    return [r for r in caplog.records
-            if r.levelno >= logging.ERROR and r.name.startswith(rt.__name__)]
-
-
 def assert_one_error(caplog, rt, call: str) -> None:
-    errors = error_records(caplog, rt)
+    errors = runtime_records(caplog, rt, logging.ERROR)
     assert len(errors) == 1, (f"{call} logged {len(errors)} error records, expected exactly 1 "
                               f"[{[r.getMessage() for r in errors]}]")
 
 
 def assert_no_error(caplog, rt, call: str) -> None:
-    errors = error_records(caplog, rt)
+    errors = runtime_records(caplog, rt, logging.ERROR)
     assert not errors, f"{call} logged errors {[r.getMessage() for r in errors]}, expected none"
 
 

@@ -9,12 +9,13 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import time
 
 import pytest
 
-from conformance.control_helpers import (joined, listener, poll, runtime_records,  # noqa: F401
-                                         vclock, wait_for_poller, write_text)
+from conformance.control_helpers import (joined, listener, poll, run_in_thread,  # noqa: F401
+                                         runtime_records, vclock, wait_for_poller,
+                                         write_text)
+from conformance.execution_helpers import wait_until
 from fixtures.threads import antman_threads, no_thread_leak  # noqa: F401
 
 pytestmark = pytest.mark.capability("file_listener", "virtual_clock")
@@ -294,10 +295,9 @@ def test_unregister_from_the_monitor_thread(rt, no_thread_leak, listener, vclock
     register(listener, vclock, path, "leaver", leave)
     write_text(path, "bye")
     vclock.advance(1_000_000)
-    deadline = time.monotonic() + 5
-    while listener.is_running() and time.monotonic() < deadline:
-        time.sleep(0.005)
-    assert not listener.is_running(), "unregister from a handler did not stop the thread [FL-7]"
+    wait_until(lambda: not listener.is_running(),
+               "is_running() to turn False after a handler unregistered the last path: "
+               "unregister from a handler did not stop the thread [FL-7]", timeout_s=5.0)
     listener.close()                  # joins the thread that stopped itself
     assert monitor_threads() == [], "close() did not join a self-stopped thread [FL-7]"
 
@@ -325,7 +325,21 @@ def test_unregister_while_a_handler_uses_the_listener(rt, no_thread_leak, listen
     t = threading.Thread(target=listener.unregister_file_listener, args=(str(path), "h"),
                          name="unregistering", daemon=True)
     t.start()
-    time.sleep(0.05)                  # let the unregister reach its join, if it joins early
+    # FL-1: is_running() is False as soon as the thread is asked to stop, so once it turns
+    # False the unregister has reached its stop-and-join (where AntMan deadlocks). It is
+    # asked on a probe thread: an is_running() that waits for the lock the unregister holds
+    # while it joins fails here instead of hanging the test.
+
+    def stopped() -> bool:
+        probe, answer = run_in_thread(listener.is_running, "is-running-probe")
+        assert joined(probe), ("is_running() blocked while unregister_file_listener joined "
+                               "the monitor thread: the join holds the listener lock [FL-7]")
+        assert "error" not in answer, f"is_running() raised {answer.get('error')!r}"
+        return not answer["result"]
+
+    wait_until(stopped,
+               "unregister_file_listener of the last path to ask the thread to stop [FL-1]",
+               timeout_s=5.0)
     go.set()
     assert joined(t), "unregister_file_listener deadlocked with a running handler [FL-7]"
     assert done.is_set(), "the handler could not use the listener during unregister [FL-6]"

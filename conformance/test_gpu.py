@@ -22,6 +22,7 @@ import pytest
 
 from conformance.control_helpers import (POLL_US, bus_id, control_env, runtime_factory,  # noqa: F401
                                          device_bfc, gpus, runtimes, wait_for_poller)
+from conformance.execution_helpers import wait_until
 from fixtures.config_writer import ConfigWriter, config_document
 from fixtures.status_reader import validate_status
 from fixtures.virtual_clock import VirtualClock
@@ -104,15 +105,6 @@ def process_memory(nvml: Any, cupy: types.ModuleType, key: str) -> int:
 def figures(clause: str, **values: Any) -> None:
     """Print the NVML figures of a GPU test (shown with ``-rA``; kept for the run's record)."""
     print(f"NVML {clause}: {json.dumps(values, sort_keys=True)}")
-
-
-def wait_until(predicate: Callable[[], bool], timeout_s: float = FREE_WAIT_S) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.001)
-    return True
 
 
 def rel_err(value: Any, ref: Any) -> float:
@@ -391,9 +383,14 @@ def test_without_vmem_oom_is_a_clean_error_and_the_next_step_succeeds(rt, cuda_r
         wl.step()
     del excinfo
     gc.collect()                                          # the traceback's frames, and arrays
-    assert wait_until(lambda: bfc.get_stats().bytes_in_use == in_use), (
-        f"after the failed step the device allocator holds {bfc.get_stats().bytes_in_use} "
-        f"bytes, {in_use} before it [GPU-9]")
+    try:
+        wait_until(lambda: bfc.get_stats().bytes_in_use == in_use,
+                   f"the device allocator to hold its {in_use} bytes of before the failed step",
+                   timeout_s=FREE_WAIT_S)
+    except AssertionError as exc:
+        raise AssertionError(
+            f"after the failed step the device allocator holds {bfc.get_stats().bytes_in_use} "
+            f"bytes, {in_use} before it [GPU-9]") from exc
     tenant.release()
     losses += [wl.step(), wl.step()]
     assert_matches_reference(losses, None, cpu_reference(rt, len(losses)), "after a clean OOM")

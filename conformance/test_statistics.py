@@ -238,17 +238,29 @@ def test_document_layout(rt, runtimes, tmp_path) -> None:
     assert errors == [], f"the status file is invalid against the schema: {errors} [STAT-7]"
 
 
+MAX_DUMPS = 2000        # bound of test_atomic_under_a_concurrent_reader
+MIN_VERSIONS = 5        # distinct versions its reader must see
+
+
 @pytest.mark.clause("STAT-8")
 def test_atomic_under_a_concurrent_reader(rt, harness, status_reader) -> None:
     h = harness
     reader = status_reader(h.path)
-    for i in range(120):
+    # Keep rewriting until the reader has seen several versions: only then did its reads
+    # overlap the rewrites (bounded; a reader that never keeps up fails below).
+    for i in range(MAX_DUMPS):
         h.later(10)
         h.stats.run_action(rt.SessionRunActionOptions(
             device_mgr=h.ctx.device_mgr, graph_id=1 + i % 3, sess_duration_us=1000 * (1 + i % 7)))
+        if i + 1 >= 120 and len(set(reader.versions)) >= MIN_VERSIONS:
+            break
     reader.stop()
     reader.check()
-    assert reader.reads > 0, "the reader never read the status file"
+    versions = len(set(reader.versions))
+    assert versions >= MIN_VERSIONS, (
+        f"the concurrent reader saw {versions} distinct version(s) of the status file in "
+        f"{i + 1} dumps ({reader.reads} valid reads), fewer than {MIN_VERSIONS}: its reads "
+        f"never overlapped the rewrites, nothing was checked")
     leftovers = sorted(set(os.listdir(h.path.parent)) - {h.path.name})
     assert leftovers == [], f"temporary files left beside the status file: {leftovers} [STAT-8]"
 

@@ -7,6 +7,7 @@ import threading
 
 import pytest
 
+from conformance.control_helpers import runtime_records
 from fixtures.env_toggles import BAD_BOOL_VALUES, BAD_INT64_VALUES
 from fixtures.virtual_clock import VirtualClock
 
@@ -46,11 +47,6 @@ class Stack:
 
 def in_region(sim, ptr: int) -> bool:
     return any(base <= ptr < base + size for base, size in sim.live_regions.items())
-
-
-def errors(caplog, rt):
-    return [r for r in caplog.records
-            if r.levelno >= logging.ERROR and r.name.startswith(rt.__name__)]
 
 
 # --- VMEM-1 ------------------------------------------------------------------------------
@@ -119,7 +115,7 @@ def test_host_limit_from_env(rt, tf_env, caplog, value, mb):
     got = host_limit(rt)
     assert got == mb * 2**20, (f"TF_CUDA_HOST_MEM_LIMIT_IN_MB={value!r}: host limit {got}, "
                                f"expected {mb} × 2^20 [VMEM-2]")
-    assert not errors(caplog, rt)
+    assert not runtime_records(caplog, rt, logging.ERROR)
 
 
 @pytest.mark.clause("VMEM-2", "ENV-2")
@@ -129,9 +125,9 @@ def test_host_limit_bad_values_use_default(rt, tf_env, caplog, value):
     got = host_limit(rt)
     assert got == 65536 * 2**20, (f"TF_CUDA_HOST_MEM_LIMIT_IN_MB={value!r}: host limit {got}, "
                                   f"expected the 64 GiB default [VMEM-2]")
-    assert len(errors(caplog, rt)) == 1, (
-        f"TF_CUDA_HOST_MEM_LIMIT_IN_MB={value!r}: {len(errors(caplog, rt))} error records, "
-        f"expected 1 [VMEM-2]")
+    errors = runtime_records(caplog, rt, logging.ERROR)
+    assert len(errors) == 1, (f"TF_CUDA_HOST_MEM_LIMIT_IN_MB={value!r}: {len(errors)} error "
+                              f"records, expected 1 [VMEM-2]")
 
 
 # --- VMEM-3 ------------------------------------------------------------------------------
@@ -268,7 +264,7 @@ def test_memory_planned_bad_env(rt, tf_env, caplog, value):
     host = rt.BFCAllocator(rt.SimulatedHostMemory(MiB), MiB, True, "GPUHost_0_bfc")
     vmem = rt.GPUVMemAllocator(device, host, physical_total_memory=4000)
     assert vmem.memory_planned == 4000, f"TF_RO_PLANNED_GPU={value!r} [VMEM-6]"
-    assert len(errors(caplog, rt)) == 1
+    assert len(runtime_records(caplog, rt, logging.ERROR)) == 1
 
 
 @pytest.mark.clause("VMEM-5", "VMEM-6")

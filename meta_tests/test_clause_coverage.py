@@ -63,3 +63,13 @@ def test_spec_clause_ids_are_well_formed_and_unique() -> None:
         area, _, number = cid.partition("-")
         assert area.isupper() and number.isdigit() and not number.startswith("0"), cid
         assert clause.title, f"{cid} has no title"
+
+
+def test_every_capability_lists_the_names_it_requires() -> None:
+    """conformance/test_api.py checks a declared capability's public names; every capability
+    but ``cuda`` (whose API is GPU-1's backend name) must have its list there."""
+    from conformance import spec
+    from conformance.test_api import NAMES_BY_CAPABILITY
+    listed, expected = set(NAMES_BY_CAPABILITY), spec.CAPABILITIES - {"cuda"}
+    assert listed == expected, (f"capabilities without a name list: {sorted(expected - listed)}; "
+                                f"lists for unknown capabilities: {sorted(listed - expected)}")
