@@ -8,55 +8,55 @@ through the session-run action registry.
 import sys as _sys
 
 # Memory (SPEC.md ENV, BFC, VMEM, ADJ).
-from reference_runtime.allocator import (AllocationAttributes, Allocator, AllocatorStats,
+from .allocator import (AllocationAttributes, Allocator, AllocatorStats,
                                          InvalidPointerError, SubAllocator)
-from reference_runtime.allocator_retry import AllocatorRetry
-from reference_runtime.bfc_allocator import (BFCAllocator, BinDebugInfo, ChunkInfo, MemoryMap,
+from .allocator_retry import AllocatorRetry
+from .bfc_allocator import (BFCAllocator, BinDebugInfo, ChunkInfo, MemoryMap,
                                              RegionInfo, bin_num_for_size, rounded_bytes)
-from reference_runtime.clock import REAL_CLOCK, Clock, RealClock
-from reference_runtime.env import (get_allow_growth_value, get_garbage_collection_value,
+from .clock import REAL_CLOCK, Clock, RealClock
+from .env import (get_allow_growth_value, get_garbage_collection_value,
                                    read_bool_from_env_var, read_int64_from_env_var)
-from reference_runtime.gpu_adjustable_allocator import GPUAdjustableAllocator, MemPoolStats
-from reference_runtime.gpu_bfc_allocator import GPUBFCAllocator
-from reference_runtime.gpu_vmem_allocator import GPUVMemAllocator, maybe_create_gpu_vmem_allocator
-from reference_runtime.sim_memory import SimulatedDeviceMemory, SimulatedHostMemory
+from .gpu_adjustable_allocator import GPUAdjustableAllocator, MemPoolStats
+from .gpu_bfc_allocator import GPUBFCAllocator
+from .gpu_vmem_allocator import GPUVMemAllocator, maybe_create_gpu_vmem_allocator
+from .sim_memory import SimulatedDeviceMemory, SimulatedHostMemory
 
 # Control plane, devices and the runtime context (SPEC.md CLK, REG, FL, RM, STAT, DEVICE, API-7).
-from reference_runtime.device import (Backend, CPUDevice, Device, DeviceAttributes, DeviceMgr,
+from .device import (Backend, CPUDevice, Device, DeviceAttributes, DeviceMgr,
                                       GPUDevice, GpuInfo, SimBackend, create_devices,
                                       get_pci_bus_id, select_backend)
-from reference_runtime.file_listener import FileListener, global_file_listener
-from reference_runtime.gpu_resource_management import GPUResourceManagement
-from reference_runtime.gpu_statistics import GPUStatistics
-from reference_runtime.gpu_usage_adjustment import GPUUsageAdjustment
-from reference_runtime.process_state import RuntimeContext, create_runtime
-from reference_runtime.session_run_action_registry import (Grouping, SessionRunAction,
+from .file_listener import FileListener, global_file_listener
+from .gpu_resource_management import GPUResourceManagement
+from .gpu_statistics import GPUStatistics
+from .gpu_usage_adjustment import GPUUsageAdjustment
+from .process_state import RuntimeContext, create_runtime
+from .session_run_action_registry import (Grouping, SessionRunAction,
                                                            SessionRunActionOptions,
                                                            SessionRunActionRegistry,
                                                            global_registry,
                                                            register_session_run_action)
 
 # Execution (SPEC.md SESS, EXEC, OPM, E2E).
-from reference_runtime.direct_session import DirectSession
-from reference_runtime.errors import (CancelledError, FailedPreconditionError,
+from .direct_session import DirectSession
+from .errors import (CancelledError, FailedPreconditionError,
                                       InvalidArgumentError, OpError, ResourceExhaustedError,
                                       UnknownError)
-from reference_runtime.gpu_op_manager import THREAD_NAME_PREFIX as GPU_OP_MANAGER_THREAD_PREFIX
-from reference_runtime.graph import Graph, GraphError, Node
-from reference_runtime.kernels import KernelDef, OpRegistry
-from reference_runtime.workload import MLPWorkload
+from .gpu_op_manager import THREAD_NAME_PREFIX as GPU_OP_MANAGER_THREAD_PREFIX
+from .graph import Graph, GraphError, Node
+from .kernels import KernelDef, OpRegistry
+from .workload import MLPWorkload
 
 # Real NVIDIA GPU (SPEC.md GPU).
-from reference_runtime.cuda_backend import cuda_available as _cuda_available
+from .cuda_backend import cuda_available as _cuda_available
 
 NAME = "antman-reference"
 VERSION = "0.1.0"
 SPEC_VERSION = "2026.11"
 
-#: The worker of the black-box protocol (SPEC.md WORKER-1): ``python -m reference_runtime.worker``,
+#: The worker of the black-box protocol (SPEC.md WORKER-1): ``python -m <package>.worker``,
 #: with single-threaded BLAS (reference_runtime/worker.py says why).
 WORKER_COMMAND: list[str] = ["env", "OPENBLAS_NUM_THREADS=1", _sys.executable, "-m",
-                             "reference_runtime.worker"]
+                             f"{__name__}.worker"]
 
 #: Capabilities (SPEC.md API-2); ``cuda`` only when CuPy imports and the CUDA runtime sees a GPU.
 CAPABILITIES: frozenset[str] = frozenset({

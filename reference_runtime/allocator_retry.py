@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 from typing import Callable
 
-from reference_runtime.clock import REAL_CLOCK, Clock
+from .clock import REAL_CLOCK, Clock
 
 __all__ = ["AllocatorRetry", "DEFAULT_MAX_WAIT_US"]
 

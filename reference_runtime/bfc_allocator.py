@@ -21,10 +21,10 @@ from numbers import Integral
 
 import numpy as np
 
-from reference_runtime.allocator import (AllocationAttributes, Allocator, AllocatorStats,
+from .allocator import (AllocationAttributes, Allocator, AllocatorStats,
                                          InvalidPointerError, SubAllocator, check_size)
-from reference_runtime.allocator_retry import DEFAULT_MAX_WAIT_US, AllocatorRetry
-from reference_runtime.clock import Clock
+from .allocator_retry import DEFAULT_MAX_WAIT_US, AllocatorRetry
+from .clock import Clock
 
 __all__ = [
     "BFCAllocator",
@@ -44,7 +44,7 @@ __all__ = [
     "MAX_SIZE_T",
 ]
 
-_log = logging.getLogger("reference_runtime.bfc_allocator")
+_log = logging.getLogger(__name__)
 
 K_MIN_ALLOCATION_BITS = 8
 K_MIN_ALLOCATION_SIZE = 1 << K_MIN_ALLOCATION_BITS   # 256

@@ -34,7 +34,7 @@ import threading
 from types import ModuleType
 from typing import Any, Callable, Mapping
 
-from reference_runtime.allocator import (AllocationAttributes, Allocator, InvalidPointerError,
+from .allocator import (AllocationAttributes, Allocator, InvalidPointerError,
                                          SubAllocator)
 
 __all__ = [
@@ -50,7 +50,7 @@ __all__ = [
     "normalize_pci_bus_id",
 ]
 
-log = logging.getLogger("reference_runtime.cuda_backend")
+log = logging.getLogger(__name__)
 
 INSTALL_HINT = ("the cuda backend needs CuPy and an NVIDIA driver: pip install "
                 "'antman-conformance[cuda12]' (CUDA 12) or '[cuda13]' (CUDA 13), or run on "
@@ -294,7 +294,7 @@ class CudaBackend:
         return normalize_pci_bus_id(self._cupy.cuda.runtime.deviceGetPCIBusId(self._check(index)))
 
     def gpu_info(self, index: int) -> Any:
-        from reference_runtime.device import GpuInfo  # the protocol's record type
+        from .device import GpuInfo  # the protocol's record type
         index = self._check(index)
         props = self._cupy.cuda.runtime.getDeviceProperties(index)
         name = props["name"]
@@ -395,7 +395,7 @@ def _out_of_memory_error(cupy: ModuleType, size: int, in_use: int, limit: int, n
     """The error of a refused CuPy allocation: the runtime's ``ResourceExhaustedError`` (so a
     step fails with TF's RESOURCE_EXHAUSTED, EXEC clauses) that is also CuPy's
     ``OutOfMemoryError`` (so CuPy code handling out-of-memory still recognises it)."""
-    from reference_runtime.errors import ResourceExhaustedError
+    from .errors import ResourceExhaustedError
     base = cupy.cuda.memory.OutOfMemoryError
     cls = _oom_classes.get(base)
     if cls is None:

@@ -15,6 +15,7 @@ TensorFlow's ``Device`` / ``DeviceMgr`` reduced to what the runtime needs:
 from __future__ import annotations
 
 import concurrent.futures
+import importlib
 import itertools
 import logging
 import os
@@ -24,9 +25,9 @@ import types
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from reference_runtime.allocator import (AllocationAttributes, Allocator, AllocatorStats,
+from .allocator import (AllocationAttributes, Allocator, AllocatorStats,
                                          InvalidPointerError, SubAllocator)
-from reference_runtime.clock import Clock
+from .clock import Clock
 
 __all__ = [
     "DeviceAttributes", "Device", "CPUDevice", "GPUDevice", "DeviceMgr", "CPUAllocator",
@@ -34,7 +35,7 @@ __all__ = [
     "select_backend", "create_devices", "DEVICE_ENV_VAR", "LOCAL_PREFIX",
 ]
 
-log = logging.getLogger("reference_runtime.device")
+log = logging.getLogger(__name__)
 
 LOCAL_PREFIX = "/job:localhost/replica:0/task:0"
 DEVICE_ENV_VAR = "ANTMAN_DEVICE"
@@ -186,12 +187,12 @@ class SimBackend:
 
     def device_memory(self, index: int, capacity: int) -> SubAllocator:
         self._check_index(index)
-        from reference_runtime.sim_memory import SimulatedDeviceMemory
+        from .sim_memory import SimulatedDeviceMemory
         return SimulatedDeviceMemory(capacity)
 
     def host_memory(self, index: int) -> SubAllocator:
         self._check_index(index)
-        from reference_runtime.sim_memory import SimulatedHostMemory
+        from .sim_memory import SimulatedHostMemory
         return SimulatedHostMemory(self.host_memory_bytes)
 
     def synchronize(self, index: int | None = None) -> None:
@@ -243,12 +244,12 @@ def select_backend(name: str | None = None, *, num_gpus: int = 1,
         raise ValueError(f"unknown device backend {name!r} (from {source}); "
                          f"expected one of 'sim', 'cuda', 'auto'")
     if key == "auto":
-        from reference_runtime.cuda_backend import cuda_available   # imports no CuPy
+        from .cuda_backend import cuda_available   # imports no CuPy
         key = "cuda" if cuda_available() else "sim"
     if key == "sim":
         return SimBackend(num_gpus, gpu_memory_bytes)
     try:
-        from reference_runtime.cuda_backend import CudaBackend
+        from .cuda_backend import CudaBackend
     except ImportError as exc:
         raise RuntimeError(f"device backend 'cuda' (from {source}) is unavailable: {exc}") \
             from exc
@@ -469,7 +470,7 @@ def create_devices(*, backend: Backend, clock: Clock | None = None,
     to each GPU's total memory. ``allow_growth`` is ``GPUOptions.allow_growth``;
     ``TF_FORCE_GPU_ALLOW_GROWTH`` may override it.
     """
-    import reference_runtime as rt   # the memory stack, through the package's exports
+    rt = importlib.import_module(__package__)  # the memory stack, through the package's exports
     available = backend.gpu_count()
     if num_gpus is None:
         num_gpus = available

@@ -27,20 +27,20 @@ from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 
-from reference_runtime.clock import REAL_CLOCK, Clock
-from reference_runtime.errors import CancelledError, InvalidArgumentError
-from reference_runtime.executor import ExecutorImpl, ExecutorState
-from reference_runtime.gpu_resource_management import PHASE as RM_PHASE
-from reference_runtime.gpu_resource_management import GPUResourceManagement
-from reference_runtime.graph import Graph, parse_tensor_name
-from reference_runtime.kernels import SessionResources
-from reference_runtime.session_run_action_registry import (Grouping, SessionRunActionOptions,
+from .clock import REAL_CLOCK, Clock
+from .errors import CancelledError, InvalidArgumentError
+from .executor import ExecutorImpl, ExecutorState
+from .gpu_resource_management import PHASE as RM_PHASE
+from .gpu_resource_management import GPUResourceManagement
+from .graph import Graph, parse_tensor_name
+from .kernels import SessionResources
+from .session_run_action_registry import (Grouping, SessionRunActionOptions,
                                                            SessionRunActionRegistry,
                                                            global_registry)
 
 __all__ = ["DirectSession", "INTER_OP_THREAD_PREFIX"]
 
-log = logging.getLogger("reference_runtime.direct_session")
+log = logging.getLogger(__name__)
 
 INTER_OP_THREAD_PREFIX = "antman-session-inter-op"
 _graph_ids = itertools.count(1)

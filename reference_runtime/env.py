@@ -29,7 +29,7 @@ __all__ = [
     "get_garbage_collection_value",
 ]
 
-_log = logging.getLogger("reference_runtime.env")
+_log = logging.getLogger(__name__)
 
 INT64_MAX = (1 << 63) - 1
 INT64_MIN = -(1 << 63)

@@ -29,18 +29,18 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from reference_runtime.clock import REAL_CLOCK, Clock
-from reference_runtime.errors import (CancelledError, InvalidArgumentError, OpError,
+from .clock import REAL_CLOCK, Clock
+from .errors import (CancelledError, InvalidArgumentError, OpError,
                                       UnknownError)
-from reference_runtime.gpu_op_manager import GpuOpManager, QueuedOp
-from reference_runtime.graph import Graph, GraphError, Node, parse_tensor_name
-from reference_runtime.kernels import (KernelDef, OpKernelContext, OpRegistry,
+from .gpu_op_manager import GpuOpManager, QueuedOp
+from .graph import Graph, GraphError, Node, parse_tensor_name
+from .kernels import (KernelDef, OpKernelContext, OpRegistry,
                                        SessionResources)
-from reference_runtime.tensor import Buffer, StepAllocations, kernel_context, to_host
+from .tensor import Buffer, StepAllocations, kernel_context, to_host
 
 __all__ = ["ExecutorImpl", "ExecutorState", "NodeItem", "Runner"]
 
-log = logging.getLogger("reference_runtime.executor")
+log = logging.getLogger(__name__)
 
 Runner = Callable[[Callable[[], None]], None]
 

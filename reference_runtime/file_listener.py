@@ -27,12 +27,12 @@ import threading
 from dataclasses import dataclass, field
 from typing import Callable
 
-from reference_runtime.clock import REAL_CLOCK, Clock
+from .clock import REAL_CLOCK, Clock
 
 __all__ = ["FileListener", "global_file_listener", "THREAD_NAME",
            "DEFAULT_POLL_INTERVAL_S", "CONTENT_CHECK_INTERVAL_S", "DEFAULT_MAX_FILE_BYTES"]
 
-log = logging.getLogger("reference_runtime.file_listener")
+log = logging.getLogger(__name__)
 
 THREAD_NAME = "antman-file-listener"
 DEFAULT_POLL_INTERVAL_S = 1.0        # kSleepIntervalInUs

@@ -12,12 +12,12 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from reference_runtime.allocator import check_size
-from reference_runtime.bfc_allocator import BFCAllocator, rounded_bytes
+from .allocator import check_size
+from .bfc_allocator import BFCAllocator, rounded_bytes
 
 __all__ = ["GPUAdjustableAllocator", "MemPoolStats"]
 
-_log = logging.getLogger("reference_runtime.gpu_adjustable_allocator")
+_log = logging.getLogger(__name__)
 
 _MAX_NEXT_REGION = 1 << 20  # 1 MiB
 

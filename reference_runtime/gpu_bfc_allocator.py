@@ -7,11 +7,11 @@ are read once, at construction.
 
 from __future__ import annotations
 
-from reference_runtime.allocator import SubAllocator
-from reference_runtime.allocator_retry import DEFAULT_MAX_WAIT_US
-from reference_runtime.bfc_allocator import BFCAllocator
-from reference_runtime.clock import Clock
-from reference_runtime.env import get_allow_growth_value, get_garbage_collection_value
+from .allocator import SubAllocator
+from .allocator_retry import DEFAULT_MAX_WAIT_US
+from .bfc_allocator import BFCAllocator
+from .clock import Clock
+from .env import get_allow_growth_value, get_garbage_collection_value
 
 __all__ = ["GPUBFCAllocator"]
 

@@ -24,11 +24,11 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from reference_runtime.clock import REAL_CLOCK, Clock
+from .clock import REAL_CLOCK, Clock
 
 __all__ = ["GpuOpManager", "QueuedOp", "THREAD_NAME_PREFIX"]
 
-log = logging.getLogger("reference_runtime.gpu_op_manager")
+log = logging.getLogger(__name__)
 
 THREAD_NAME_PREFIX = "antman-gpu-op-manager"
 _ids = itertools.count(1)

@@ -27,18 +27,18 @@ import threading
 from decimal import Decimal
 from typing import Any
 
-from reference_runtime.clock import REAL_CLOCK, Clock
-from reference_runtime.env import ENV_DEFAULT, path_from_env
-from reference_runtime.file_listener import FileListener, global_file_listener
-from reference_runtime.gpu_usage_adjustment import AdjustOutcome, GPUUsageAdjustment, UINT64_MAX
-from reference_runtime.session_run_action_registry import (Grouping, SessionRunAction,
+from .clock import REAL_CLOCK, Clock
+from .env import ENV_DEFAULT, path_from_env
+from .file_listener import FileListener, global_file_listener
+from .gpu_usage_adjustment import AdjustOutcome, GPUUsageAdjustment, UINT64_MAX
+from .session_run_action_registry import (Grouping, SessionRunAction,
                                                            SessionRunActionOptions,
                                                            SessionRunActionRegistry)
 
 __all__ = ["GPUResourceManagement", "CONFIG_FILE_ENV_VAR", "FILE_LISTENER_NAME", "FIXED_COST_US",
            "SUSPEND_RECHECK_US", "PHASE", "ENV_DEFAULT"]
 
-log = logging.getLogger("reference_runtime.gpu_resource_management")
+log = logging.getLogger(__name__)
 
 CONFIG_FILE_ENV_VAR = "GPU_CONFIG_FILE"
 FILE_LISTENER_NAME = "GPUResourceManage"

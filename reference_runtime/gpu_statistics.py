@@ -20,17 +20,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from reference_runtime.clock import REAL_CLOCK, Clock
-from reference_runtime.device import get_pci_bus_id
-from reference_runtime.env import ENV_DEFAULT, path_from_env
-from reference_runtime.session_run_action_registry import (SessionRunAction,
+from .clock import REAL_CLOCK, Clock
+from .device import get_pci_bus_id
+from .env import ENV_DEFAULT, path_from_env
+from .session_run_action_registry import (SessionRunAction,
                                                            SessionRunActionOptions)
 
 __all__ = ["GPUStatistics", "AllocatorStatus", "STATUS_FILE_ENV_VAR", "SCHEMA_PATH",
            "GPU_STATISTICS_INTERVAL_S", "MAX_RECORD_INTERVAL_S", "DURATION_STATISTICS_NUM_SESS",
            "DURATION_HUGE_CHANGE_THRESHOLD", "PHASE", "ENV_DEFAULT"]
 
-log = logging.getLogger("reference_runtime.gpu_statistics")
+log = logging.getLogger(__name__)
 
 STATUS_FILE_ENV_VAR = "GPU_STATUS_FILE"
 SCHEMA_PATH = Path(__file__).resolve().parent / "schemas" / "gpu_status.schema.json"
@@ -64,8 +64,8 @@ class AllocatorStatus:
         return tuple(getattr(self, f) for f in self.FIELDS)
 
     def update(self) -> None:
-        from reference_runtime.bfc_allocator import BFCAllocator
-        from reference_runtime.gpu_adjustable_allocator import GPUAdjustableAllocator
+        from .bfc_allocator import BFCAllocator
+        from .gpu_adjustable_allocator import GPUAdjustableAllocator
         device = self.allocator.device_allocator
         host = self.allocator.host_allocator
         ds = device.get_stats()
@@ -193,7 +193,7 @@ class GPUStatistics(SessionRunAction):
         return changed
 
     def _find_allocators(self, device_mgr: Any) -> None:
-        from reference_runtime.gpu_vmem_allocator import GPUVMemAllocator
+        from .gpu_vmem_allocator import GPUVMemAllocator
         if device_mgr is None:
             log.error("GPUStatistics: no device manager; allocator figures unavailable")
             return

@@ -16,11 +16,11 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from reference_runtime.device import get_pci_bus_id
+from .device import get_pci_bus_id
 
 __all__ = ["GPUUsageAdjustment", "AdjustOutcome", "UINT64_MAX", "find_gpu_bfc_allocator"]
 
-log = logging.getLogger("reference_runtime.gpu_usage_adjustment")
+log = logging.getLogger(__name__)
 
 UINT64_MAX = (1 << 64) - 1
 
@@ -41,8 +41,8 @@ class _UsageInfo:
 
 def find_gpu_bfc_allocator(device_mgr: Any, pci_bus_id: str) -> Any:
     """The BFC allocator of the GPU whose description carries ``pci_bus_id``, or None."""
-    from reference_runtime.bfc_allocator import BFCAllocator
-    from reference_runtime.gpu_vmem_allocator import GPUVMemAllocator
+    from .bfc_allocator import BFCAllocator
+    from .gpu_vmem_allocator import GPUVMemAllocator
     if device_mgr is None or not pci_bus_id:
         return None
     for device in device_mgr.list_devices():
@@ -70,7 +70,7 @@ class GPUUsageAdjustment:
 
     def adjust(self, pci_bus_id: str, new_limit: int, device_mgr: Any) -> AdjustOutcome:
         """Apply ``new_limit`` bytes to the GPU ``pci_bus_id``; say what happened."""
-        from reference_runtime.gpu_adjustable_allocator import GPUAdjustableAllocator
+        from .gpu_adjustable_allocator import GPUAdjustableAllocator
         if isinstance(new_limit, bool) or not isinstance(new_limit, int) \
                 or not 0 <= new_limit <= UINT64_MAX:
             raise ValueError(f"adjust_mem_limit({pci_bus_id!r}, {new_limit!r}): the limit must "

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import logging
 
-from reference_runtime.allocator import (AllocationAttributes, Allocator, AllocatorStats,
+from .allocator import (AllocationAttributes, Allocator, AllocatorStats,
                                          InvalidPointerError, SubAllocator)
-from reference_runtime.allocator_retry import DEFAULT_MAX_WAIT_US
-from reference_runtime.bfc_allocator import BFCAllocator
-from reference_runtime.clock import Clock
-from reference_runtime.env import INT64_MAX, read_bool_from_env_var, read_int64_from_env_var
+from .allocator_retry import DEFAULT_MAX_WAIT_US
+from .bfc_allocator import BFCAllocator
+from .clock import Clock
+from .env import INT64_MAX, read_bool_from_env_var, read_int64_from_env_var
 
 __all__ = [
     "GPUVMemAllocator",
@@ -31,7 +31,7 @@ __all__ = [
     "DEFAULT_RO_PLANNED_GPU",
 ]
 
-_log = logging.getLogger("reference_runtime.gpu_vmem_allocator")
+_log = logging.getLogger(__name__)
 
 DEFAULT_CUDA_HOST_MEM_LIMIT_IN_MB = 1 << 16   # 64 GiB
 DEFAULT_RO_PLANNED_GPU = 100

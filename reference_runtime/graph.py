@@ -65,7 +65,7 @@ class Graph:
     def add_node(self, name: str, op: str, inputs: Iterable[str] | str = (),
                  device: str = "/device:CPU:0", **attrs: Any) -> str:
         """Add a node and return its name. ``"^x"`` in ``inputs`` is a control input."""
-        from reference_runtime.kernels import OpRegistry  # the op must be known
+        from .kernels import OpRegistry  # the op must be known
 
         if not isinstance(name, str) or not _NAME.match(name):
             raise GraphError(f"add_node({name!r}, {op!r}): invalid node name")
@@ -116,7 +116,7 @@ class Graph:
     # -- validation -------------------------------------------------------------------
     def validate(self) -> None:
         """Raise ``GraphError`` for unknown inputs, bad output indices or a cycle."""
-        from reference_runtime.kernels import OpRegistry
+        from .kernels import OpRegistry
 
         registry = OpRegistry.global_registry()
         for node in self._nodes.values():

@@ -17,8 +17,8 @@ from typing import Any, Callable, ClassVar
 
 import numpy as np
 
-from reference_runtime.errors import (FailedPreconditionError, InvalidArgumentError)
-from reference_runtime.tensor import (Buffer, StepAllocations, allocate_buffer, copy_from_host,
+from .errors import (FailedPreconditionError, InvalidArgumentError)
+from .tensor import (Buffer, StepAllocations, allocate_buffer, copy_from_host,
                                       device_xp, to_host)
 
 __all__ = ["KernelDef", "OpRegistry", "OpKernelContext", "SessionResources", "register_kernel"]
@@ -81,7 +81,7 @@ class OpRegistry:
     def lookup(self, op: str) -> KernelDef:
         kernel = self.find(op)
         if kernel is None:
-            from reference_runtime.graph import GraphError
+            from .graph import GraphError
             raise GraphError(f"unknown op {op!r}; registered ops: {', '.join(self.ops())}")
         return kernel
 

@@ -15,20 +15,20 @@ import os
 import threading
 from typing import Any
 
-from reference_runtime.clock import REAL_CLOCK, Clock
-from reference_runtime.device import Backend, DeviceMgr, create_devices, select_backend
-from reference_runtime.env import ENV_DEFAULT, path_from_env
-from reference_runtime.file_listener import DEFAULT_POLL_INTERVAL_S, FileListener
-from reference_runtime.gpu_resource_management import (CONFIG_FILE_ENV_VAR,
+from .clock import REAL_CLOCK, Clock
+from .device import Backend, DeviceMgr, create_devices, select_backend
+from .env import ENV_DEFAULT, path_from_env
+from .file_listener import DEFAULT_POLL_INTERVAL_S, FileListener
+from .gpu_resource_management import (CONFIG_FILE_ENV_VAR,
                                                        GPUResourceManagement)
-from reference_runtime.gpu_resource_management import PHASE as RM_PHASE
-from reference_runtime.gpu_statistics import STATUS_FILE_ENV_VAR, GPUStatistics
-from reference_runtime.gpu_statistics import PHASE as STAT_PHASE
-from reference_runtime.session_run_action_registry import Grouping, SessionRunActionRegistry
+from .gpu_resource_management import PHASE as RM_PHASE
+from .gpu_statistics import STATUS_FILE_ENV_VAR, GPUStatistics
+from .gpu_statistics import PHASE as STAT_PHASE
+from .session_run_action_registry import Grouping, SessionRunActionRegistry
 
 __all__ = ["RuntimeContext", "create_runtime"]
 
-log = logging.getLogger("reference_runtime.process_state")
+log = logging.getLogger(__name__)
 
 
 class RuntimeContext:
@@ -51,7 +51,7 @@ class RuntimeContext:
 
     def new_session(self, graph: Any) -> Any:
         """A ``DirectSession`` over this runtime's devices, registry and clock."""
-        from reference_runtime.direct_session import DirectSession
+        from .direct_session import DirectSession
         with self._lock:
             if self._closed:
                 raise RuntimeError("new_session(): the runtime is closed")

@@ -22,7 +22,7 @@ __all__ = [
     "global_registry", "register_session_run_action",
 ]
 
-log = logging.getLogger("reference_runtime.session_run_action_registry")
+log = logging.getLogger(__name__)
 
 
 class Grouping(enum.IntEnum):

@@ -12,7 +12,7 @@ import bisect
 import itertools
 import threading
 
-from reference_runtime.allocator import InvalidPointerError, SubAllocator, check_size
+from .allocator import InvalidPointerError, SubAllocator, check_size
 
 __all__ = ["SimulatedMemory", "SimulatedDeviceMemory", "SimulatedHostMemory", "REGION_GAP"]
 

@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from reference_runtime.allocator import AllocationAttributes, Allocator
-from reference_runtime.errors import ResourceExhaustedError
+from .allocator import AllocationAttributes, Allocator
+from .errors import ResourceExhaustedError
 
 __all__ = ["Buffer", "StepAllocations", "ALLOCATOR_ALIGNMENT", "device_allocator",
            "device_xp", "to_host", "allocate_buffer", "kernel_context"]
@@ -101,7 +101,7 @@ def _array_over(device: Any, ptr: int | None, nbytes: int, shape: tuple[int, ...
                 dtype: np.dtype) -> Any:
     """The array holding a buffer's values: a view of the allocation on CUDA, else beside it."""
     if ptr is not None and _is_cuda(device):
-        from reference_runtime.cuda_backend import as_cupy_array
+        from .cuda_backend import as_cupy_array
         return as_cupy_array(ptr, shape, dtype, device_id=int(device.tf_gpu_id), nbytes=nbytes)
     return device_xp(device).empty(shape, dtype=dtype)
 

@@ -24,12 +24,12 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable, TextIO
 
-from reference_runtime import NAME, SPEC_VERSION, VERSION
-from reference_runtime.file_listener import DEFAULT_POLL_INTERVAL_S
+from . import NAME, SPEC_VERSION, VERSION
+from .file_listener import DEFAULT_POLL_INTERVAL_S
 
 __all__ = ["Knobs", "read_knobs", "main", "PROTOCOL_VERSION"]
 
-log = logging.getLogger("reference_runtime.worker")
+log = logging.getLogger(__name__)
 
 PROTOCOL_VERSION = 1
 STOP_JOIN_S = 1.0          # wait for the step boundary before waking a suspended step
@@ -130,7 +130,7 @@ def _build_workload(ctx: Any, knobs: Knobs) -> Any:
     clock wait: on a loaded machine every wait costs a scheduling delay, and one wait per
     step keeps the step period close to its budget.
     """
-    from reference_runtime.workload import MLPWorkload
+    from .workload import MLPWorkload
 
     cost_us = int(knobs.step_ms * 1000 * COST_SHARE)
 
@@ -189,7 +189,7 @@ def _single_threaded_blas(argv: list[str]) -> None:
         return
     env = dict(os.environ, **{BLAS_THREADS_ENV_VAR: "1"})
     sys.stdout.flush()
-    os.execve(sys.executable, [sys.executable, "-m", "reference_runtime.worker", *argv], env)
+    os.execve(sys.executable, [sys.executable, "-m", __spec__.name if __spec__ else __name__, *argv], env)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -197,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if argv:
-        sys.stderr.write("usage: python -m reference_runtime.worker  (configured by the "
+        sys.stderr.write(f"usage: python -m {__package__}.worker  (configured by the "
                          "environment, SPEC.md WORKER-1 and WORKER-3)\n")
         return 2
     knobs = read_knobs()
@@ -207,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     threading.Thread(target=_watch_stdin, args=(stop,), daemon=True,
                      name="antman-worker-stdin").start()
 
-    from reference_runtime.process_state import create_runtime
+    from .process_state import create_runtime
     ctx = create_runtime(poll_interval_s=knobs.poll_interval_s)
     failure: list[BaseException] = []
     trainer: threading.Thread | None = None

@@ -16,7 +16,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from reference_runtime.graph import Graph
+from ..graph import Graph
 
 __all__ = ["MLPWorkload"]
 
@@ -64,7 +64,7 @@ class MLPWorkload:
         if hasattr(target, "new_session"):
             self.session = target.new_session(self.graph)
         else:
-            from reference_runtime.direct_session import DirectSession
+            from ..direct_session import DirectSession
             self.session = DirectSession(target, self.graph, registry=registry, clock=clock)
         self.session.run([], target_nodes=["init"])
 

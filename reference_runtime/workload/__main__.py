@@ -15,7 +15,7 @@ import math
 import sys
 from typing import Any, Sequence
 
-from reference_runtime.workload import MLPWorkload
+from ..workload import MLPWorkload
 
 def _bytes(text: str) -> int:
     units = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
@@ -45,7 +45,7 @@ def _allocator_json(device: Any) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m reference_runtime.workload",
+    p = argparse.ArgumentParser(prog=f"python -m {__package__}",
                                 description="Train an MLP on synthetic data; one JSON line "
                                             "per step.")
     p.add_argument("--steps", type=int, default=20)
@@ -71,7 +71,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.steps < 0:
         p.error("--steps must be >= 0")
 
-    from reference_runtime.process_state import create_runtime
+    from ..process_state import create_runtime
 
     with create_runtime(backend=args.backend, gpu_memory_bytes=args.gpu_memory) as ctx:
         sized = args.target_bytes is not None
