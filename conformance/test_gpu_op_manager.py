@@ -36,7 +36,7 @@ class Managed:
 
     def throttle(self, perf: int, idle_us: int) -> None:
         assert self.rm.parse_manage_info_from_json(f'{{"perfControl": {perf}}}') or \
-            self.rm.perf_control == perf
+            self.rm.perf_control == perf, "[RM-3]"
         self.rm.set_estimated_idle_time(idle_us)
 
     def close(self) -> None:
@@ -110,7 +110,7 @@ def assert_queued_launches(log: Log, names: list[str], t0: int, slot_us: int,
     gpu = [e for e in events if e[0] in names]
     assert [e[0] for e in gpu] == names, (
         f"launch order {[e[0] for e in gpu]}, expected the queue order {names}: GPU ops are "
-        f"queued and launched first in, first out [OPM-2, OPM-3]")
+        f"queued and launched first in, first out [OPM-2]")
     assert [e[1] - t0 for e in gpu] == np.cumsum([slot_us] * len(names)).tolist(), \
         f"launch times {[e[1] - t0 for e in gpu]} [OPM-4]"
     assert all(e[3].startswith(OP_MANAGER_PREFIX) for e in gpu), \
@@ -133,7 +133,7 @@ def test_idle_slot_before_each_launch(rt, managed, n: int, idle: int) -> None:
     s.run([f"op{n - 1}"])
     slots = expected_slots(idle, n)
     got = log.snapshot()
-    assert [e[0] for e in got] == [f"op{i}" for i in range(n)]
+    assert [e[0] for e in got] == [f"op{i}" for i in range(n)], "[OPM-3]"
     launch = [e[1] - t0 for e in got]
     spent = np.cumsum(slots).tolist()
     assert launch == spent, (
@@ -187,7 +187,7 @@ def test_slot_deducts_the_idle_time_it_took(rt, managed_manual) -> None:
         wait_for_idle_slot(clock)
         clock.tick(advance)
     runner.join(10)
-    assert not runner.is_alive() and "error" not in out, f"run() hung or failed: {out}"
+    assert not runner.is_alive() and "error" not in out, f"run() hung or failed: {out} [OPM-4]"
     got = log.snapshot()
     assert [(e[0], e[1] - t0, e[2]) for e in got] == [
         ("op0", 400, 600), ("op1", 600, 400), ("op2", 1300, 0), ("op3", 1300, 0)], (
@@ -196,7 +196,7 @@ def test_slot_deducts_the_idle_time_it_took(rt, managed_manual) -> None:
     assert clock.sleeps_of(OP_MANAGER_PREFIX) == [250, 200, 200], \
         f"slots requested {clock.sleeps_of(OP_MANAGER_PREFIX)}, expected [250, 200, 200] [OPM-4]"
     assert m.rm.idle_overrun == 300, \
-        f"idle overrun {m.rm.idle_overrun} µs, expected the 300 spent beyond E [OPM-4, RM-14]"
+        f"idle overrun {m.rm.idle_overrun} µs, expected the 300 spent beyond E [OPM-4]"
 
 
 @pytest.mark.clause("OPM-4", "OPM-7")
@@ -253,7 +253,7 @@ def test_synchronous_gpu_kernels_are_queued_too(rt, managed) -> None:
     (p, c) = log.snapshot()
     assert p[1] - t0 == 300 and p[2] == 0, (
         f"the Placeholder and MatMul must be queued with slots of 100 µs each: 'p' launched "
-        f"at {p[1] - t0} µs with E={p[2]}, expected 300 and 0 [OPM-2, OPM-4]")
+        f"at {p[1] - t0} µs with E={p[2]}, expected 300 and 0 [OPM-2]")
     assert clock.sleeps_of(OP_MANAGER_PREFIX) == [100, 100, 100], \
         f"manager waits {clock.sleeps_of(OP_MANAGER_PREFIX)} [OPM-2]"
     assert c[3].startswith(INTER_OP_PREFIX), f"the CPU node ran on {c[3]} [OPM-2]"
@@ -283,7 +283,7 @@ def test_no_queueing_when_not_managed(rt, managed, perf: int, idle: int, device:
     assert [e[2] for e in got] == [idle] * 3, "E must not change inside the step [OPM-1]"
     assert not any(e[3].startswith(OP_MANAGER_PREFIX) for e in got) and alive == [[]], \
         f"perf={perf}, E={idle}: a GpuOpManager thread existed: {alive} [OPM-1]"
-    assert clock.sleeps_of(OP_MANAGER_PREFIX) == []
+    assert clock.sleeps_of(OP_MANAGER_PREFIX) == [], "[OPM-1]"
 
 
 # -- OPM-6, OPM-7 ----------------------------------------------------------------------------
@@ -356,7 +356,8 @@ def test_run_joins_the_manager_thread(rt, managed, last: str) -> None:
                 f"run() returned while the step's manager thread was alive: "
                 f"{manager_threads()} (the step ended on the "
                 f"{'manager' if last == 'gpu' else 'inter-op'} thread) [OPM-6]")
-    assert len(hooked) == 3, f"expected one manager thread per managed step, saw {len(hooked)}"
+    assert len(hooked) == 3, (
+        f"expected one manager thread per managed step, saw {len(hooked)} [OPM-6]")
 
 
 @pytest.mark.clause("OPM-7", "OPM-6", "EXEC-9")
@@ -477,7 +478,7 @@ def test_idle_slot_starts_once_the_steps_gpus_have_drained(rt, auto_clock, idle:
     assert seen == expected, (
         f"E={idle}: launches (op, clock µs, E left) {[x for x in seen if x[0] != 'synchronize']}"
         f", expected {[x for x in expected if x[0] != 'synchronize']}: each slot starts after "
-        f"the GPUs drained and only the slot is deducted from E [OPM-8, OPM-4]")
+        f"the GPUs drained and only the slot is deducted from E [OPM-8]")
     pairs = [sorted(indices[j:j + 2]) for j in range(0, len(indices), 2)]
     assert all(p == [0, 1] for p in pairs), (
         f"E={idle}: synchronize indices {indices}: each drain synchronizes GPU:0 and GPU:1 "

@@ -54,7 +54,7 @@ def until_in_force(w: WorkerProcess, t_write: float, check: Callable[[Record], N
     in_force = 0
     while in_force < n:
         rec = w.next_step()
-        assert rec is not None
+        assert rec is not None, "[WORKER-2]"
         seen.append(rec)
         if rec.start_s >= start_after:
             check(rec)
@@ -95,7 +95,8 @@ def assert_single_change(records: list[Record], old: int, new: int, clause: str)
 
 def half_limit(w: WorkerProcess, divisor: int) -> int:
     value = w.initial_limit // divisor // MIB * MIB
-    assert value > 0, f"the device's memory_limit {w.initial_limit} is below {divisor} MiB"
+    assert value > 0, (
+        f"the device's memory_limit {w.initial_limit} is below {divisor} MiB [WORKER-2]")
     return value
 
 
@@ -111,12 +112,12 @@ def assert_exited_0(rc: int | None, cause: str, clause: str) -> None:
 def test_hello_then_one_record_per_step(worker) -> None:
     w = worker()
     hello = w.hello
-    assert hello is not None
+    assert hello is not None, "[WORKER-2]"
     buses = [d["pci_bus_id"] for d in hello["devices"]]
     assert len(buses) == len(set(buses)), f"hello lists a pci_bus_id twice: {buses} [WORKER-2]"
     # The harness checks every record (JSON, members, types, numbering, clock) as it reads.
     steps = w.steps(10)
-    assert [r["step"] for r in steps] == list(range(10))
+    assert [r["step"] for r in steps] == list(range(10)), "[WORKER-2]"
 
 
 @pytest.mark.clause("WORKER-3", "WORKER-4")
