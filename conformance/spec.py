@@ -26,6 +26,14 @@ class Clause:
     title: str
     area: str
     withdrawn: bool = False
+    text: str = ""      # the normative text, without the heading and the Source: line
+    line: int = 0       # line of the heading in SPEC.md (1-based)
+
+    @property
+    def anchor(self) -> str:
+        """The heading's anchor as Markdown renderers (GitHub) make it."""
+        words = re.sub(r"[^\w\- ]", "", f"{self.id} {self.title}".lower())
+        return words.replace(" ", "-")
 
 
 @lru_cache(maxsize=None)
@@ -39,9 +47,14 @@ def load_clauses(path: Path = SPEC_PATH) -> dict[str, Clause]:
         cid = m["id"]
         if cid in clauses:
             raise ValueError(f"{path.name}: clause {cid} is defined twice")
-        body = next((l for l in lines[i + 1:] if l.strip()), "")
+        body = []
+        for following in lines[i + 1:]:
+            if following.startswith("#") or following.startswith("Source:"):
+                break
+            body.append(following)
+        text = "\n".join(body).strip()
         clauses[cid] = Clause(cid, m["title"], cid.split("-")[0],
-                              withdrawn=body.strip().startswith("Withdrawn"))
+                              withdrawn=text.startswith("Withdrawn"), text=text, line=i + 1)
     return clauses
 
 

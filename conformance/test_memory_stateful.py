@@ -266,11 +266,21 @@ class BFCObserver:
         assert self.snapshot() == before, (
             f"{self.label}.deallocate_raw({ptr:#x}) called the sub-allocator: alloc "
             f"{self.alloc_log()[before[0]:]}, free {self.sim.free_calls[before[1]:]} [BFC-5]")
-        chunk = next((c for r in self.bfc.memory_map().regions for c in r.chunks
+        region = next((r for r in self.bfc.memory_map().regions
+                       if r.ptr <= ptr < r.ptr + r.size), None)
+        chunk = next((c for c in (region.chunks if region else ())
                       if c.ptr <= ptr < c.ptr + c.size), None)
         assert chunk is not None and not chunk.in_use, (
             f"after {self.label}.deallocate_raw({ptr:#x}) the memory at {ptr:#x} is "
             f"{chunk!r}, expected a free chunk [BFC-5]")
+        # Checked here, not only by the invariant: a rule that frees and then allocates must
+        # fail on the missing merge, not on the allocation it misplaces.
+        at = region.chunks.index(chunk)
+        free_neighbours = [c for c in region.chunks[max(at - 1, 0):at + 2]
+                           if c is not chunk and not c.in_use]
+        assert not free_neighbours, (
+            f"after {self.label}.deallocate_raw({ptr:#x}) the free chunk {chunk!r} has free "
+            f"neighbours {free_neighbours!r}: it was not merged with them [BFC-5]")
         if chunk.ptr == ptr:  # not merged into its predecessor: stale values remain
             got = (self.bfc.allocation_id(ptr), self.bfc.requested_size(ptr),
                    self.bfc.allocated_size(ptr))

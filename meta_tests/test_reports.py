@@ -397,7 +397,7 @@ def test_run_without_conformance_tests_has_no_verdict(project: pytest.Pytester) 
     ''')
     result, doc = run(project, "-k", "test_", "--require-certified")
     assert_valid(doc)
-    assert doc["schema_version"] == model.SCHEMA_VERSION == "1.2"
+    assert doc["schema_version"] == model.SCHEMA_VERSION == "1.3"
     v = doc["verdict"]
     assert v["status"] == model.NO_VERDICT, v
     assert [r["code"] for r in v["reasons"]] == ["no-conformance-tests"]

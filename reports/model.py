@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from conformance import spec
+from reports import attribution
 from reports import expectations as exp
 from reports import outcomes as oc
 from reports.mustpass import MustPassList
@@ -35,7 +36,9 @@ from reports.mustpass import MustPassList
 #: 1.1: ``runtime.worker_hello``; ``execution_target`` kinds "cpu" and "unknown", ``source``,
 #: ``worker_devices`` and the devices' ``pci_bus_id`` (black-box runs, reports/environment.py).
 #: 1.2: verdict status ``NO VERDICT`` (runs without conformance tests).
-SCHEMA_VERSION = "1.2"
+#: 1.3: attribution by assertion tag (``tests[].clause_outcomes``, ``attribution``,
+#: ``failures``; ``clauses[].failures``; reports/attribution.py).
+SCHEMA_VERSION = "1.3"
 CERTIFIED = "CERTIFIED"
 NOT_CERTIFIED = "NOT CERTIFIED"
 INCOMPLETE = "INCOMPLETE"
@@ -53,6 +56,8 @@ class TestRecord:
     capabilities: list[str] = field(default_factory=list)
     gpu: bool = False
     phases: list[tuple[str, str | None]] = field(default_factory=list)
+    whens: list[str] = field(default_factory=list)         # phase names, as ``phases``
+    failures: dict[int, list[dict[str, Any]]] = field(default_factory=dict)  # by phase index
     duration_s: float = 0.0
     worker: str | None = None
     hypothesis: dict[str, Any] | None = None
@@ -60,13 +65,19 @@ class TestRecord:
     observed: str = oc.NOT_RUN
     message: str | None = None
     waiver: str | None = None
+    #: what the test says about each clause (reports/attribution.py); set by ``build``
+    verdicts: attribution.Attribution = field(
+        default_factory=lambda: attribution.Attribution({}))
+    clause_outcomes: dict[str, str] = field(default_factory=dict)   # after waivers
 
     def to_json(self) -> dict[str, Any]:
         return {"nodeid": self.nodeid, "outcome": self.outcome,
                 "observed_outcome": self.observed, "duration_s": round(self.duration_s, 6),
                 "clauses": self.clauses, "capabilities": self.capabilities, "gpu": self.gpu,
                 "worker": self.worker, "hypothesis": self.hypothesis,
-                "message": self.message, "waiver": self.waiver}
+                "message": self.message, "waiver": self.waiver,
+                "clause_outcomes": self.clause_outcomes,
+                "attribution": self.verdicts.how, "failures": self.verdicts.failures}
 
 
 @dataclass
@@ -100,12 +111,16 @@ def _finish_tests(data: RunData, waivers: list[exp.Waiver]) -> None:
     for t in data.tests.values():
         t.observed, t.message = oc.combine_phases(t.phases)
         t.outcome = t.observed
+        t.verdicts = attribution.attribute(t.clauses, t.phases, t.failures, data.clauses,
+                                           t.whens)
         for w in waivers:
             if not w.matches_test(t.nodeid):
                 continue
             w.matched.append(t.nodeid)
             if t.outcome in oc.WAIVABLE:
                 t.outcome, t.waiver, w.status = oc.WAIVED, w.id, exp.APPLIED
+        t.clause_outcomes = {c: oc.WAIVED if t.waiver and o in oc.WAIVABLE else o
+                             for c, o in t.verdicts.observed.items()}
     for w in waivers:
         if w.test is None:
             continue
@@ -118,7 +133,7 @@ def _finish_tests(data: RunData, waivers: list[exp.Waiver]) -> None:
 def _clauses(data: RunData, waivers: list[exp.Waiver], required: set[str]) -> list[dict]:
     by_clause: dict[str, list[TestRecord]] = {}
     for t in data.tests.values():
-        for cid in t.clauses:
+        for cid in t.clause_outcomes:
             by_clause.setdefault(cid, []).append(t)
     clause_waivers = {}
     for w in waivers:
@@ -130,10 +145,10 @@ def _clauses(data: RunData, waivers: list[exp.Waiver], required: set[str]) -> li
     result = []
     for cid, clause in data.clauses.items():
         tests = sorted(by_clause.get(cid, []), key=lambda t: t.nodeid)
-        observed = oc.aggregate(t.observed for t in tests)
-        outcome = oc.aggregate(t.outcome for t in tests)
-        waiver = next((t.waiver for t in tests if t.outcome == oc.WAIVED and outcome == oc.WAIVED),
-                      None)
+        observed = oc.aggregate(t.verdicts.observed[cid] for t in tests)
+        outcome = oc.aggregate(t.clause_outcomes[cid] for t in tests)
+        waiver = next((t.waiver for t in tests
+                       if t.clause_outcomes[cid] == oc.WAIVED and outcome == oc.WAIVED), None)
         for w in clause_waivers.get(cid, []):
             if outcome == oc.NOT_RUN:
                 w.status, w.note = exp.STALE, f"no test of {cid} ran"
@@ -143,9 +158,14 @@ def _clauses(data: RunData, waivers: list[exp.Waiver], required: set[str]) -> li
                 outcome, waiver, w.status = oc.WAIVED, w.id, exp.APPLIED
             elif w.status != exp.APPLIED:
                 w.status, w.note = exp.UNNEEDED, f"{cid} is {outcome} without it"
-        not_run = [t for t in tests if t.outcome in (oc.SKIPPED, oc.NOT_RUN, oc.NOT_SUPPORTED)]
-        notes = sorted({f"{t.nodeid}: {t.outcome}" + (f" ({t.message})" if t.message else "")
-                        for t in not_run})
+        not_run = [t for t in tests
+                   if t.clause_outcomes[cid] in (oc.SKIPPED, oc.NOT_RUN, oc.NOT_SUPPORTED)]
+        notes = sorted({f"{t.nodeid}: {t.clause_outcomes[cid]}"
+                        + (f" ({why})" if (why := t.verdicts.notes.get(cid) or t.message)
+                           else "") for t in not_run})
+        failures = [{"nodeid": t.nodeid, "outcome": f["outcome"], "message": f["message"],
+                     "tagged": f["tagged"]}
+                    for t in tests for f in t.verdicts.failures if cid in f["clauses"]]
         section = sections.get(cid)
         result.append({
             "id": cid, "title": clause.title, "area": clause.area,
@@ -154,6 +174,9 @@ def _clauses(data: RunData, waivers: list[exp.Waiver], required: set[str]) -> li
             "mustpass_section": section.header if section else None,
             "tests": [t.nodeid for t in tests], "waiver": waiver,
             "partial": bool(not_run) and len(not_run) < len(tests), "notes": notes[:20],
+            "failures": failures[:20],
+            "spec": {"path": "SPEC.md", "line": clause.line, "anchor": clause.anchor},
+            "text": clause.text if outcome in FAILING or outcome == oc.WAIVED else None,
         })
     return result
 

@@ -69,7 +69,7 @@ import pytest
 
 from conformance import plugin as conformance_plugin
 from conformance import spec
-from reports import environment, model
+from reports import attribution, environment, model
 from reports import expectations as exp
 from reports import mustpass as mp
 from reports import outcomes as oc
@@ -82,6 +82,7 @@ PROP_OUTCOME = "antman:outcome"
 PROP_SEED = "antman:hypothesis_seed"
 PROP_SEED_SOURCE = "antman:hypothesis_seed_source"
 PROP_ARTIFACT = "antman:artifact"
+PROP_FAILURES = "antman:failures"
 WORKEROUTPUT_TESTS = "antman_tests"
 WORKEROUTPUT_DESELECTED = "antman_deselected"
 _ARTIFACT_NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
@@ -181,6 +182,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         item.user_properties.extend(extra)
         if not shared:
             report.user_properties = [*report.user_properties, *extra]
+    if report.failed and call.excinfo is not None:
+        # This phase's distinct failures with their clause tags (reports/attribution.py);
+        # on this report only, moved off it before the JUnit XML sees it.
+        found = attribution.failures(call.excinfo.value)
+        report.user_properties = [*report.user_properties, (PROP_FAILURES, found)]
     return report
 
 
@@ -208,12 +214,18 @@ def report_artifacts(request: pytest.FixtureRequest) -> ReportArtifacts:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    """Moves artifacts off the report (out of the JUnit XML) onto ``report.antman_artifacts``."""
+    """Moves artifacts and failures off the report (out of the JUnit XML) onto
+    ``report.antman_artifacts`` and ``report.antman_failures``."""
     props = getattr(report, "user_properties", None) or []
     arts = [v for k, v in props if k == PROP_ARTIFACT]
+    found = [f for k, v in props if k == PROP_FAILURES for f in v]
     if arts:
         report.antman_artifacts = arts  # type: ignore[attr-defined]
-        report.user_properties = [(k, v) for k, v in props if k != PROP_ARTIFACT]
+    if found:
+        report.antman_failures = found  # type: ignore[attr-defined]
+    if arts or any(k == PROP_FAILURES for k, _ in props):
+        report.user_properties = [(k, v) for k, v in props
+                                  if k not in (PROP_ARTIFACT, PROP_FAILURES)]
 
 
 # --------------------------------------------------------------------------- controller
@@ -381,7 +393,11 @@ class CertificationRecorder:
             rec.capabilities = list(dict.fromkeys(v for k, v in props if k == PROP_CAPABILITY))
             rec.gpu = any(k == PROP_GPU for k, _ in props)
         stamped = next((v for k, v in props if k == PROP_OUTCOME), None)
+        found = getattr(report, "antman_failures", None)
+        if found:
+            rec.failures[len(rec.phases)] = list(found)
         rec.phases.append(oc.phase_outcome(report, stamped))
+        rec.whens.append(str(getattr(report, "when", "")))
         rec.duration_s += float(getattr(report, "duration", 0.0) or 0.0)
         node = getattr(report, "node", None)
         if node is not None:

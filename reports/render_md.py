@@ -149,6 +149,7 @@ def render(doc: dict[str, Any], figures: list[dict[str, str]]) -> str:
         out.append(f"| {area} | {cells} |")
     out.append("")
 
+    out += _failing_clauses(doc)
     out += _waivers(doc)
     if figures:
         out += ["## Figures", ""] + _plots(figures)
@@ -184,6 +185,34 @@ def _waivers(doc: dict[str, Any]) -> list[str]:
     return out
 
 
+def spec_reference(c: dict[str, Any]) -> str:
+    """Where a clause is specified: ``SPEC.md line 268 (#bfc-5-free-and-coalescing)``."""
+    where = c.get("spec") or {}
+    return f"{where.get('path', 'SPEC.md')} line {where.get('line')} (#{where.get('anchor')})"
+
+
+def _failing_clauses(doc: dict[str, Any]) -> list[str]:
+    """Each clause that did not pass: its failures with their messages, then its text."""
+    bad = [c for c in doc["clauses"] if c["outcome"] in model.FAILING]
+    if not bad:
+        return []
+    out = ["## Clauses that did not pass", ""]
+    for c in bad:
+        must = "must-pass" if c["must_pass"] else "not must-pass in this run"
+        out += [f"### {SYMBOL[c['outcome']]} {c['id']} {c['title']}: {c['outcome']} ({must})",
+                ""]
+        for f in c.get("failures") or []:
+            how = "" if f["tagged"] else " (untagged failure: blamed on every clause of the test)"
+            out += [f"- `{f['nodeid']}`: {f['outcome']}{how}", "", "  ```",
+                    *(f"  {line}" for line in f["message"][:1500].splitlines()), "  ```", ""]
+        if not c.get("failures"):
+            out += [f"- {n}" for n in c["notes"][:5]] + ([""] if c["notes"] else [])
+        if c.get("text"):
+            out += [f"{spec_reference(c)}:", ""]
+            out += [f"> {line}" if line else ">" for line in c["text"].splitlines()] + [""]
+    return out
+
+
 def _tests(doc: dict[str, Any]) -> list[str]:
     out: list[str] = []
     bad = [t for t in doc["tests"] if t["outcome"] not in ("PASS",)]
@@ -191,11 +220,15 @@ def _tests(doc: dict[str, Any]) -> list[str]:
         out += ["## Tests that did not pass", "", "| test | outcome | clauses | message |",
                 "|---|---|---|---|"]
         for t in bad:
-            msg = (t["message"] or "")[:300]
+            failures = t.get("failures") or []
+            msg = ("; ".join(f"[{', '.join(f['clauses'])}] {f['message'][:300]}"
+                             for f in failures[:3]) if failures else (t["message"] or "")[:300])
             outcome = t["outcome"] + (f" (observed {t['observed_outcome']})"
                                       if t["outcome"] != t["observed_outcome"] else "")
+            outcomes = t.get("clause_outcomes") or {c: t["outcome"] for c in t["clauses"]}
+            clauses = ", ".join(f"{c} {o}" for c, o in outcomes.items())
             out.append(f"| `{_cell(t['nodeid'])}` | {SYMBOL[t['outcome']]} {outcome} | "
-                       f"{', '.join(t['clauses'])} | {_cell(msg)} |")
+                       f"{_cell(clauses)} | {_cell(msg)} |")
         out.append("")
     return out
 
