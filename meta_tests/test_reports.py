@@ -25,10 +25,12 @@ pytest_plugins = ["pytester"]
 
 SPEC_VERSION = spec.spec_version()
 FAKE_RUNTIME = f"""
+from conformance.spec import CAPABILITY_NAMES
 NAME = "fake-runtime"
 VERSION = "9.9"
 SPEC_VERSION = {SPEC_VERSION!r}
 CAPABILITIES = frozenset({{"bfc", "virtual_clock"}})
+globals().update({{name: object() for cap in CAPABILITIES for name in CAPABILITY_NAMES[cap]}})
 """
 MUSTPASS = """
 # synthetic must-pass list
@@ -155,7 +157,8 @@ def run(pytester: pytest.Pytester, *args: str) -> tuple[pytest.RunResult, dict[s
     out = pytester.path / "out"
     result = pytester.runpytest("-p", "conformance.plugin", "-p", "reports.plugin",
                                 "-p", "no:cacheprovider", "--runtime",
-                                "fake_runtime_for_reports", "--report-dir", str(out), *args)
+                                "fake_runtime_for_reports", "--report-dir", str(out),
+                                "--timeout=60", *args)
     latest = out / "latest"
     doc = json.loads((latest / "certification.json").read_text()) if latest.exists() else {}
     return result, doc
@@ -551,7 +554,7 @@ def _data(tmp_path: Path, tests: list[model.TestRecord], *, gpu: str | None = No
         invocation={"args": [], "rootdir": "/", "xdist_workers": 0,
                     "hypothesis_profile": "certify", "hypothesis_seed": None, "timeout_s": None,
                     "started_at": "2026-01-01T00:00:00Z", "finished_at": "2026-01-01T00:00:01Z",
-                    "duration_s": 1.0, "runtime_error": None},
+                    "duration_s": 1.0, "runtime_error": None, "require_gpu": False},
         mustpass=mp.load(tmp_path / "mp.txt"), mustpass_official=official,
         expectations=expectations, run_id="r", generated_at="2026-01-01T00:00:01Z",
         today=dt.date(2026, 6, 1), **kw)

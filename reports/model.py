@@ -2,7 +2,9 @@
 
 Verdict, in order:
 
-- ``NOT CERTIFIED`` when the runtime targets another spec version; the must-pass list of the
+- ``NOT CERTIFIED`` when the run required a GPU (``--require-gpu``) and the execution target
+  is none, or the runtime declares no ``cuda``; the runtime targets another spec version; the
+  must-pass list of the
   spec version is missing, malformed or not the official one; the runtime declares no
   complete profile of the list; tests failed to collect; the session hit an internal error;
   a must-pass clause names no clause of SPEC.md; or a must-pass clause whose requirements hold
@@ -11,6 +13,9 @@ Verdict, in order:
   subset of the suite (``-k``, ``-m``, ``--deselect``, node IDs, paths that do not cover
   ``conformance/``), or collected tests were never reported (``-x``, interruption, crashes).
 - ``CERTIFIED`` otherwise: every required must-pass clause is PASS or WAIVED.
+
+With ``--require-gpu`` the GPU clauses (``gpu-target`` sections) are required whatever the
+execution target, so a runner without a usable GPU can never certify.
 
 A run that collected no test naming a clause (a benchmark run, say) certifies nothing: its
 verdict is ``NO VERDICT`` (reason ``no-conformance-tests``) unless tests failed to collect or
@@ -102,6 +107,7 @@ class RunData:
     artifacts: list[dict[str, Any]] = field(default_factory=list)
     benchmarks: list[dict[str, Any]] = field(default_factory=list)
     worker_hellos: list[dict[str, Any]] = field(default_factory=list)
+    require_gpu: bool = False          # --require-gpu: GPU clauses required whatever the target
     run_id: str = ""
     generated_at: str = ""
     today: dt.date | None = None
@@ -195,6 +201,16 @@ def _verdict(data: RunData, clauses: list[dict], required: set[str],
         return ", ".join(ids[:limit]) + more
 
     rt = data.runtime
+    if data.require_gpu:
+        target = data.target
+        if target.get("kind") != "gpu":
+            why = target.get("note") or f"the execution target is {target.get('kind')}"
+            reason(fatal, "gpu-required",
+                   f"--require-gpu: no usable NVIDIA GPU on this runner ({why})")
+        if "cuda" not in (rt.get("capabilities") or []):
+            reason(fatal, "gpu-required",
+                   f"--require-gpu: runtime {rt.get('name')} does not declare the cuda "
+                   f"capability, so no GPU clause can run")
     if rt.get("spec_version") != data.spec_version:
         reason(fatal, "spec-version-mismatch",
                f"runtime {rt.get('name')} targets spec {rt.get('spec_version')}, the suite "
@@ -320,7 +336,7 @@ def build(data: RunData) -> dict[str, Any]:
     waivers = exp.activate(data.expectations, models, data.today)
     _finish_tests(data, waivers)
     caps = data.runtime.get("capabilities") or []
-    gpu_target = target.get("kind") == "gpu"
+    gpu_target = target.get("kind") == "gpu" or data.require_gpu
     required = set(data.mustpass.required(caps, gpu_target)) if data.mustpass else set()
     profiles = data.mustpass.satisfied_profiles(caps) if data.mustpass else []
     clauses = _clauses(data, waivers, required)

@@ -59,7 +59,9 @@ import datetime as dt
 import json
 import os
 import re
+import shutil
 import sys
+import tempfile
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -248,7 +250,10 @@ def pytest_configure(config: pytest.Config) -> None:
     recorder = CertificationRecorder(config, expectations)
     config.pluginmanager.register(recorder, _RECORDER)
     if not getattr(opt, "xmlpath", None) and config.pluginmanager.has_plugin("junitxml"):
-        opt.xmlpath = str(recorder.run_dir / "junit.xml")
+        # junitxml writes before the report exists: into a private folder, moved into the
+        # run folder with the report (and removed when the run ends in a usage error).
+        recorder.junit_tmp = Path(tempfile.mkdtemp(prefix="antman-junit-")) / "junit.xml"
+        opt.xmlpath = str(recorder.junit_tmp)
         recorder.junit_is_ours = True
 
 
@@ -328,8 +333,10 @@ class CertificationRecorder:
         self.artifacts: dict[str, list[dict[str, Any]]] = {}
         self.worker_hellos: dict[str, dict[str, Any]] = {}   # raw line -> record, read order
         self.junit_is_ours = False
+        self.junit_tmp: Path | None = None
         self.document: dict[str, Any] | None = None
         self.write_error: str | None = None
+        self.skipped_for: str | None = None
         self.runtime_error: str | None = None
         self.runtime = None
         try:
@@ -453,6 +460,7 @@ class CertificationRecorder:
             "started_at": _iso(self.started), "finished_at": _iso(finished),
             "duration_s": round(finished - self.started, 3),
             "runtime_error": self.runtime_error,
+            "require_gpu": bool(config.getoption("--require-gpu", default=False)),
         }
         invocation["hypothesis_seed"] = (None if invocation["hypothesis_seed"] is None
                                          else str(invocation["hypothesis_seed"]))
@@ -473,6 +481,7 @@ class CertificationRecorder:
             invocation=invocation, mustpass=must, mustpass_error=must_error,
             mustpass_official=must is not None and mp_file.resolve() == official.resolve(),
             expectations=self.expectations,
+            require_gpu=bool(config.getoption("--require-gpu", default=False)),
             selection_reasons=selection_reasons(config, self.deselected),
             collection_errors=self.collection_errors, exitstatus=int(session.exitstatus),
             artifacts=artifacts, benchmarks=benchmark_results(config),
@@ -480,12 +489,23 @@ class CertificationRecorder:
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if int(session.exitstatus) == pytest.ExitCode.USAGE_ERROR:
+            self.skipped_for = "usage error: nothing was certified"  # no folder, no latest
+            self._drop_junit_tmp()
+            return
         try:
             self.document = model.build(self.run_data(session))
             from reports import writer
+            external = None if self.junit_is_ours else getattr(self.config.option, "xmlpath",
+                                                                 None)
             errors = writer.write_run(self.document, self.run_dir,
-                                      junit="junit.xml" if self.junit_is_ours else
-                                      getattr(self.config.option, "xmlpath", None))
+                                      junit="junit.xml" if self.junit_is_ours else external)
+            junit = self.run_dir / "junit.xml" if self.junit_is_ours else \
+                (Path(external) if external else None)
+            if self.junit_is_ours and self.junit_tmp is not None and self.junit_tmp.exists():
+                shutil.move(str(self.junit_tmp), junit)
+            if junit is not None and junit.exists():
+                writer.annotate_junit(junit, self.document)
             writer.point_latest(self.base, self.run_dir)
             if errors:
                 self.write_error = ("certification.json does not match its schema: "
@@ -494,13 +514,21 @@ class CertificationRecorder:
         except Exception as exc:  # the report must never hide the test results
             import traceback
             self.write_error = "".join(traceback.format_exception(exc))
+        finally:
+            self._drop_junit_tmp()
         if self.config.getoption("--require-certified") and self.document is not None \
                 and int(session.exitstatus) in (0, 1):
             ok = self.document["verdict"]["status"] == model.CERTIFIED
             session.exitstatus = pytest.ExitCode.OK if ok else pytest.ExitCode.TESTS_FAILED
 
+    def _drop_junit_tmp(self) -> None:
+        if self.junit_tmp is not None:
+            shutil.rmtree(self.junit_tmp.parent, ignore_errors=True)
+
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         tr = terminalreporter
+        if self.skipped_for:
+            return
         tr.section("AntMan certification", bold=True)
         if self.document is None:
             tr.write_line(f"report not written: {self.write_error}", red=True)

@@ -16,7 +16,7 @@ from reference_runtime import file_listener as _fl
 from meta_tests import broken_forks as _forks
 
 NAME = "broken-callbacks-under-lock"
-WORKER_COMMAND = _forks.worker_command(__name__)
+WORKER_COMMAND = _forks.as_package(__name__)
 BREAKS = "FL-6"
 MODULES = ("conformance/test_file_listener.py",)
 OUTCOMES = ("ERROR", "TIMEOUT")
