@@ -31,10 +31,11 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
-from conformance import spec
+from conformance import shrinking, spec
 
 NOT_SUPPORTED = "NOT_SUPPORTED"
 DEFAULT_RUNTIME = "reference_runtime"
+SHRINKING_PLUGIN = "antman-shrinking"    # conformance/shrinking.py: FAIL, never TIMEOUT
 #: pytest plugins a certification relies on: plugin name -> what it guarantees.
 REQUIRED_PLUGINS = {"timeout": "pytest-timeout (every test ends: a hang is TIMEOUT, not a "
                                "stalled run)"}
@@ -214,6 +215,8 @@ def skip_setup_checks(config: pytest.Config) -> bool:
 def pytest_configure(config: pytest.Config) -> None:
     if not skip_setup_checks(config):
         check_setup(config)
+    if not config.pluginmanager.has_plugin(SHRINKING_PLUGIN):
+        config.pluginmanager.register(shrinking, SHRINKING_PLUGIN)
     config.addinivalue_line("markers", "clause(*ids): SPEC.md clauses this test checks")
     config.addinivalue_line("markers", "capability(*names): runtime capabilities required")
     config.addinivalue_line("markers", "gpu: needs a real NVIDIA GPU")
