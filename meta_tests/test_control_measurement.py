@@ -58,7 +58,7 @@ def test_a_worker_warming_up_is_measured_once_steady_and_passes(tmp_path: Path) 
 
 
 def test_a_control_that_stays_out_of_its_band_is_an_invalid_measurement(tmp_path: Path) -> None:
-    test = certify_worker(tmp_path, FAKE_SLOWDOWN_AT_25="2")
+    test = certify_worker(tmp_path, FAKE_SLOWDOWN_AT_100="1.6")
     assert test["outcome"] == "ERROR", (test["outcome"], test["message"])
     message = test["failures"][0]["message"]
     assert "invalid measurement: the control P_100/B stayed outside" in message

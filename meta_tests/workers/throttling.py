@@ -6,8 +6,9 @@ GPU_CONFIG_FILE at each step boundary), as AntMan's DoSleepOrSuspend does. The m
 
 - ``FAKE_WARMUP_STEPS`` / ``FAKE_WARMUP_FACTOR``: the first steps are that much slower
   (a worker warming up);
-- ``FAKE_SLOWDOWN_AT_25``: the machine gets that much slower each time perfControl 25
-  takes effect (noise that moves the unthrottled period during the measurement).
+- ``FAKE_SLOWDOWN_AT_100``: the machine gets that much slower each time perfControl returns
+  to 100 from a lower value (noise that moves the unthrottled period during the
+  measurement).
 
 The worker itself is correct: a suite that blames it is wrong.
 """
@@ -21,7 +22,7 @@ import _fake  # noqa: E402
 
 WARMUP_STEPS = int(os.environ.get("FAKE_WARMUP_STEPS", "0"))
 WARMUP_FACTOR = float(os.environ.get("FAKE_WARMUP_FACTOR", "1"))
-SLOWDOWN_AT_25 = float(os.environ.get("FAKE_SLOWDOWN_AT_25", "1"))
+SLOWDOWN_AT_100 = float(os.environ.get("FAKE_SLOWDOWN_AT_100", "1"))
 
 
 def perf_control() -> int:
@@ -39,8 +40,8 @@ def main() -> None:
     slowness, last_perf, k = 1.0, 100, 0
     while not stop.is_set():
         perf = perf_control()
-        if perf == 25 and last_perf != 25:
-            slowness *= SLOWDOWN_AT_25
+        if perf == 100 and last_perf < 100:
+            slowness *= SLOWDOWN_AT_100
         last_perf = perf
         start = time.monotonic()
         compute = _fake.STEP_S * slowness * (WARMUP_FACTOR if k < WARMUP_STEPS else 1.0)
