@@ -226,10 +226,29 @@ def pytest_configure(config: pytest.Config) -> None:
         settings.load_profile("ci")
 
 
+#: The TensorFlow and AntMan variables the header shows: those SPEC.md names and those
+#: TensorFlow reads to configure a run. Nothing else of ``TF_*`` (``TF_VAR_*`` are Terraform
+#: inputs, often secrets) and nothing of the rest of the environment.
+RUNTIME_VARIABLES = frozenset({
+    "GPU_CONFIG_FILE", "GPU_STATUS_FILE", "TF_GPU_VMEM", "TF_CUDA_HOST_MEM_LIMIT_IN_MB",
+    "TF_FORCE_GPU_ALLOW_GROWTH", "TF_RO_PLANNED_GPU", "TF_ENABLE_GPU_GARBAGE_COLLECTION",
+    "TF_GPU_ALLOCATOR", "TF_CPP_MIN_LOG_LEVEL", "TF_CPP_MAX_VLOG_LEVEL", "TF_CPP_VMODULE",
+    "TF_XLA_FLAGS", "TF_ENABLE_ONEDNN_OPTS", "TF_GPU_THREAD_MODE", "TF_GPU_THREAD_COUNT",
+    "TF_NUM_INTEROP_THREADS", "TF_NUM_INTRAOP_THREADS", "TF_DETERMINISTIC_OPS",
+    "TF_CUDNN_DETERMINISTIC", "TF_FORCE_UNIFIED_MEMORY", "TF_USE_LEGACY_KERAS",
+})
+
+
+def shown_variables(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The variables of ``environ`` the header shows: ``ANTMAN_*`` and ``RUNTIME_VARIABLES``."""
+    env = os.environ if environ is None else environ
+    return {k: env[k] for k in sorted(env)
+            if k.startswith("ANTMAN_") or k in RUNTIME_VARIABLES}
+
+
 def environment_lines() -> list[str]:
-    keys = sorted(k for k in os.environ
-                  if k.startswith(("ANTMAN_", "TF_", "GPU_CONFIG", "GPU_STATUS")))
-    return [f"  {k}={os.environ[k]!r}" for k in keys] or ["  (none set)"]
+    shown = shown_variables()
+    return [f"  {k}={v!r}" for k, v in shown.items()] or ["  (none set)"]
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -237,9 +256,18 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         rt = load_runtime(config)
     except pytest.UsageError as exc:
         return [f"antman runtime: ERROR {exc}"]
+    if environment_is_black_box(rt):
+        cmd = config.getoption("--worker-cmd", default=None)
+        who = (f"{rt.NAME} {rt.VERSION}" if (rt.NAME, rt.VERSION) != (rt.DEFAULT_NAME,
+                                                                       rt.DEFAULT_VERSION)
+               else "named by its hello record")
+        runtime = [f"antman runtime: black box through the worker command `{cmd}` ({who}; "
+                   f"module {rt.__name__}, WORKER clauses only)"]
+    else:
+        runtime = [f"antman runtime: {rt.NAME} {rt.VERSION} (module {rt.__name__}, "
+                   f"targets spec {rt.SPEC_VERSION})"]
     return [
-        f"antman runtime: {rt.NAME} {rt.VERSION} (module {rt.__name__}, "
-        f"targets spec {rt.SPEC_VERSION})",
+        *runtime,
         f"antman capabilities: {', '.join(sorted(rt.CAPABILITIES)) or '(none)'}",
         f"antman spec version: {spec.spec_version()} "
         f"({len(spec.load_clauses())} clauses)",

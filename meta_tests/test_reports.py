@@ -728,10 +728,21 @@ def test_malformed_expectations_are_rejected(tmp_path: Path, text: str, message:
         exp.load(path)
 
 
-def test_example_expectations_file_loads() -> None:
+def test_example_expectations_file_loads_and_matches_real_tests() -> None:
+    """The shipped example names clauses and tests that exist: copied into a fork's file,
+    none of its waivers is stale."""
+    from reports.__main__ import collect_suite_subprocess
     example = spec.ROOT / "reports" / "examples" / "expectations.example.toml"
     loaded = exp.load(example)
     assert loaded.waivers and all(w.link.startswith("https://") for w in loaded.waivers)
+    tests = collect_suite_subprocess()
+    covered = {c for meta in tests.values() for c in meta["clauses"]}
+    for w in loaded.waivers:
+        if w.clause is not None:
+            assert w.clause in covered, f"example waiver {w.id}: no test names {w.clause}"
+        else:
+            assert any(w.matches_test(nodeid) for nodeid in tests), \
+                f"example waiver {w.id}: {w.test!r} matches no conformance test"
 
 
 @pytest.mark.parametrize("text, message", [
@@ -800,9 +811,13 @@ def test_black_box_target_is_what_the_worker_reports(tmp_path: Path,
         "unknown", "worker", None)
     assert (cpu["kind"], cpu["model"], cpu["worker_devices"]) == ("cpu", None, [])
     assert "lists no GPU device: tensorflow 2.21.0" in cpu["note"]
+    # A device nothing identified is not called a GPU; one the worker calls simulated is.
     assert (named["kind"], named["model"], named["driver_version"], named["devices"]) == (
-        "gpu", TF_GPU["name"], None, [])
+        "unknown", TF_GPU["name"], None, [])
     assert named["worker_devices"] == [TF_GPU] and "pynvml not installed" in named["note"]
+    simulated = environment.worker_target({**HELLO, "devices": [{**TF_GPU, "simulated": True}]})
+    assert (simulated["kind"], simulated["worker_devices"]) == ("simulated", [TF_GPU])
+    assert render_md.target_text(simulated, short=True) == "1 × simulated device"
     monkeypatch.setattr(environment, "nvml_gpus", lambda: (NVML, ""))
     found = environment.worker_target({**HELLO, "devices": [TF_GPU]})
     # matched by bus id; CUDA_VISIBLE_DEVICES of the suite says nothing about the worker's GPU
@@ -812,19 +827,21 @@ def test_black_box_target_is_what_the_worker_reports(tmp_path: Path,
     assert "visible" not in found["devices"][0]
     elsewhere = environment.worker_target({**HELLO, "devices": [{**TF_GPU,
                                                                  "pci_bus_id": "5e:00.0"}]})
-    assert (elsewhere["kind"], elsewhere["devices"]) == ("gpu", [])
+    assert (elsewhere["kind"], elsewhere["devices"]) == ("unknown", [])
     assert "NVML lists no GPU at PCI bus 5e:00.0" in elsewhere["note"]
     texts = [render_md.target_text(t) for t in (unknown, cpu, named, found, elsewhere)]
     assert texts[0].startswith("unknown target") and texts[1].startswith("host CPU (the worker's")
-    assert texts[2].startswith(f"1 × GPU {TF_GPU['name']}")
+    assert texts[2].startswith(f"1 unidentified device (1 device(s) the worker names "
+                               f"({TF_GPU['name']}), not identified as a GPU")
     assert texts[3] == "1 × NVIDIA A100, driver 550.54, CUDA 12.4"
-    for target in (unknown, cpu, named, found, elsewhere):
+    for target in (unknown, cpu, named, found, elsewhere, simulated):
         data = _data(tmp_path, [_record("t::a", ["API-1"], PASSED)])
         data.target = target
         assert _build(data)["execution_target"] == target
     doc = _build(data)
     for broken in ({**cpu, "source": "in-process"}, {**cpu, "worker_devices": [TF_GPU]},
-                   {**named, "worker_devices": []}, {**found, "driver_version": None}):
+                   {**found, "worker_devices": []}, {**found, "driver_version": None},
+                   {**found, "devices": []}):
         assert writer.validation_errors({**doc, "execution_target": broken}), broken
 
 

@@ -182,9 +182,11 @@ def worker_target(hello: dict[str, Any] | None) -> dict[str, Any]:
     """Where a black-box implementation ran, as its worker's hello record says (WORKER-2).
 
     No hello record read: ``kind`` "unknown". ``devices`` empty: "cpu" (the implementation
-    built no GPU and trained on the host's CPU). Otherwise "gpu": the hello's devices
-    identified through NVML by PCI bus id (model, driver, CUDA) where NVML knows them, else
-    named as the worker names them (``model`` is then the first device's name).
+    built no GPU and trained on the host's CPU). Devices the worker marks ``"simulated":
+    true`` (an extra member WORKER-2 allows; the reference worker sets it): "simulated".
+    Otherwise "gpu" when NVML identifies the first device by its PCI bus id (model, driver,
+    CUDA), else "unknown": devices named as the worker names them, which the report does not
+    call GPUs since nothing confirmed one.
     """
     if not isinstance(hello, dict):
         return _target("unknown", "worker", note="no worker hello record was read, so the "
@@ -198,6 +200,11 @@ def worker_target(hello: dict[str, Any] | None) -> dict[str, Any]:
         return _target("cpu", "worker", worker_devices=[],
                        note=f"the worker's hello record lists no GPU device: {who} built "
                             f"none")
+    if all(d.get("simulated") is True for d in reported):
+        return _target("simulated", "worker", model=worker_devices[0]["name"],
+                       worker_devices=worker_devices,
+                       note=f"the worker's hello record says {who} ran on "
+                            f"{len(worker_devices)} simulated device(s)")
     gpus, why = nvml_gpus()
     by_bus = {d["pci_bus_id"]: d for d in (gpus or {}).get("devices", []) if d["pci_bus_id"]}
     matched = [_strip(by_bus[bus_key(d["pci_bus_id"])]) for d in worker_devices
@@ -208,6 +215,7 @@ def worker_target(hello: dict[str, Any] | None) -> dict[str, Any]:
                        devices=matched, worker_devices=worker_devices)
     why = why or ("NVML lists no GPU at PCI bus "
                   f"{', '.join(d['pci_bus_id'] for d in worker_devices)}")
-    return _target("gpu", "worker", model=worker_devices[0]["name"],
+    return _target("unknown", "worker", model=worker_devices[0]["name"],
                    worker_devices=worker_devices,
-                   note=f"GPU model not identified ({why}); devices as the worker names them")
+                   note=f"{len(worker_devices)} device(s) the worker names "
+                        f"({worker_devices[0]['name']}), not identified as a GPU ({why})")

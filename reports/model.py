@@ -291,7 +291,23 @@ def _verdict(data: RunData, clauses: list[dict], required: set[str],
         return _no_verdict(data, fatal, incomplete, warnings, profiles)
     status = NOT_CERTIFIED if fatal else INCOMPLETE if incomplete else CERTIFIED
     return {"status": status, "reasons": fatal + incomplete, "warnings": warnings,
-            "profiles": profiles}
+            "profiles": profiles,
+            "scope": scope(profiles, required, data.target.get("source") == "worker")}
+
+
+def scope(profiles: list[str], required: set[str], black_box: bool) -> str:
+    """What a verdict covered, in words: the profile and the must-pass clauses it required.
+
+    A black-box run exercises the implementation through its worker only: its API clauses
+    are checked on the suite's stand-in module (conformance.blackbox), so it covers the
+    WORKER clauses and says so.
+    """
+    areas = sorted({cid.split("-")[0] for cid in required})
+    named = " + ".join(profiles) or "no"
+    if black_box or areas == ["WORKER"]:
+        worker = sum(1 for cid in required if cid.startswith("WORKER-"))
+        return f"{named} profile: WORKER clauses only ({worker} must-pass WORKER clauses)"
+    return f"{named} profile: {len(required)} must-pass clauses in {len(areas)} areas"
 
 
 def is_certification_run(data: RunData) -> bool:
@@ -312,7 +328,8 @@ def _no_verdict(data: RunData, fatal: list[dict[str, Any]], incomplete: list[dic
     skip = {"mustpass-not-run", "subset-selection", "hypothesis-profile"}
     notes = [r for r in fatal + incomplete if r["code"] not in skip]
     notes += [r for r in warnings if r["code"] not in skip]
-    return {"status": NO_VERDICT, "reasons": reasons, "warnings": notes, "profiles": profiles}
+    return {"status": NO_VERDICT, "reasons": reasons, "warnings": notes, "profiles": profiles,
+            "scope": None}
 
 
 def hello_identity(hello: Mapping[str, Any]) -> str:

@@ -547,8 +547,9 @@ def summary_lines(doc: dict[str, Any], run_dir: Path) -> list[tuple[str, dict[st
               model.NO_VERDICT: {"cyan": True, "bold": True}}[v["status"]]
     rt = doc["runtime"]
     where = target_text(doc["execution_target"], short=True)
+    covered = f"; {v['scope']}" if v.get("scope") else ""
     lines = [(f"verdict: {v['status']}  ({rt['name']} {rt['version']}, spec "
-              f"{doc['spec']['version']}, {where})", colour)]
+              f"{doc['spec']['version']}, {where}{covered})", colour)]
     for r in v["reasons"][:12]:
         lines.append((f"  - {r['message']}", {"red": v["status"] == model.NOT_CERTIFIED}))
 

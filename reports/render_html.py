@@ -123,7 +123,8 @@ def _verdict(doc: dict[str, Any]) -> str:
         ok = must["by_outcome"]["PASS"] + must["by_outcome"]["WAIVED"]
         sub = (f'<b>{_e(rt["name"])} {_e(rt["version"])}</b> against SPEC.md '
                f'<b>{_e(doc["spec"]["version"])}</b> &middot; {ok} of {must["total"]} must-pass '
-               f'clauses passed or waived')
+               f'clauses passed or waived'
+               + (f' &middot; <b>{_e(v["scope"])}</b>' if v.get("scope") else ""))
     return (f'<header class="verdict" style="background:{bg};border-color:{fg}">'
             f'<div class="wrap"><p class="status" style="color:{fg}">{_e(v["status"])}</p>'
             f'<div class="sub">{sub}</div>'

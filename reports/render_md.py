@@ -24,8 +24,11 @@ def target_text(target: dict[str, Any], short: bool = False) -> str:
                 f"{target['driver_version']}, CUDA {target['cuda_version']}")
     text = {"gpu": f"GPU {target['model']}", "cpu": "host CPU",
             "unknown": "unknown target"}.get(kind, "simulated device")
-    if kind == "gpu" and target.get("worker_devices"):
-        text = f"{len(target['worker_devices'])} × {text}"
+    devices = target.get("worker_devices")
+    if kind == "unknown" and devices:
+        text = f"{len(devices)} unidentified device{'s' if len(devices) > 1 else ''}"
+    elif kind in ("gpu", "simulated") and devices:
+        text = f"{len(devices)} × {text}"
     return text + (f" ({note})" if note and not short else "")
 
 
@@ -121,7 +124,10 @@ def render(doc: dict[str, Any], figures: list[dict[str, str]]) -> str:
     else:
         out.append(f"**{rt['name']} {rt['version']}** (module `{rt['module']}`) against SPEC.md "
                    f"**{doc['spec']['version']}**, on {target_text(doc['execution_target'])}; "
-                   f"profile: {', '.join(v['profiles']) or 'none'}; {doc['generated_at']}.")
+                   f"{v.get('scope') or 'profile: ' + (', '.join(v['profiles']) or 'none')}; "
+                   f"{doc['generated_at']}.")
+        if rt.get("worker_cmd"):
+            out += ["", f"Worker command: `{rt['worker_cmd']}`."]
     out.append("")
     if v["reasons"]:
         out += ["## Why", ""] + [f"- {r['message']}" for r in v["reasons"]] + [""]
