@@ -30,7 +30,8 @@ def test_a_black_box_verdict_says_it_covered_the_worker_clauses_only(tmp_path: P
                    "driver_version": None, "cuda_version": None, "devices": [],
                    "worker_devices": [{"name": "/device:GPU:0", "pci_bus_id": "3b:00.0",
                                        "memory_limit": 1 << 30}],
-                   "note": "the worker's hello record says it ran on 1 simulated device(s)"}
+                   "note": "the worker's hello record says it ran on 1 simulated device(s)",
+                   "extras": {}}
     doc = _build(data)
     assert doc["verdict"]["status"] == model.CERTIFIED
     assert doc["verdict"]["scope"].endswith("profile: WORKER clauses only (0 must-pass WORKER "
@@ -91,3 +92,45 @@ def test_the_junit_file_names_the_suite_and_carries_the_verdict(project) -> None
     assert "not exercised" in props["antman:verdict_reasons"]
     assert render_md.target_text(doc["execution_target"], short=True) == \
         props["antman:execution_target"]
+
+
+def test_a_report_says_what_it_measured_even_outside_a_git_checkout(tmp_path: Path) -> None:
+    from reports import environment
+    outside = tmp_path / "copy"
+    outside.mkdir()
+    sha = "ab" * 20
+    assert environment.suite_git(outside, {}, tmp_path / "none") == {
+        "commit": None, "dirty": None, "source": None}
+    assert environment.suite_git(outside, {"ANTMAN_SUITE_COMMIT": sha.upper()},
+                                 tmp_path / "none")["commit"] == sha
+    stamp = tmp_path / "COMMIT"
+    stamp.write_text("$Format:%H$\n")                   # an unexpanded stamp is no commit
+    assert environment.suite_git(outside, {}, stamp)["source"] is None
+    stamp.write_text(sha + "\n")
+    assert environment.suite_git(outside, {}, stamp) == {"commit": sha, "dirty": None,
+                                                         "source": "archive"}
+    assert environment.suite_git(ROOT, {}, stamp)["source"] == "git"
+    assert (ROOT / ".gitattributes").read_text().count("reports/COMMIT export-subst") == 1
+    info = environment.platform_info()
+    assert info["cpu_count"] >= 1 and (info["cpu_model"] is None or info["cpu_model"].strip())
+    assert "pytest" in environment.command_line()
+    environment.TARGET_EXTRAS.append(lambda target: {"clock_mhz": 1980})
+    environment.TARGET_EXTRAS.append(lambda target: 1 / 0)
+    try:
+        extras = environment.execution_target()["extras"]
+    finally:
+        del environment.TARGET_EXTRAS[-2:]
+    assert extras["clock_mhz"] == 1980 and "ZeroDivisionError" in extras["<lambda>_error"]
+
+
+def test_the_report_shows_the_host_cpu_and_the_command(project) -> None:  # noqa: F811
+    project.makepyfile(test_ok='import pytest\n\n@pytest.mark.clause("API-1")\n'
+                               'def test_ok():\n    pass\n')
+    _, doc = run(project)
+    assert doc["invocation"]["command"] and doc["invocation"]["cwd"]
+    assert "cpu_model" in doc["platform"] and doc["suite"]["git"]["source"] == "git"
+    md = (project.path / "out" / "latest" / "certification.md").read_text()
+    assert "- Command: `" in md
+    assert f"host {render_md.host_text(doc['platform'])}" in md
+    html = (project.path / "out" / "latest" / "certification.html").read_text()
+    assert "<b>Host</b>" in html and "<b>Command</b>" in html

@@ -530,13 +530,13 @@ def _data(tmp_path: Path, tests: list[model.TestRecord], *, gpu: str | None = No
     (tmp_path / "mp.txt").write_text(listing)
     target = {"kind": "simulated", "source": "in-process", "model": None,
               "driver_version": None, "cuda_version": None, "devices": [],
-              "worker_devices": None, "note": None}
+              "worker_devices": None, "note": None, "extras": {}}
     if gpu:
         target = {"kind": "gpu", "source": "in-process", "model": gpu,
                   "driver_version": "550.54", "cuda_version": "12.4",
                   "devices": [{"index": 0, "model": gpu, "uuid": "GPU-1",
                                "memory_total_bytes": 1 << 34, "pci_bus_id": "3b:00.0"}],
-                  "worker_devices": None, "note": None}
+                  "worker_devices": None, "note": None, "extras": {}}
     expectations = exp.Expectations()
     if waivers:
         (tmp_path / "w.toml").write_text(waivers)
@@ -549,9 +549,10 @@ def _data(tmp_path: Path, tests: list[model.TestRecord], *, gpu: str | None = No
         suite={"name": "s", "version": "1", "git": {"commit": "a" * 40, "dirty": False}},
         python={"version": "3", "implementation": "CPython", "executable": "python"},
         platform={"system": "Linux", "release": "6", "machine": "x86_64", "platform": "Linux",
-                  "cpu_count": 2},
+                  "cpu_count": 2, "cpu_model": "Example CPU"},
         target=target,
-        invocation={"args": [], "rootdir": "/", "xdist_workers": 0,
+        invocation={"args": [], "command": "pytest", "cwd": "/", "tox_env": None,
+                    "rootdir": "/", "xdist_workers": 0,
                     "hypothesis_profile": "certify", "hypothesis_seed": None, "timeout_s": None,
                     "started_at": "2026-01-01T00:00:00Z", "finished_at": "2026-01-01T00:00:01Z",
                     "duration_s": 1.0, "runtime_error": None, "require_gpu": False},

@@ -1,13 +1,28 @@
-"""Provenance of a run: runtime, suite, Python, platform and execution target."""
+"""Provenance of a run: runtime, suite, Python, platform (with the host CPU), the command and
+the execution target.
+
+The suite's git commit is recorded also when the suite does not run from a git checkout:
+the first of its git checkout, the ``ANTMAN_SUITE_COMMIT`` variable (for a copy made
+otherwise; tox passes it through), and the stamp ``reports/COMMIT`` that ``git archive``
+fills in (``export-subst``, .gitattributes), so a release tarball knows its commit. The
+report says which one it came from (``suite.git.source``).
+
+Extras of the execution target: ``TARGET_EXTRAS`` holds functions ``f(target) -> dict``
+whose results are merged into ``execution_target.extras`` (free-form, JSON), the place for
+figures read from the target at the start of a run, such as GPU clock readings.
+"""
 
 from __future__ import annotations
 
 import os
 import platform
+import re
+import shlex
 import subprocess
 import sys
 import tomllib
 import types
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -15,6 +30,9 @@ from typing import Any
 from conformance import spec
 
 SUITE_DISTRIBUTION = "antman-conformance"
+COMMIT_VARIABLE = "ANTMAN_SUITE_COMMIT"
+COMMIT_STAMP = Path(__file__).resolve().parent / "COMMIT"
+_SHA = re.compile(r"^[0-9a-f]{40,64}$")
 
 
 def git_info(directory: Path) -> dict[str, Any]:
@@ -45,9 +63,29 @@ def suite_version() -> str:
         return "unknown"
 
 
+def suite_git(directory: Path = spec.ROOT, environ: dict[str, str] | None = None,
+              stamp: Path = COMMIT_STAMP) -> dict[str, Any]:
+    """``{"commit", "dirty", "source"}`` of the suite: from its git checkout ("git"), else
+    ``ANTMAN_SUITE_COMMIT`` ("env"), else the ``git archive`` stamp ("archive"); a commit
+    known from neither is None (source None)."""
+    found = git_info(directory)
+    if found["commit"]:
+        return {**found, "source": "git"}
+    env = os.environ if environ is None else environ
+    given = env.get(COMMIT_VARIABLE, "").strip().lower()
+    if _SHA.match(given):
+        return {"commit": given, "dirty": None, "source": "env"}
+    try:
+        stamped = stamp.read_text(encoding="utf-8").strip().lower()
+    except OSError:
+        stamped = ""
+    if _SHA.match(stamped):
+        return {"commit": stamped, "dirty": None, "source": "archive"}
+    return {"commit": None, "dirty": None, "source": None}
+
+
 def suite_info() -> dict[str, Any]:
-    return {"name": SUITE_DISTRIBUTION, "version": suite_version(),
-            "git": git_info(spec.ROOT)}
+    return {"name": SUITE_DISTRIBUTION, "version": suite_version(), "git": suite_git()}
 
 
 def runtime_info(module: types.ModuleType | None, module_name: str,
@@ -84,10 +122,36 @@ def python_info() -> dict[str, Any]:
             "executable": sys.executable}
 
 
+def cpu_model() -> str | None:
+    """The host CPU's model name (``/proc/cpuinfo``, ``sysctl`` on macOS), or None."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        text = ""
+    for key in ("model name", "Model", "Hardware", "cpu model", "Processor"):
+        m = re.search(rf"^{key}\s*:\s*(.+?)\s*$", text, re.MULTILINE)
+        if m and m[1]:
+            return m[1]
+    if sys.platform == "darwin":
+        try:
+            done = subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string"],
+                                  capture_output=True, text=True, timeout=5, check=False)
+            if done.returncode == 0 and done.stdout.strip():
+                return done.stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            pass
+    return platform.processor() or None
+
+
 def platform_info() -> dict[str, Any]:
     return {"system": platform.system(), "release": platform.release(),
             "machine": platform.machine(), "platform": platform.platform(),
-            "cpu_count": os.cpu_count() or 0}
+            "cpu_count": os.cpu_count() or 0, "cpu_model": cpu_model()}
+
+
+def command_line() -> str:
+    """The command that started this run, as a shell would read it back."""
+    return shlex.join(getattr(sys, "orig_argv", None) or [sys.executable, *sys.argv])
 
 
 def _text(value: Any) -> str:
@@ -155,10 +219,28 @@ def nvml_gpus() -> tuple[dict[str, Any] | None, str]:
             "devices": devices}, ""
 
 
+#: Functions ``f(target) -> dict`` whose results make ``execution_target.extras``: figures
+#: read from the target when the run starts (GPU clocks, say). Each takes the target as
+#: built so far; one that raises is recorded as ``{"<name>_error": "..."}``.
+TARGET_EXTRAS: list[Callable[[dict[str, Any]], dict[str, Any]]] = []
+
+
+def target_extras(target: dict[str, Any]) -> dict[str, Any]:
+    extras: dict[str, Any] = {}
+    for read in TARGET_EXTRAS:
+        try:
+            extras.update(read(target))
+        except Exception as exc:  # a reading must never cost the report
+            extras[f"{getattr(read, '__name__', 'extra')}_error"] = repr(exc)
+    return extras
+
+
 def _target(kind: str, source: str, **facts: Any) -> dict[str, Any]:
     target = {"kind": kind, "source": source, "model": None, "driver_version": None,
-              "cuda_version": None, "devices": [], "worker_devices": None, "note": None}
+              "cuda_version": None, "devices": [], "worker_devices": None, "note": None,
+              "extras": {}}
     target.update(facts)
+    target["extras"] = target_extras(target)
     return target
 
 

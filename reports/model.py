@@ -266,7 +266,9 @@ def _verdict(data: RunData, clauses: list[dict], required: set[str],
 
     git = data.suite.get("git") or {}
     if not git.get("commit"):
-        reason(warnings, "suite-commit-unknown", "the suite's git commit is unknown")
+        reason(warnings, "suite-commit-unknown",
+               "the suite's git commit is unknown: it is not a git checkout, has no git "
+               "archive stamp, and ANTMAN_SUITE_COMMIT is not set")
     if git.get("dirty"):
         reason(warnings, "suite-dirty", "the suite's working tree has uncommitted changes")
     profile = data.invocation.get("hypothesis_profile")

@@ -452,6 +452,9 @@ class CertificationRecorder:
         finished = time.time()
         invocation = {
             "args": list(config.invocation_params.args),
+            "command": environment.command_line(),
+            "cwd": str(config.invocation_params.dir),
+            "tox_env": os.environ.get("TOX_ENV_NAME") or None,
             "rootdir": str(config.rootpath),
             "xdist_workers": int(getattr(config.option, "numprocesses", 0) or 0),
             "hypothesis_profile": profile,

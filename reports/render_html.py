@@ -6,7 +6,7 @@ from html import escape
 from typing import Any
 
 from reports import model
-from reports.render_md import bench_figures, target_text
+from reports.render_md import bench_figures, host_text, target_text
 
 #: outcome -> (background, text colour, legend meaning)
 STYLE = {
@@ -96,6 +96,8 @@ def _facts(doc: dict[str, Any]) -> str:
                   f"</code>{' dirty' if git.get('dirty') else ''}"),
         ("Run", f"{_e(doc['generated_at'])}, {inv['duration_s']} s, "
                 f"{inv['xdist_workers'] or 'no'} xdist workers"),
+        ("Host", _e(host_text(doc["platform"]))),
+        ("Command", f"<code>{_e(inv.get('command') or '')}</code>"),
         ("Hypothesis profile", _e(inv["hypothesis_profile"])),
     ]
     if rt.get("worker_cmd"):

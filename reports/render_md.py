@@ -32,6 +32,16 @@ def target_text(target: dict[str, Any], short: bool = False) -> str:
     return text + (f" ({note})" if note and not short else "")
 
 
+COMMIT_SOURCE = {"git": "the git checkout", "env": "ANTMAN_SUITE_COMMIT",
+                 "archive": "the git archive stamp"}
+
+
+def host_text(platform: dict[str, Any]) -> str:
+    """The host in words: ``2 × Intel(R) Xeon(R) ... (x86_64)``."""
+    model = platform.get("cpu_model") or "unknown CPU model"
+    return f"{platform.get('cpu_count')} × {model} ({platform.get('machine')})"
+
+
 def bench_machine(info: dict[str, Any]) -> str:
     """Where a benchmark ran, from its ``extra_info``."""
     cpus = f"{info.get('cpu_count')} CPUs" if info.get("cpu_count") else ""
@@ -252,7 +262,9 @@ def _provenance(doc: dict[str, Any]) -> list[str]:
             *([f"- Worker's hello record: {model.hello_identity(rt['worker_hello'])}"]
               if rt.get("worker_hello") else []),
             f"- Suite: {suite['name']} {suite['version']}, commit {git.get('commit') or 'unknown'}"
-            f"{' (dirty)' if git.get('dirty') else ''}",
+            f"{' (dirty)' if git.get('dirty') else ''}"
+            + (f" (from {COMMIT_SOURCE.get(git.get('source'), git.get('source'))})"
+               if git.get("commit") else ""),
             f"- Must-pass list: `{doc['mustpass']['path']}` (sha256 "
             f"{(doc['mustpass']['sha256'] or '')[:12]}, "
             f"{'official' if doc['mustpass']['official'] else 'NOT official'}),"
@@ -261,7 +273,10 @@ def _provenance(doc: dict[str, Any]) -> list[str]:
                else f" {len(doc['mustpass']['required'])} clauses required in this run"),
             f"- Execution target: {target_text(tgt)}",
             f"- Python {doc['python']['version']} ({doc['python']['implementation']}) on "
-            f"{doc['platform']['platform']}",
+            f"{doc['platform']['platform']}; host {host_text(doc['platform'])}",
+            f"- Command: `{inv.get('command') or 'pytest ' + ' '.join(inv['args'])}` in "
+            f"`{inv.get('cwd')}`" + (f" (tox environment {inv['tox_env']})"
+                                     if inv.get("tox_env") else ""),
             f"- Invocation: `pytest {' '.join(inv['args'])}`; xdist workers "
             f"{inv['xdist_workers']}; Hypothesis profile {inv['hypothesis_profile']}; "
             f"exit status {inv['exitstatus']}; {inv['duration_s']} s",
