@@ -101,9 +101,9 @@ def test_shrink_frees_free_regions_in_address_order(rt):
     bfc, sim, a, b, c = three_regions(rt)
     got = rt.GPUAdjustableAllocator().adjust_memory_limit(4 * MiB, bfc)
     # to free 3 MiB: R1 (1 MiB) then, R2 being in use, R3 (4 MiB) → pool 2 MiB <= 4 MiB
-    assert got == 4 * MiB, f"adjust_memory_limit(4 MiB) returned {got} [ADJ-2]"
     assert sim.free_calls == [(a, MiB), (c, 4 * MiB)], (
         f"released {sim.free_calls}, expected R1 then R3 in address order [ADJ-3]")
+    assert got == 4 * MiB, f"adjust_memory_limit(4 MiB) returned {got} [ADJ-2]"
     assert state(bfc)[:3] == (4 * MiB, 4 * MiB, 2 * MiB), (
         f"(limit, bytes_limit, pool) = {state(bfc)[:3]} [ADJ-2]")
     assert state(bfc)[3] == next_after_shrink(4 * MiB, 2 * MiB), (
@@ -142,12 +142,13 @@ def test_shrink_overshoots_with_whole_regions(rt):
 def test_shrink_that_falls_short(rt):
     bfc, sim, a, b, c = three_regions(rt)
     got = rt.GPUAdjustableAllocator().adjust_memory_limit(MiB, bfc)
+    assert sim.free_calls == [(a, MiB), (c, 4 * MiB)], (
+        f"released {sim.free_calls}, expected every free region [ADJ-3]")
     assert got == 2 * MiB, (f"adjust_memory_limit(1 MiB) with 2 MiB in use returned {got}, "
                             f"expected the remaining pool 2 MiB [ADJ-2]")
     assert state(bfc)[:3] == (2 * MiB, 2 * MiB, 2 * MiB), (
         f"(limit, bytes_limit, pool) = {state(bfc)[:3]} [ADJ-2]")
     assert state(bfc)[3] == MiB, f"next = {state(bfc)[3]}; a shortfall wraps it to 1 MiB [ADJ-4]"
-    assert sim.free_calls == [(a, MiB), (c, 4 * MiB)], "[ADJ-3]"
     assert bfc.allocate_raw(256, 256) is None, (
         "allocate_raw(256, 256) with limit == pool and no free chunk must fail [ADJ-2]")
 

@@ -40,8 +40,20 @@ class Calls:
         return [c for _, c in self.calls]
 
 
+#: Monitor threads alive when the running test started: an earlier test's listener (one a
+#: broken runtime left deadlocked, say) is not this test's evidence.
+_EARLIER: set[threading.Thread] = set()
+
+
+@pytest.fixture(autouse=True)
+def _monitor_threads_of_earlier_tests() -> None:
+    _EARLIER.clear()
+    _EARLIER.update(t for t in antman_threads() if t.name == THREAD)
+
+
 def monitor_threads() -> list[threading.Thread]:
-    return [t for t in antman_threads() if t.name == THREAD]
+    """The monitor threads started since the running test began."""
+    return [t for t in antman_threads() if t.name == THREAD and t not in _EARLIER]
 
 
 def register(fl, clock, path, name="h", cb=None):
@@ -171,7 +183,7 @@ def test_delete_and_recreate(rt, listener, vclock, tmp_path) -> None:
     write_text(path, "same")
     poll(vclock, 7)
     assert cb.contents == ["same"], \
-        f"re-creating with the same content delivered {cb.contents[1:]} [FL-4]"
+        f"re-creating with the same content delivered {cb.contents[1:]} [FL-3]"
     path.unlink()
     poll(vclock)
     write_text(path, "different")

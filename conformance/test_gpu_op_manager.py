@@ -98,6 +98,9 @@ def run_into_idle_slot(rt, m: Managed, log: Log, idle_us: int):
     m.throttle(50, idle_us)
     runner, out = run_in_thread(lambda: s.run(["op1"]), "test-managed-run")
     wait_for_idle_slot(m.clock)
+    assert log.snapshot() == [], (
+        f"{log.snapshot()} launched while the first idle slot was still running: the slot "
+        f"comes before the launch [OPM-4]")
     return s, runner, out
 
 
@@ -242,8 +245,9 @@ def test_synchronous_gpu_kernels_are_queued_too(rt, managed) -> None:
     log = Log()
     clock, rm = managed.clock, managed.rm
     g = rt.Graph()
-    g.add_node("x", "Placeholder", device=GPU, dtype="float32")
-    g.add_node("mm", "MatMul", ["x", "x"], device=GPU)
+    # Their simulated compute time (EXEC-12) is waited on the thread that runs their kernel.
+    g.add_node("x", "Placeholder", device=GPU, dtype="float32", cost_us=5)
+    g.add_node("mm", "MatMul", ["x", "x"], device=GPU, cost_us=7)
     g.add_node("p", "PyFunc", ["mm"], device=GPU, func=probe(log, "p", clock, rm))
     g.add_node("c", "PyFunc", ["p"], device=CPU, func=probe(log, "c", clock, rm))
     s = managed.ctx.new_session(g)
@@ -251,11 +255,16 @@ def test_synchronous_gpu_kernels_are_queued_too(rt, managed) -> None:
     t0 = clock.now_us()
     s.run(["c"], {"x": np.eye(2, dtype=np.float32)})
     (p, c) = log.snapshot()
-    assert p[1] - t0 == 300 and p[2] == 0, (
+    waits = clock.sleeps_of(OP_MANAGER_PREFIX)
+    assert 5 in waits and 7 in waits and p[3].startswith(OP_MANAGER_PREFIX), (
+        f"manager thread waits {waits}, 'p' ran on {p[3]}: the Placeholder (5 µs), the MatMul "
+        f"(7 µs) and the PyFunc must be queued, their kernels run by the manager thread "
+        f"[OPM-2]")
+    slots = [w for w in waits if w not in (5, 7)]
+    assert slots == [100, 100, 100], f"idle slots {slots}: E=300 over 3 queued ops [OPM-4]"
+    assert p[1] - t0 == 312 and p[2] == 0, (
         f"the Placeholder and MatMul must be queued with slots of 100 µs each: 'p' launched "
-        f"at {p[1] - t0} µs with E={p[2]}, expected 300 and 0 [OPM-2]")
-    assert clock.sleeps_of(OP_MANAGER_PREFIX) == [100, 100, 100], \
-        f"manager waits {clock.sleeps_of(OP_MANAGER_PREFIX)} [OPM-2]"
+        f"at {p[1] - t0} µs with E={p[2]}, expected 300 + 5 + 7 and 0 [OPM-4]")
     assert c[3].startswith(INTER_OP_PREFIX), f"the CPU node ran on {c[3]} [OPM-2]"
 
 
@@ -366,8 +375,11 @@ def test_failure_elsewhere_interrupts_the_idle_slot(rt, managed_manual) -> None:
     clock = m.clock
     log = Log()
 
+    launched_in_slot: list = []
+
     def fail_while_slot_waits():
         wait_for_idle_slot(clock)
+        launched_in_slot.extend(log.snapshot())
         raise RuntimeError("failure elsewhere")
 
     g = rt.Graph()
@@ -383,6 +395,9 @@ def test_failure_elsewhere_interrupts_the_idle_slot(rt, managed_manual) -> None:
     assert not runner.is_alive(), "run() hung: the idle slot was not interrupted [OPM-7]"
     assert isinstance(out.get("error"), rt.OpError) and "failure elsewhere" in str(out["error"]), \
         f"run() must raise the step's first error, got {out} [OPM-7]"
+    assert launched_in_slot == [], (
+        f"{launched_in_slot} launched while its idle slot was still running: the slot comes "
+        f"before the launch [OPM-4]")
     assert log.snapshot() == [], "a queued op was launched after the step failed [OPM-7]"
     waits = [r for r in clock.records if r.thread.startswith(OP_MANAGER_PREFIX)]
     assert waits and all(r.interrupted for r in waits) and clock.now_us() == t0, \
@@ -465,6 +480,11 @@ def test_idle_slot_starts_once_the_steps_gpus_have_drained(rt, auto_clock, idle:
                 e -= slot
         expected.append((f"op{i}", t, e))
     expected += [("synchronize", t), ("synchronize", t + SYNC_US)]   # EXEC-14
+    left = [ev[2] for ev in got if ev[0] != "synchronize"]
+    want = [x[2] for x in expected if x[0] != "synchronize"]
+    assert left == want, (
+        f"E={idle}: E left at each launch {left}, expected {want}: each GPU op's slot is "
+        f"floor(E_i / N_i), spent before its launch [OPM-4]")
     times, seen, indices = iter(sync_times), [], []
     for ev in got:                       # (synchronize, index) → (synchronize, clock µs)
         if ev[0] == "synchronize":

@@ -946,12 +946,13 @@ class AdjustMachine(ObservedBFCMachine):
         before = self.obs.snapshot()
         got = self.adj.adjust_memory_limit(target, self.bfc)
         self.obs.limit = want
-        assert got == want, (
-            f"{call} returned {got}, expected {want} (the target when the pool fits, else the "
-            f"remaining pool) [{'ADJ-1' if target >= pool else 'ADJ-2'}]")
+        # what was released first: a wrong return value follows from a wrong release
         assert self._released(before) == released, (
             f"{call} released {self._released(before)}, expected the fully free regions "
             f"{released} (ascending address, until the target is met) [ADJ-3]")
+        assert got == want, (
+            f"{call} returned {got}, expected {want} (the target when the pool fits, else the "
+            f"remaining pool) [{'ADJ-1' if target >= pool else 'ADJ-2'}]")
         assert len(self.obs.alloc_log()) == before[0], f"{call} allocated a region [ADJ-1]"
         after = self.bfc.memory_map()
         assert after.total_region_allocated_bytes == left, (

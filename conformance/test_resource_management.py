@@ -206,10 +206,23 @@ def test_integer_forms_accepted_for_perf_control(rt, managed, text, value) -> No
 GOOD = {"name": "good", "gpuConfigInfo": {BUS: {"maxDeviceMem": 8 * MiB}}, "perfControl": 40}
 
 
-def assert_kept(rm, what: str) -> None:
+def assert_kept(rm, what: str, clause: str = "RM-5") -> None:
     state = (rm.perf_control, rm.memory_limits)
-    assert state == (40, {BUS: 8 * MiB}), \
-        f"{what}: state became {state}, expected the last good (40, {{{BUS!r}: {8 * MiB}}}) [RM-5]"
+    assert state == (40, {BUS: 8 * MiB}), (
+        f"{what}: state became {state}, expected the last good (40, {{{BUS!r}: {8 * MiB}}}) "
+        f"[{clause}]")
+
+
+#: perfControl values out of range (RM-6); other rejected values of a field break RM-4.
+PERF_OUT_OF_RANGE = frozenset({"perf_negative", "perf_101", "perf_150", "perf_2_31",
+                               "perf_2_32", "perf_2_64"})
+
+
+def rejection_clause(kind: str) -> str:
+    """The clause that rejects the bad value ``kind`` of BAD_TYPES (RM-4, RM-5, RM-6)."""
+    if kind in PERF_OUT_OF_RANGE:
+        return "RM-6"
+    return "RM-4" if kind.startswith(("mem_", "perf_")) else "RM-5"
 
 
 def one_warning(caplog, rt, path, what: str) -> None:
@@ -218,18 +231,20 @@ def one_warning(caplog, rt, path, what: str) -> None:
                             f"{[r.getMessage()[:120] for r in recs]} [RM-5]")
 
 
-def bad_config_is_rejected(rt, managed, vclock, caplog, kind: str, content: str) -> None:
+def bad_config_is_rejected(rt, managed, vclock, caplog, kind: str, content: str,
+                           clause: str = "RM-5") -> None:
     """After a good config, the fault ``kind`` (whose content is ``content``) is written:
-    the last good state stays, one warning names the file, and parsing it returns False."""
+    the last good state stays and parsing it returns False (``clause``: the clause that
+    rejects it), and one warning names the file (RM-5)."""
     rm, writer = managed
     deliver(lambda: writer.write(GOOD), vclock)
     caplog.set_level(logging.WARNING)
     caplog.clear()
     deliver(lambda: writer.write_malformed(kind), vclock)
-    assert_kept(rm, f"config {kind!r}")
+    assert_kept(rm, f"config {kind!r}", clause)
     one_warning(caplog, rt, writer.path, f"config {kind!r}")
     assert rm.parse_manage_info_from_json(content) is False, \
-        f"parse_manage_info_from_json({kind!r}) returned True [RM-5]"
+        f"parse_manage_info_from_json({kind!r}) returned True [{clause}]"
 
 
 @pytest.mark.clause("RM-5")
@@ -244,7 +259,8 @@ def test_malformed_document_changes_nothing(rt, managed, vclock, caplog, kind) -
 @pytest.mark.clause("RM-5", "RM-4", "RM-6")
 @pytest.mark.parametrize("kind", sorted(BAD_TYPES))
 def test_wrong_type_keeps_last_good_value(rt, managed, vclock, caplog, kind) -> None:
-    bad_config_is_rejected(rt, managed, vclock, caplog, kind, BAD_TYPES[kind])
+    bad_config_is_rejected(rt, managed, vclock, caplog, kind, BAD_TYPES[kind],
+                           rejection_clause(kind))
 
 
 @pytest.mark.clause("RM-5")
@@ -525,11 +541,13 @@ def run_model(rt, rm, clock, steps) -> None:
         before = len(clock.records)
         rm.run_action(rt.SessionRunActionOptions(sess_duration_us=d))
         sleeps = [r.duration_us for r in clock.records[before:]]
+        # at perfControl 100 the model's state is the reset of RM-11, else RM-10's arithmetic
         assert sleeps == ([expected] if expected else []), (
             f"step perf={perf} d={d} (executor used {used} µs of idle) slept {sleeps}, "
-            f"expected [{expected}] [RM-10]")
+            f"expected [{expected}] [{'RM-11' if perf == 100 else 'RM-10'}]")
         assert rm.get_estimated_idle_time() == model.est, \
-            f"E = {rm.get_estimated_idle_time()}, expected {model.est} [RM-10]"
+            f"E = {rm.get_estimated_idle_time()}, expected {model.est} " \
+            f"[{'RM-11' if perf == 100 else 'RM-10'}]"
 
 
 @pytest.mark.clause("RM-10")
@@ -576,10 +594,11 @@ def test_idle_spent_beyond_the_estimate_counts_as_idle(rt, steps) -> None:
             sleeps = [r.duration_us for r in clock.records[before:]]
             assert sleeps == ([expected] if expected else []), (
                 f"step perf={perf} d={d} after {spent} µs of idle spent slept {sleeps}, "
-                f"expected [{expected}] (consumed = S - E + overrun) [RM-10]")
+                f"expected [{expected}] (consumed = S - E + overrun) "
+                f"[{'RM-11' if perf == 100 else 'RM-10'}]")
             assert rm.get_estimated_idle_time() == model.est and rm.idle_overrun == 0, \
                 f"E = {rm.get_estimated_idle_time()}, overrun {rm.idle_overrun} after the " \
-                f"step, expected {model.est}, 0 [RM-10]"
+                f"step, expected {model.est}, 0 [{'RM-11' if perf == 100 else 'RM-10'}]"
 
 
 @pytest.mark.clause("RM-10", "RM-11")

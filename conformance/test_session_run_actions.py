@@ -114,7 +114,11 @@ def test_first_error_stops_the_grouping_and_propagates(rt) -> None:
     with pytest.raises(RuntimeError) as info:
         reg.run_grouping(1, options(rt))
     assert info.value is boom, f"run_grouping raised {info.value!r}, not the action's error [REG-3]"
-    assert log == ["p1", "p2-fails"], f"after an error the grouping ran {log} [REG-3]"
+    # whatever the phase order (REG-2), nothing runs after the failing action: not even the
+    # action registered after it in its own phase
+    assert log[-1:] == ["p2-fails"] and "p2-after" not in log, (
+        f"after an error the grouping ran {log}: it must stop at the failing action [REG-3]")
+    assert log == ["p1", "p2-fails"], f"the grouping ran {log} in this order [REG-2]"
 
 
 @pytest.mark.clause("REG-4")
@@ -301,7 +305,11 @@ def test_concurrent_register_and_run(rt) -> None:
     assert not errors, f"concurrent registry use raised {errors[:3]} [REG-8]"
     phases = [p for p, _ in reg.actions(1)]
     assert len(phases) == 600, f"{len(phases)} registrations survived of 600 [REG-8]"
-    assert phases == sorted(phases), "actions(POST) out of phase order after concurrent use [REG-8]"
+    # descending throughout is the phase-order rule broken, any other disorder concurrency
+    descending = phases == sorted(phases, reverse=True)
+    assert phases == sorted(phases), (
+        f"actions(POST) out of phase order after concurrent use "
+        f"[{'REG-2' if descending else 'REG-8'}]")
     before = counter["runs"]
     reg.run_grouping(1, options(rt))
     assert counter["runs"] - before == 600, "[REG-8]"
@@ -322,8 +330,9 @@ def test_runtime_registers_statistics_at_1_and_management_at_2(rt, runtimes, tmp
     cfg, status = tmp_path / "cfg.json", tmp_path / "status.json"
     ctx = runtimes(config_file=str(cfg), status_file=str(status))
     post = [(p, a.name) for p, a in ctx.registry.actions(rt.Grouping.POST_SESSION_RUN)]
-    assert post == [(1, "GPUStatistics"), (2, "GPUResourceManagement")], \
+    assert sorted(post) == [(1, "GPUStatistics"), (2, "GPUResourceManagement")], \
         f"create_runtime registered POST actions {post} [REG-10]"
+    assert post == sorted(post), f"actions(POST) lists {post}, not in phase order [REG-2]"
     assert ctx.registry.actions(rt.Grouping.PRE_SESSION_RUN) == [], "[REG-10]"
     assert ctx.registry.get_action(1, 2, "GPUResourceManagement") is ctx.resource_management, (
         "[REG-10]")
@@ -355,6 +364,8 @@ def test_statistics_record_the_step_before_the_limit_changes(rt, runtimes, tmp_p
     assert pool >= 8 * MiB, "[REG-10]"
     cfg.write_text(json.dumps({"gpuConfigInfo": {bus_id(rt, gpu): {"maxDeviceMem": MiB}}}))
     assert ctx.resource_management.parse_manage_info_from_json(cfg.read_text()), "[REG-10]"
+    listed = [p for p, _ in ctx.registry.actions(rt.Grouping.POST_SESSION_RUN)]
+    assert listed == sorted(listed), f"POST actions listed in phase order {listed} [REG-2]"
     ctx.registry.run_grouping(rt.Grouping.POST_SESSION_RUN,
                               rt.SessionRunActionOptions(device_mgr=ctx.device_mgr, graph_id=3,
                                                          sess_duration_us=1000))

@@ -39,6 +39,33 @@ class Stack:
     def host(self):
         return self.vmem.host_allocator
 
+    # What a test of another clause relies on is checked with the clause that states it, so
+    # that a broken fallback, host limit or routing is blamed on itself (SPEC.md section 7).
+    def require_host_limit(self, mib: int) -> None:
+        """The host limit is TF_CUDA_HOST_MEM_LIMIT_IN_MB = ``mib`` (VMEM-2)."""
+        got = self.host.memory_map().memory_limit
+        assert got == mib * MiB, (f"host limit {got} with TF_CUDA_HOST_MEM_LIMIT_IN_MB={mib}, "
+                                  f"expected {mib * MiB} [VMEM-2]")
+
+    def fallback(self, num_bytes: int, attributes=None) -> int:
+        """An allocation the full device cannot hold, served by the host (VMEM-4, or VMEM-5
+        with attributes)."""
+        p = (self.vmem.allocate_raw(256, num_bytes) if attributes is None
+             else self.vmem.allocate_raw(256, num_bytes, attributes))
+        assert p is not None and in_region(self.host_sim, p), (
+            f"allocate_raw(256, {num_bytes}) with the device full returned {p}, expected host "
+            f"memory [{'VMEM-4' if attributes is None else 'VMEM-5'}]")
+        return p
+
+    def free(self, ptr: int) -> None:
+        """A free through the VMem allocator of one of its own allocations (VMEM-7)."""
+        try:
+            self.vmem.deallocate_raw(ptr)
+        except self.rt.InvalidPointerError as exc:
+            raise AssertionError(f"vmem.deallocate_raw({ptr:#x}) of its own allocation raised "
+                                 f"{exc!r}: a free goes to the allocator that owns the pointer "
+                                 f"[VMEM-7]") from exc
+
     def fill_device(self) -> int:
         p = self.vmem.allocate_raw(256, self.device.memory_map().memory_limit)
         assert p is not None and in_region(self.dev_sim, p), (
@@ -89,10 +116,11 @@ def test_vmem_enabled_builds_the_wrapper(rt, tf_env, value):
 def test_host_allocator_has_no_garbage_collection(rt, tf_env):
     tf_env.set("TF_CUDA_HOST_MEM_LIMIT_IN_MB", "4")
     s = Stack(rt)
+    s.require_host_limit(4)
     s.fill_device()
-    a = s.vmem.allocate_raw(256, MiB)          # host region 1 MiB, next 2 MiB
-    b = s.vmem.allocate_raw(256, 2 * MiB)      # host region 2 MiB; pool 3 MiB
-    s.vmem.deallocate_raw(a)                   # 1 MiB region fully free
+    a = s.fallback(MiB)                        # host region 1 MiB, next 2 MiB
+    b = s.fallback(2 * MiB)                    # host region 2 MiB; pool 3 MiB
+    s.free(a)                                  # 1 MiB region fully free
     # with GC, 2 MiB <= 4 - 3 + 1 would release it; the host BFC has GC off
     # two-argument: no planned check
     assert s.vmem.allocate_raw(256, 2 * MiB) is None, "[VMEM-1]"
@@ -153,7 +181,8 @@ def test_device_attempt_never_retries(rt, tf_env, attrs):
     assert s.device_clock.records == [], (
         f"allocate_raw(256, 4096, {a}) on a full device waited on the device clock "
         f"{s.device_clock.records}: the device attempt must not retry [VMEM-3]")
-    assert p is not None and in_region(s.host_sim, p), f"fallback returned {p} [VMEM-3]"
+    assert p is not None and in_region(s.host_sim, p), (
+        f"fallback returned {p} [{'VMEM-4' if a is None else 'VMEM-5'}]")
 
 
 @pytest.mark.clause("VMEM-3", "BFC-1")
@@ -190,6 +219,7 @@ def test_two_argument_fallback_has_no_planned_check(rt, tf_env):
 def test_two_argument_fallback_retries_on_the_host(rt, tf_env):
     tf_env.set("TF_CUDA_HOST_MEM_LIMIT_IN_MB", "1")
     s = Stack(rt, timeout_us=T_10S)
+    s.require_host_limit(1)
     s.fill_device()
     assert s.vmem.allocate_raw(256, 2 * MiB) is None, "[VMEM-10]"
     assert [r.duration_us for r in s.host_clock.records] == [T_10S], (
@@ -232,6 +262,7 @@ def test_three_argument_fallback_planned_check(rt, tf_env):
 def test_three_argument_fallback_forwards_attributes(rt, tf_env):
     tf_env.set("TF_CUDA_HOST_MEM_LIMIT_IN_MB", "1")
     s = Stack(rt, physical=GiB, timeout_us=T_10S)
+    s.require_host_limit(1)
     s.fill_device()
     assert s.vmem.allocate_raw(256, 2 * MiB, rt.AllocationAttributes(True)) is None, "[VMEM-10]"
     assert s.host_clock.records == [], (
@@ -285,8 +316,8 @@ def test_negative_percent_refuses_every_three_argument_fallback(rt, tf_env):
 def test_frees_and_queries_route_by_ownership(rt, tf_env):
     s = Stack(rt)
     d = s.vmem.allocate_raw(256, 1000)
-    h = s.vmem.allocate_raw(256, MiB)        # device has 1 MiB - 1024 left → host
-    assert in_region(s.dev_sim, d) and in_region(s.host_sim, h), "[VMEM-7]"
+    assert in_region(s.dev_sim, d), f"allocate_raw(256, 1000) gave {d} [VMEM-3]"
+    h = s.fallback(MiB)                      # device has 1 MiB - 1024 left → host
     assert (s.vmem.requested_size(d), s.vmem.allocated_size(d), s.vmem.allocation_id(d)) == (
         1000, 1024, 1), "device pointer queries [VMEM-7]"
     assert (s.vmem.requested_size(h), s.vmem.allocated_size(h), s.vmem.allocation_id(h)) == (
@@ -304,9 +335,9 @@ def test_frees_and_queries_route_by_ownership(rt, tf_env):
 def test_unknown_pointers_raise_clear_errors(rt, tf_env):
     s = Stack(rt)
     d = s.vmem.allocate_raw(256, 256)
-    h = s.vmem.allocate_raw(256, MiB)
-    s.vmem.deallocate_raw(d)
-    s.vmem.deallocate_raw(h)
+    h = s.fallback(MiB)
+    s.free(d)
+    s.free(h)
     for ptr in (0xDEAD00, d, h, d + 256):
         for name in ("deallocate_raw", "requested_size", "allocated_size", "allocation_id"):
             if name != "deallocate_raw" and ptr in (d, h):
@@ -326,8 +357,8 @@ def test_unknown_pointers_raise_clear_errors(rt, tf_env):
 def test_stats_merge_only_the_peak(rt, tf_env):
     s = Stack(rt)
     d = s.vmem.allocate_raw(256, 3000)        # device chunk 3072
-    h = s.vmem.allocate_raw(256, MiB)         # host chunk 1 MiB (the host's first region)
-    s.vmem.deallocate_raw(d)
+    h = s.fallback(MiB)                       # host chunk 1 MiB (the host's first region)
+    s.free(d)
     dev = s.device.get_stats()
     got = s.vmem.get_stats()
     assert (got.num_allocs, got.bytes_in_use, got.largest_alloc_size, got.bytes_limit) == (
@@ -350,10 +381,11 @@ def test_no_stall_while_the_host_waits(rt, tf_env):
     tf_env.set("TF_CUDA_HOST_MEM_LIMIT_IN_MB", "1")
     clock = VirtualClock()
     s = Stack(rt, host_clock=clock, timeout_us=T_10S)
+    s.require_host_limit(1)
     d1 = s.vmem.allocate_raw(256, 512 * KiB)
     d2 = s.vmem.allocate_raw(256, 512 * KiB)            # device full
-    h = s.vmem.allocate_raw(256, MiB)                   # host full (limit 1 MiB)
-    assert in_region(s.dev_sim, d1) and in_region(s.host_sim, h), "[VMEM-9]"
+    assert in_region(s.dev_sim, d1), f"allocate_raw(256, 512 KiB) gave {d1} [VMEM-3]"
+    h = s.fallback(MiB)                                 # host full (limit 1 MiB)
     result: list = []
     waiter = threading.Thread(target=lambda: result.append(s.vmem.allocate_raw(256, MiB)),
                               name="antman-test-host-waiter", daemon=True)
@@ -362,11 +394,14 @@ def test_no_stall_while_the_host_waits(rt, tf_env):
     steps: list = []
 
     def other_thread():
-        s.vmem.deallocate_raw(d1)                       # device free through the VMem
-        steps.append(s.vmem.allocate_raw(256, 1000))    # device allocation through it
-        steps.append(s.vmem.get_stats().bytes_in_use)
-        steps.append(s.vmem.allocation_id(d2))
-        s.vmem.deallocate_raw(h)                        # host free: wakes the waiter
+        try:
+            s.free(d1)                                  # device free through the VMem
+            steps.append(s.vmem.allocate_raw(256, 1000))    # device allocation through it
+            steps.append(s.vmem.get_stats().bytes_in_use)
+            steps.append(s.vmem.allocation_id(d2))
+            s.free(h)                                   # host free: wakes the waiter
+        except AssertionError as exc:
+            steps.append(exc)
         done.set()
 
     try:
@@ -376,6 +411,9 @@ def test_no_stall_while_the_host_waits(rt, tf_env):
         other.join(5)
         assert done.is_set(), ("frees/allocations through the VMem allocator blocked while a "
                                "host allocation waited [VMEM-9]")
+        failed = [x for x in steps if isinstance(x, AssertionError)]
+        if failed:
+            raise failed[0]
         waiter.join(5)
         assert not waiter.is_alive(), "a host free did not wake the waiting fallback [VMEM-9]"
         assert result == [h], f"woken fallback returned {result}, expected {h:#x} [VMEM-9]"
@@ -392,8 +430,10 @@ def test_no_stall_while_the_host_waits(rt, tf_env):
 def test_host_limit_reached(rt, tf_env):
     tf_env.set("TF_CUDA_HOST_MEM_LIMIT_IN_MB", "3")
     s = Stack(rt, physical=GiB, timeout_us=0)
+    s.require_host_limit(3)
     s.fill_device()
-    got = [s.vmem.allocate_raw(256, MiB) for _ in range(5)]
+    got = [s.fallback(MiB)]                 # a fallback within the limit (VMEM-4) ...
+    got += [s.vmem.allocate_raw(256, MiB) for _ in range(4)]
     # host regions 1 MiB, then 2 MiB (split into 1 + 1); the limit allows no third region
     assert [p is not None for p in got] == [True, True, True, False, False], (
         f"1 MiB fallbacks under a 3 MiB host limit: {got} [VMEM-10]")

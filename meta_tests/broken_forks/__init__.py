@@ -21,7 +21,7 @@ Each fork declares, as module-level literals read without importing it (importin
 the patch):
 
 - ``BREAKS``: the clause it breaks;
-- ``MODULES``: the conformance modules that exercise that clause (what
+- ``MODULES``: the conformance modules (or test node IDs) that exercise that clause (what
   ``meta_tests/test_broken_forks.py`` runs against it);
 - ``OUTCOMES``: the clause outcomes that count as caught (``("FAIL",)`` unless the
   breakage is a hang, which the suite reports as TIMEOUT, or a failure the suite reports
