@@ -3,10 +3,13 @@
 Every run (with or without xdist; only the controller writes) gets a folder
 ``<report-dir>/<UTC time>-<runtime>-<pid>/`` holding ``certification.json`` (valid against
 ``reports/schema/certification.schema.json``), ``certification.md``, a self-contained
-``certification.html``, ``junit.xml`` (unless ``--junitxml`` names another file) and the
-plots as SVG; ``<report-dir>/latest`` points at the newest folder (a symlink, or a file
-naming it where symlinks are unavailable). The newest 50 run folders are kept. The terminal
-summary prints the verdict, the counts per outcome and the folder.
+``certification.html``, ``junit.xml`` (unless ``--junitxml`` names another file; pytest
+writes it aside first and it moves in with the report, named after the suite and carrying
+the verdict as properties) and the plots as SVG; ``<report-dir>/latest`` points at the
+newest folder (a symlink, or a file naming it where symlinks are unavailable). The newest 50
+run folders are kept. The terminal summary prints the verdict and what it covered, the
+counts per outcome and the folder. A run that ends in a usage error (exit status 4: the
+checks before any test, conformance/plugin.py) writes nothing and leaves ``latest`` alone.
 
 Options: ``--report-dir DIR`` (default ``reports/out`` under the rootdir), ``--no-report``,
 ``--expectations FILE`` (waivers, see ``reports.expectations``), ``--mustpass FILE``
@@ -19,7 +22,10 @@ How data crosses xdist workers: at collection each item gets ``user_properties``
 land in the JUnit XML); ``pytest_runtest_makereport`` adds ``antman:outcome`` when the test's
 exception (or one it wraps) carries ``antman_outcome`` ("TIMEOUT", "CRASH", "ERROR" or
 "FAIL"; see ``reports.outcomes``) and ``antman:hypothesis_seed`` /
-``antman:hypothesis_seed_source`` for Hypothesis tests. Each worker also puts its whole
+``antman:hypothesis_seed_source`` for Hypothesis tests, and, on a failing phase's report
+only, ``antman:failures``: each distinct failure of the phase with its ``[CLAUSE-ID]`` tags
+and message (reports/attribution.py), moved off the report before the JUnit XML sees it.
+Each worker also puts its whole
 collection (clauses, capabilities per node ID) into ``workeroutput``, so a test whose worker
 crashed before reporting still has its clauses; the controller learns the collected IDs from
 ``pytest_xdist_node_collection_finished``, so tests that never ran are NOT_RUN.
