@@ -219,15 +219,16 @@ class BFCObserver:
                 f"{call} was served from a free chunk but called the sub-allocator: alloc "
                 f"{alloc_calls}, free {free_calls} [BFC-3]")
         if pred.kind == "grow":
+            # what garbage collection released first: the region grown after it depends on it
+            assert free_calls == pred.released, (
+                f"{call}: sub-allocator free calls {free_calls}, expected {pred.released} "
+                f"(garbage collection releases every free region) [BFC-11]")
             assert ptr is not None, (
                 f"{call} returned None, expected a new region of {pred.region_bytes} bytes "
                 f"(the sub-allocator had room) [BFC-8]")
             assert alloc_calls == [pred.region_bytes], (
                 f"{call}: sub-allocator alloc calls {alloc_calls}, expected "
                 f"[{pred.region_bytes}] [BFC-8]")
-            assert free_calls == pred.released, (
-                f"{call}: sub-allocator free calls {free_calls}, expected {pred.released} "
-                f"(garbage collection releases every free region) [BFC-11]")
             mm = self.bfc.memory_map()
             region = next((r for r in mm.regions if r.ptr == ptr), None)
             assert region is not None and region.size == pred.region_bytes, (
@@ -795,7 +796,13 @@ class VMemMachine(MemoryMachine):
         other = self.host if owner is self.dev else self.dev
         before, other_before = owner.snapshot(), other.bfc.get_stats()
         n_dev, n_host = len(self.dev_calls), len(self.host_calls)
-        self.vm.deallocate_raw(ptr)
+        try:
+            self.vm.deallocate_raw(ptr)
+        except self.rt.InvalidPointerError as exc:
+            routed = (self.dev_calls[n_dev:], self.host_calls[n_host:])
+            raise AssertionError(
+                f"vmem.deallocate_raw({ptr:#x}) of a live {owner.label} pointer raised {exc!r} "
+                f"after the (device, host) calls {routed} [VMEM-7]") from exc
         routed = (self.dev_calls[n_dev:], self.host_calls[n_host:])
         want = (([("deallocate_raw", ptr)], []) if owner is self.dev
                 else ([], [("deallocate_raw", ptr)]))
