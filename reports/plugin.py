@@ -513,6 +513,7 @@ class CertificationRecorder:
                 (Path(external) if external else None)
             if self.junit_is_ours and self.junit_tmp is not None and self.junit_tmp.exists():
                 shutil.move(str(self.junit_tmp), junit)
+                _point_junit_summary_at(self.config, junit)
             if junit is not None and junit.exists():
                 writer.annotate_junit(junit, self.document)
             writer.point_latest(self.base, self.run_dir)
@@ -546,6 +547,16 @@ class CertificationRecorder:
             tr.write_line(line, **markup)
         if self.write_error:
             tr.write_line(f"report incomplete: {self.write_error}", red=True)
+
+
+def _point_junit_summary_at(config: pytest.Config, path: Path) -> None:
+    """pytest's "generated xml file" line names where the file is now, not where it was
+    written first (junitxml keeps its writer in the config's stash)."""
+    try:
+        from _pytest.junitxml import xml_key
+        config.stash[xml_key].logfile = str(path)
+    except (ImportError, KeyError, AttributeError):
+        pass
 
 
 def summary_lines(doc: dict[str, Any], run_dir: Path) -> list[tuple[str, dict[str, bool]]]:
