@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = ["ShimUnavailable", "TensorFlowInstall", "BuildResult", "find_tensorflow",
-           "cache_root", "build", "load"]
+           "cache_root", "plan", "cache_key", "build", "load"]
 
 MODULE_NAME = "_tf_bfc_shim"
 SHIM_DIR = Path(__file__).resolve().with_name("shim")
@@ -166,7 +166,8 @@ def _write_atomically(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def _plan() -> tuple[TensorFlowInstall, dict, list[Path], str, dict]:
+def plan() -> tuple[TensorFlowInstall, dict, list[Path], str, dict]:
+    """What a build of the installed TensorFlow compiles, and the components of its key."""
     install = find_tensorflow()
     root = cache_root()
     compiler, compiler_id = _compiler()
@@ -213,10 +214,15 @@ def _compile(install: TensorFlowInstall, flags: dict, sources: list[Path], compi
     return target
 
 
+def cache_key(components: dict) -> str:
+    """The build's directory name: a hash of everything the build depends on."""
+    return _digest(components)[:24]
+
+
 def build(force: bool = False) -> BuildResult:
     """The shim for the installed TensorFlow: from the cache, or built now."""
-    install, flags, sources, compiler, components = _plan()
-    key = _digest(components)[:24]
+    install, flags, sources, compiler, components = plan()
+    key = cache_key(components)
     root = cache_root()
     final_dir = root / key
     target = final_dir / f"{MODULE_NAME}{sysconfig.get_config_var('EXT_SUFFIX')}"

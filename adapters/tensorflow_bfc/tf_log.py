@@ -1,7 +1,7 @@
 """Re-emit the log records of TensorFlow (and of the AntMan layer's C++) on Python loggers.
 
-TensorFlow 2.21 logs through absl to stderr. The shim keeps a copy of every record in the
-process (shim/tf_log.h); ``forward_tf_log`` drains them onto
+TensorFlow 2.21 logs through absl to stderr. The shim keeps a copy of every record of WARNING
+and above in the process (shim/tf_log.h); ``forward_tf_log`` drains them onto
 ``adapters.tensorflow_bfc.tensorflow`` (TensorFlow's own) and ``adapters.tensorflow_bfc.antman``
 (the AntMan layer, shim/gpu_*.cc and shim/antman_env.cc), keeping their file, line, text and
 severity. The adapter calls it after every call that may have logged.

@@ -184,6 +184,8 @@ PYBIND11_MODULE(_tf_bfc_shim, m) {
     return out;
   });
   m.def("log_pending", &LogRecordsPending);
+  m.def("set_forwarded_min_severity", &SetForwardedMinSeverity);
+  m.def("set_min_log_level", &SetMinLogLevel);
 
   // --- helpers ----------------------------------------------------------------------------
   m.def("rounded_bytes", [](size_t n) { return BFCPrivate::RoundedBytes(n); });

@@ -6,6 +6,7 @@
 #include <mutex>
 #include <utility>
 
+#include "absl/log/globals.h"
 #include "absl/log/log_entry.h"
 #include "absl/log/log_sink.h"
 #include "absl/log/log_sink_registry.h"
@@ -19,6 +20,9 @@ constexpr size_t kMaxKept = 10000;
 class Forwarder final : public absl::LogSink {
  public:
   void Send(const absl::LogEntry& entry) override {
+    if (static_cast<int>(entry.log_severity()) < min_severity_.load(std::memory_order_relaxed)) {
+      return;
+    }
     std::lock_guard<std::mutex> lock(mu_);
     if (records_.size() == kMaxKept) {
       records_.pop_front();
@@ -50,12 +54,14 @@ class Forwarder final : public absl::LogSink {
   }
 
   bool pending() const { return pending_.load(std::memory_order_acquire); }
+  void set_min_severity(int severity) { min_severity_.store(severity); }
 
  private:
   std::mutex mu_;
   std::deque<LogRecord> records_;
   size_t dropped_ = 0;
   std::atomic<bool> pending_{false};
+  std::atomic<int> min_severity_{1};  // WARNING
 };
 
 Forwarder* forwarder = nullptr;  // never destroyed: TensorFlow may log during exit
@@ -75,5 +81,15 @@ std::vector<LogRecord> DrainLogRecords() {
 }
 
 bool LogRecordsPending() { return forwarder != nullptr && forwarder->pending(); }
+
+void SetForwardedMinSeverity(int severity) {
+  InstallLogForwarder();
+  forwarder->set_min_severity(severity);
+}
+
+void SetMinLogLevel(int severity) {
+  absl::SetMinLogLevel(static_cast<absl::LogSeverityAtLeast>(severity));
+}
+
 
 }  // namespace antman_tf

@@ -1,6 +1,6 @@
 // TensorFlow 2.21 logs through absl (LOG(ERROR) << ...), to stderr. The shim installs an absl
-// LogSink that keeps every record TensorFlow, or the AntMan layer's C++, writes in this
-// process; the adapter's Python side drains them after each call that may log and re-emits
+// LogSink that keeps every record of WARNING and above (SetForwardedMinSeverity) that
+// TensorFlow, or the AntMan layer's C++, writes in this process; the adapter's Python side drains them after each call that may log and re-emits
 // them on Python loggers, so that SPEC.md's "logs an error" is observable. The records are
 // TensorFlow's own: their text and severity are not changed.
 #ifndef ANTMAN_TF_BFC_TF_LOG_H_
@@ -25,6 +25,11 @@ void InstallLogForwarder();
 // dropped, and one record says how many).
 std::vector<LogRecord> DrainLogRecords();
 bool LogRecordsPending();
+// Records below this absl severity are not kept (default 1, WARNING: TensorFlow's INFO
+// records are its memory dumps, chunk by chunk, on every failed retried allocation).
+void SetForwardedMinSeverity(int severity);
+// absl's minimum log level for the whole process: records below it are not even formatted.
+void SetMinLogLevel(int severity);
 
 }  // namespace antman_tf
 
