@@ -38,15 +38,11 @@ class GPUBFCAllocator(_bfc.GPUBFCAllocator, BFCAllocator):
     FIRST_GROWTH_REGION = MiB
 
 
-class GPUVMemAllocator(_antman.GPUVMemAllocator):
-    pass
-
-
 def maybe_create_gpu_vmem_allocator(gpu_allocator: Allocator, *, host_sub_allocator: Any,
                                     tf_gpu_id: int = 0, physical_total_memory: int = 0,
                                     clock: Any = None,
                                     retry_timeout_us: int = _bfc.DEFAULT_RETRY_TIMEOUT_US
                                     ) -> Allocator:
-    return _antman.create_vmem(BFCAllocator, GPUVMemAllocator, gpu_allocator,
+    return _antman.create_vmem(BFCAllocator, _antman.GPUVMemAllocator, gpu_allocator,
                                host_sub_allocator, tf_gpu_id, physical_total_memory,
                                retry_timeout_us)

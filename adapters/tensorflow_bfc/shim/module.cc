@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <string>
@@ -109,9 +110,28 @@ BFCHandle MakeGPUBFC(py::object sub_allocator, size_t total_memory, const std::s
                  });
 }
 
-// Raises what the Python sub-allocator's free raised during the call that just returned.
-void RaiseFreeError(const GuardedBFCAllocator& bfc) {
-  bfc.sub_allocator()->RaisePendingFreeError();
+// Runs `call` (which releases the GIL itself), then raises what a Python sub-allocator's
+// free raised meanwhile (TensorFlow frees regions in the middle of its own bookkeeping, so the
+// error waits until TensorFlow's call is over); if `call` raised, that error is logged.
+template <typename Call>
+auto WithFreeErrors(std::initializer_list<const tsl::Allocator*> allocators, Call&& call) {
+  auto subs = [&] {
+    std::vector<PythonSubAllocator*> out;
+    for (const tsl::Allocator* a : allocators) {
+      if (auto* bfc = dynamic_cast<const GuardedBFCAllocator*>(a)) {
+        out.push_back(bfc->sub_allocator());
+      }
+    }
+    return out;
+  };
+  try {
+    auto result = call();
+    for (PythonSubAllocator* sub : subs()) sub->RaisePendingFreeError();
+    return result;
+  } catch (...) {
+    for (PythonSubAllocator* sub : subs()) sub->LogPendingFreeError();
+    throw;
+  }
 }
 
 std::shared_ptr<tsl::Allocator> AsAllocator(const py::object& allocator) {
@@ -261,13 +281,10 @@ PYBIND11_MODULE(_tf_bfc_shim, m) {
       .def_property_readonly("retry_timeout_us", &GuardedBFCAllocator::retry_timeout_us)
       .def("allocate_raw",
            [](GuardedBFCAllocator& a, size_t alignment, size_t num_bytes, bool retry) {
-             void* ptr;
-             {
+             return Address(WithFreeErrors({&a}, [&] {
                py::gil_scoped_release release;
-               ptr = AllocateWithMode(a, alignment, num_bytes, retry ? 1 : 2);
-             }
-             RaiseFreeError(a);
-             return Address(ptr);
+               return AllocateWithMode(a, alignment, num_bytes, retry ? 1 : 2);
+             }));
            })
       .def("deallocate_raw",
            [](GuardedBFCAllocator& a, uintptr_t ptr) {
@@ -365,12 +382,10 @@ PYBIND11_MODULE(_tf_bfc_shim, m) {
       .def_property_readonly("memory_planned", &GPUVMemAllocator::memory_planned)
       .def("allocate_raw",
            [](GPUVMemAllocator& v, size_t alignment, size_t num_bytes, int mode) {
-             void* ptr;
-             {
+             return Address(WithFreeErrors({v.device_allocator(), v.host_allocator()}, [&] {
                py::gil_scoped_release release;
-               ptr = AllocateWithMode(v, alignment, num_bytes, mode);
-             }
-             return Address(ptr);
+               return AllocateWithMode(v, alignment, num_bytes, mode);
+             }));
            })
       .def("deallocate_raw",
            [](GPUVMemAllocator& v, uintptr_t ptr) {
@@ -416,23 +431,17 @@ PYBIND11_MODULE(_tf_bfc_shim, m) {
       .def(py::init<>())
       .def("adjust_memory_limit",
            [](GPUAdjustableAllocator& adj, size_t new_limit, GuardedBFCAllocator& bfc) {
-             size_t limit;
-             {
+             return WithFreeErrors({&bfc}, [&] {
                py::gil_scoped_release release;
-               limit = adj.AdjustMemoryLimit(new_limit, &bfc.bfc());
-             }
-             RaiseFreeError(bfc);
-             return limit;
+               return adj.AdjustMemoryLimit(new_limit, &bfc.bfc());
+             });
            })
       .def("free_empty_memory",
            [](GPUAdjustableAllocator& adj, size_t target, GuardedBFCAllocator& bfc) {
-             size_t pool;
-             {
+             return WithFreeErrors({&bfc}, [&] {
                py::gil_scoped_release release;
-               pool = adj.FreeEmptyMemory(target, &bfc.bfc());
-             }
-             RaiseFreeError(bfc);
-             return pool;
+               return adj.FreeEmptyMemory(target, &bfc.bfc());
+             });
            })
       .def("get_mem_pool_stats", [](GPUAdjustableAllocator& adj, GuardedBFCAllocator& bfc) {
         MemPoolStats stats;

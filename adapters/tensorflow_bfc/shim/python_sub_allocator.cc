@@ -34,9 +34,16 @@ PythonSubAllocator::~PythonSubAllocator() {
 
 void* PythonSubAllocator::Alloc(size_t alignment, size_t num_bytes, size_t* bytes_received) {
   py::gil_scoped_acquire gil;
-  // A Python exception propagates (as py::error_already_set) through Extend, which has changed
-  // nothing but possibly the next region size, as after a refused region.
-  py::object result = sub_.attr("alloc")(alignment, num_bytes);
+  py::object result;
+  try {
+    result = sub_.attr("alloc")(alignment, num_bytes);
+  } catch (py::error_already_set&) {
+    // Propagates (as py::error_already_set) through Extend, which has changed nothing but
+    // possibly the next region size, as after a refused region; the next Extend starts anew.
+    refused_size_ = 0;
+    refusals_ = 0;
+    throw;
+  }
   if (result.is_none()) {
     NoteRefusal(num_bytes);
     return nullptr;
@@ -97,6 +104,15 @@ void PythonSubAllocator::RaisePendingFreeError() {
   if (!free_error_) return;
   std::unique_ptr<py::error_already_set> error = std::move(free_error_);
   throw *error;
+}
+
+void PythonSubAllocator::LogPendingFreeError() {
+  if (!free_error_) return;
+  std::unique_ptr<py::error_already_set> error = std::move(free_error_);
+  py::module_::import("logging")
+      .attr("getLogger")("adapters.tensorflow_bfc")
+      .attr("error")("%s: the sub-allocator's free raised during a call that failed: %s",
+                     owner_, std::string(error->what()));
 }
 
 }  // namespace antman_tf

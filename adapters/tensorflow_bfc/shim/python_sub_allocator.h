@@ -39,6 +39,8 @@ class PythonSubAllocator final : public tsl::SubAllocator {
   // the first exception a Python `free` raised is kept here until the call that made
   // TensorFlow free the region returns. Call with the GIL held.
   void RaisePendingFreeError();
+  // The same, when the call raised something else: the free's error is logged. GIL held.
+  void LogPendingFreeError();
 
  private:
   void NoteRefusal(size_t num_bytes);
