@@ -31,6 +31,7 @@ import pytest
 from conformance import spec
 from fixtures.oom import FaultInjectingSubAllocator, assert_bfc_valid
 from fixtures.virtual_clock import VirtualClock
+from meta_tests.test_tensorflow_verdict import tensorflow_version
 
 pytestmark = [pytest.mark.tensorflow, pytest.mark.timeout(600)]
 
@@ -90,9 +91,8 @@ def chunks(bfc) -> list[tuple[int, int, bool]]:
 # --- the runtime module and its build ----------------------------------------------------
 
 def test_runtime_module_names_tensorflow_and_its_capabilities(rt: ModuleType) -> None:
-    import importlib.metadata
     assert rt.NAME == "tensorflow-bfc"
-    assert rt.VERSION == importlib.metadata.version("tensorflow-cpu") == PINNED_TENSORFLOW, (
+    assert rt.VERSION == tensorflow_version() == PINNED_TENSORFLOW, (
         f"the adapter reports TensorFlow {rt.VERSION}; the pinned verdict is {PINNED_TENSORFLOW}'s")
     assert rt.SPEC_VERSION == spec.spec_version()
     assert rt.CAPABILITIES == frozenset({"bfc", "env", "vmem", "adjustable"}), (

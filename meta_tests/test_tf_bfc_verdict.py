@@ -33,6 +33,7 @@ from typing import Any
 import pytest
 
 from conformance import spec
+from meta_tests.test_tensorflow_verdict import tensorflow_version
 from meta_tests.test_worker_harness import clean_env
 
 RUN_TIMEOUT_S = 1500
@@ -253,8 +254,7 @@ def test_pins_are_consistent() -> None:
 
 
 def test_the_run_certified_this_adapter_and_tensorflow(run: Run) -> None:
-    import importlib.metadata
-    installed = importlib.metadata.version("tensorflow-cpu")
+    installed = tensorflow_version()
     assert installed == PINNED_TENSORFLOW, (
         f"TensorFlow {installed} is installed; the pins are {PINNED_TENSORFLOW}'s ({HINT})")
     rt = run.report["runtime"]
