@@ -15,6 +15,12 @@ AntMan's ``file_listener.{h,cc}``, with its races and deadlocks removed:
   delivers its content to that handler before ``register_file_listener`` returns.
 - Missing paths, non-regular files, unreadable files, non-UTF-8 content and files larger
   than ``max_file_bytes`` are never delivered; each problem is logged once per episode.
+- Reading never blocks: the path is opened with ``O_NONBLOCK`` and its type and size are
+  checked on the opened descriptor, whose bytes are the ones delivered (a FIFO swapped in
+  after the stat, or a file whose read would wait, is a problem, not a hang).
+- ``close()`` and the last ``unregister_file_listener`` wait at most ``CLOSE_TIMEOUT_S``
+  (2 s) for the thread; a thread still in a handler or a read after that is reported and
+  left to end when that call returns, delivering nothing more.
 """
 
 from __future__ import annotations

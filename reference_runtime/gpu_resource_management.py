@@ -15,7 +15,11 @@ AntMan's ``gpu_resource_management.{h,cc}``, a POST_SESSION_RUN action at phase 
   GpuOpManager measured (``spend_idle_time``), and a sleep's oversleep, measured on the
   clock, shortens the next sleep, so that the period holds on a real clock too.
 
-Every malformed input keeps the last good state and logs one line naming the file.
+Every malformed input keeps the last good state and logs one line naming the file. The
+document is read by ``bounded_json`` (at most 64 levels and 100 000 values, numbers read
+exactly from their literal), so a hostile file costs no more than one at the bounds; a bus
+id that names no GPU is forgotten at the step boundary that finds it and logged once while
+remembered; text from the file is quoted in log lines (``log_text.quote``).
 """
 
 from __future__ import annotations

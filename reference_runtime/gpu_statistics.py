@@ -6,6 +6,9 @@ duration in a per-graph window and, on the first run, at most every 10 s, or on 
 change (x10 against the oldest entry of the window), re-checks the averaged durations and
 the VMem allocators' figures; when something moved it rewrites the file, atomically.
 The file's layout is the original's; its JSON Schema is ``schemas/gpu_status.schema.json``.
+A symlink at the path is followed; anything else that is not a regular file is never
+replaced. Temporary files are held under ``flock`` while written, and the first dump of an
+instance removes those of writers that died mid-write.
 """
 
 from __future__ import annotations
