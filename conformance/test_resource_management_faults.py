@@ -31,7 +31,6 @@ pytestmark = pytest.mark.capability("resource_management", "file_listener", "vir
 
 BUS = "3b:00.0"
 ATTACK_MIB = 4
-MAX_DEPTH = 64
 MAX_VALUES = 100_000
 MAX_BUS_IDS = 256
 MAX_NAMED = 16
@@ -131,13 +130,13 @@ def one_warning(caplog, rt, path, what: str, containing: str = "") -> str:
 
 
 @pytest.mark.clause("RM-19")
-@pytest.mark.parametrize("depth,accepted", [(63, True), (64, False), (990, False),
-                                            (100_000, False)])
-def test_nesting_bound(rt, managed, config_path, caplog, depth, accepted) -> None:
-    """A value ``depth`` arrays deep as perfControl, beside a new valid limit: the document
-    is read (the limit applied, perfControl rejected as an array) up to 64 levels, and
-    rejected whole above. Parsed on a new thread, whose stack is shallow: a recursive
-    reader gets deep enough to fail only past the point where it returns."""
+@pytest.mark.parametrize("depth", [63, 64, 65, 990, 99_000])
+def test_deep_value_costs_nothing_of_the_document(rt, managed, config_path, caplog,
+                                                  depth) -> None:
+    """A value ``depth`` arrays deep as perfControl, beside a new valid limit: perfControl is
+    rejected as an array, the limit applied, whatever the depth under the value bound.
+    Parsed on a new thread, whose stack is shallow (a recursive reader gets deep enough to
+    fail only past the point where it would return)."""
     caplog.set_level(logging.WARNING)
     doc = nemesis.nested_document(depth, beside={"gpuConfigInfo": {BUS: {"maxDeviceMem": MiB}}},
                                   member="perfControl")
@@ -145,13 +144,29 @@ def test_nesting_bound(rt, managed, config_path, caplog, depth, accepted) -> Non
     assert joined(t), "parse_manage_info_from_json did not return [RM-19]"
     assert "error" not in out, (f"a value nested {depth} deep made parse_manage_info_from_json "
                                 f"raise {out.get('error')!r} [RM-19]")
-    assert out["result"] is False, f"nesting {depth} deep returned {out['result']} [RM-19]"
-    expected = (40, {BUS: MiB}) if accepted else (40, {BUS: 8 * MiB})
-    assert state(managed) == expected, (
-        f"a document nested {depth} deep (bound {MAX_DEPTH}) left {state(managed)}, expected "
-        f"{expected} [RM-19]")
-    one_warning(caplog, rt, config_path, f"nesting {depth} deep",
-                "" if accepted else str(MAX_DEPTH))
+    assert out["result"] is False, \
+        f"an array as perfControl ({depth} deep) returned {out['result']} [RM-5]"
+    assert state(managed) == (40, {BUS: MiB}), (
+        f"a perfControl nested {depth} deep left {state(managed)}, expected the limit beside "
+        f"it applied and perfControl kept: (40, {{{BUS!r}: {MiB}}}) [RM-19]")
+    one_warning(caplog, rt, config_path, f"perfControl nested {depth} deep", "perfControl")
+
+
+@pytest.mark.clause("RM-19")
+@pytest.mark.parametrize("depth,accepted", [(99_000, True), (MAX_VALUES, False)])
+def test_deep_ignored_member_up_to_the_value_bound(rt, managed, config_path, caplog, depth,
+                                                  accepted) -> None:
+    caplog.set_level(logging.WARNING)
+    doc = nemesis.nested_document(depth, beside={"perfControl": 45}, member="metadata")
+    t, out = run_in_thread(lambda: managed.parse_manage_info_from_json(doc), "parse")
+    assert joined(t) and "error" not in out, \
+        f"a member nested {depth} deep made the parser raise {out.get('error')!r} [RM-19]"
+    assert (out["result"], managed.perf_control) == ((True, 45) if accepted else (False, 40)), (
+        f"an ignored member nested {depth} deep ({'under' if accepted else 'beyond'} the "
+        f"{MAX_VALUES}-value bound) returned {out['result']} and left perfControl "
+        f"{managed.perf_control} [RM-19]")
+    if not accepted:
+        one_warning(caplog, rt, config_path, f"a member nested {depth} deep", str(MAX_VALUES))
 
 
 @pytest.mark.clause("RM-19")
@@ -176,8 +191,8 @@ def test_no_nesting_depth_makes_the_parser_raise(rt, managed, caplog) -> None:
         t.join()
     assert not raised, (f"parse_manage_info_from_json raised for {len(raised)} nesting depths: "
                         f"{dict(list(raised.items())[:3])} [RM-19]")
-    assert state(managed) == (40, {BUS: 8 * MiB}), \
-        f"documents nested 800 to 1200 deep changed the state to {state(managed)} [RM-19]"
+    assert state(managed) == (40, {BUS: MiB}), \
+        f"documents nested 800 to 1200 deep left {state(managed)} [RM-19]"
 
 
 @pytest.mark.clause("RM-19")
@@ -189,12 +204,13 @@ def test_deep_value_delivered_by_the_listener(rt, managed, config_path, vclock, 
     vclock.wait_for_waiters(1)
     write_text(config_path, doc)
     poll(vclock)
-    assert state(managed) == (40, {BUS: 8 * MiB}), \
-        f"a document nested 990 deep changed the state to {state(managed)} [RM-19]"
     errors = runtime_records(caplog, rt, logging.ERROR)
     assert errors == [], (f"a document nested 990 deep made the handler fail: "
                           f"{[r.getMessage()[:200] for r in errors]} [RM-19]")
-    one_warning(caplog, rt, config_path, "nesting 990 deep", str(MAX_DEPTH))
+    assert state(managed) == (40, {BUS: MiB}), (
+        f"a perfControl nested 990 deep left {state(managed)}, expected the limit beside it "
+        f"applied [RM-19]")
+    one_warning(caplog, rt, config_path, "perfControl nested 990 deep", "perfControl")
 
 
 def padded(values: int) -> str:

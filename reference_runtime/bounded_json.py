@@ -6,8 +6,10 @@ the caller can look at it, recurses once per nesting level (a ``RecursionError``
 a thousand) and has no limit of its own: a 63 MiB ``[1,1,...]`` becomes 33 million objects.
 ``loads`` here reads the same grammar (``json.loads`` with ``strict=True``, without the
 ``NaN``/``Infinity`` extensions) with an explicit stack instead of recursion, and stops at
-the first value beyond ``max_values`` or the first container beyond ``max_depth``: a
-rejected document costs no more than one at the bounds, whatever its size.
+the first value beyond ``max_values``: a rejected document costs no more than one at the
+bound, whatever its size. A container nested beyond ``max_depth`` is read but not built
+(``JSONTooDeep`` stands for it), so that a deep value under a key the caller ignores, or
+next to the values it needs, costs nothing of the rest of the document.
 
 Strings and number literals are scanned by the standard library's own C scanners
 (``json.decoder.scanstring`` and the ``json.scanner`` number pattern). Numbers are returned
@@ -23,7 +25,7 @@ import json.scanner
 from decimal import Decimal
 from typing import Any
 
-__all__ = ["loads", "JSONNumber", "JSONBoundsError", "DEFAULT_MAX_DEPTH", "DEFAULT_MAX_VALUES"]
+__all__ = ["loads", "JSONNumber", "JSONTooDeep", "JSONBoundsError", "DEFAULT_MAX_DEPTH", "DEFAULT_MAX_VALUES"]
 
 DEFAULT_MAX_DEPTH = 64
 DEFAULT_MAX_VALUES = 100_000
@@ -36,7 +38,7 @@ _EXCERPT = 20                               # characters of a long literal quote
 
 
 class JSONBoundsError(ValueError):
-    """The document is nested deeper, or holds more values, than the reader accepts."""
+    """The document holds more values than the reader accepts."""
 
 
 class JSONNumber:
@@ -65,31 +67,50 @@ class JSONNumber:
         return hash(self.text)
 
 
+class JSONTooDeep:
+    """Stands for a value nested more than ``max_depth`` levels deep: the reader checked its
+    syntax and counted its values but built none of it."""
+
+    __slots__ = ("depth",)
+
+    def __init__(self, depth: int) -> None:
+        self.depth = depth
+
+    def __repr__(self) -> str:
+        return f"JSONTooDeep(depth={self.depth})"
+
+
 def _error(message: str, text: str, pos: int) -> json.JSONDecodeError:
     return json.JSONDecodeError(message, text, pos)
+
+
+def _too_many(max_values: int, pos: int) -> JSONBoundsError:
+    return JSONBoundsError(f"more than {max_values} values (the value at character {pos} is "
+                           f"one too many)")
 
 
 def loads(text: str, *, max_depth: int = DEFAULT_MAX_DEPTH,
           max_values: int = DEFAULT_MAX_VALUES) -> Any:
     """Parse ``text`` as one JSON value (dict, list, str, JSONNumber, bool or None).
 
-    Raises ``json.JSONDecodeError`` for text that is not JSON and ``JSONBoundsError`` for a
-    container nested more than ``max_depth`` deep or a value (a member name counts as one)
-    beyond the ``max_values``-th; both are ``ValueError``. Reading stops at the first
-    problem, so the work and memory spent are bounded by the bounds, not by the text.
+    An array or object inside ``max_depth`` others is read (its syntax checked, its values
+    counted) but not built: it is returned as a ``JSONTooDeep`` in its parent, so that the
+    rest of the document stays usable. Raises ``json.JSONDecodeError`` for text that is not
+    JSON and ``JSONBoundsError`` at the value (a member name counts as one) beyond the
+    ``max_values``-th; both are ``ValueError``. Reading stops there, so the work and memory
+    spent are bounded by the bounds, not by the text.
     """
     count = 0
-    # Each open container: [the container, the key awaiting its value (objects)].
+    # Each open container: [the container (None when too deep to build), the key awaiting
+    # its value, True for an object].
     stack: list[list[Any]] = []
     end = len(text)
     pos = _WHITESPACE.match(text, 0).end()
-    root: Any = None
     while True:
         # -- one value at ``pos`` -----------------------------------------------------------
         count += 1
         if count > max_values:
-            raise JSONBoundsError(f"more than {max_values} values (the value at character "
-                                  f"{pos} is one too many)")
+            raise _too_many(max_values, pos)
         if pos >= end:
             raise _error("Expecting value", text, pos)
         c = text[pos]
@@ -97,27 +118,28 @@ def loads(text: str, *, max_depth: int = DEFAULT_MAX_DEPTH,
         if c == '"':
             value, pos = _scanstring(text, pos + 1, True)
         elif c == "{" or c == "[":
-            if len(stack) >= max_depth:
-                raise JSONBoundsError(f"nested deeper than {max_depth} levels (at character "
-                                      f"{pos})")
-            container: Any = {} if c == "{" else []
+            is_object = c == "{"
+            deep = len(stack) >= max_depth
+            container: Any = None if deep else {} if is_object else []
             pos = _WHITESPACE.match(text, pos + 1).end()
-            close = "}" if c == "{" else "]"
-            if pos < end and text[pos] == close:
-                value, pos = container, pos + 1          # empty: a complete value
+            if pos < end and text[pos] == ("}" if is_object else "]"):
+                pos += 1                                   # empty: a complete value
+                value = JSONTooDeep(len(stack) + 1) if deep else container
             else:
-                stack.append([container, None])
-                if c == "{":
+                stack.append([container, None, is_object])
+                if is_object:
                     pos = _member_name(text, pos, stack[-1])
                     count += 1
                     if count > max_values:
-                        raise JSONBoundsError(f"more than {max_values} values (the member "
-                                              f"name before character {pos} is one too many)")
+                        raise _too_many(max_values, pos)
                 continue                                   # its first element follows
         else:
             m = _NUMBER.match(text, pos)
             if m is not None:
-                value, pos = JSONNumber(m.group()), m.end()
+                # Inside a container too deep to build, only the syntax matters.
+                value = JSONNumber(m.group()) if not stack or stack[-1][0] is not None \
+                    else None
+                pos = m.end()
             else:
                 for word, constant in _LITERALS:
                     if text.startswith(word, pos):
@@ -128,14 +150,15 @@ def loads(text: str, *, max_depth: int = DEFAULT_MAX_DEPTH,
         # -- the value is complete: store it, then close containers ------------------------
         while True:
             if not stack:
-                root = value
                 pos = _WHITESPACE.match(text, pos).end()
                 if pos != end:
                     raise _error("Extra data", text, pos)
-                return root
+                return value
             top = stack[-1]
-            container = top[0]
-            if isinstance(container, dict):
+            container, is_object = top[0], top[2]
+            if container is None:
+                pass                                       # too deep: nothing is kept
+            elif is_object:
                 container[top[1]] = value
             else:
                 container.append(value)
@@ -143,16 +166,21 @@ def loads(text: str, *, max_depth: int = DEFAULT_MAX_DEPTH,
             c = text[pos] if pos < end else ""
             if c == ",":
                 pos = _WHITESPACE.match(text, pos + 1).end()
-                if isinstance(container, dict):
+                if is_object:
                     pos = _member_name(text, pos, top)
                     count += 1
                     if count > max_values:
-                        raise JSONBoundsError(f"more than {max_values} values (the member "
-                                              f"name before character {pos} is one too many)")
+                        raise _too_many(max_values, pos)
                 break                                      # the next element follows
-            if c == ("}" if isinstance(container, dict) else "]"):
+            if c == ("}" if is_object else "]"):
                 stack.pop()
-                value, pos = container, pos + 1
+                pos += 1
+                if container is not None:
+                    value = container
+                elif not stack or stack[-1][0] is not None:
+                    value = JSONTooDeep(len(stack) + 1)    # the outermost container too deep
+                else:
+                    value = None
                 continue                                   # the container is complete
             raise _error("Expecting ',' delimiter", text, pos)
 

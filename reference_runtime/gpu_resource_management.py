@@ -16,8 +16,9 @@ AntMan's ``gpu_resource_management.{h,cc}``, a POST_SESSION_RUN action at phase 
   clock, shortens the next sleep, so that the period holds on a real clock too.
 
 Every malformed input keeps the last good state and logs one line naming the file. The
-document is read by ``bounded_json`` (at most 64 levels and 100 000 values, numbers read
-exactly from their literal), so a hostile file costs no more than one at the bounds; a bus
+document is read by ``bounded_json`` (at most 100 000 values, nothing kept beyond 64 levels,
+numbers read exactly from their literal), so a hostile file costs no more than one at the
+bounds; a bus
 id that names no GPU is forgotten at the step boundary that finds it and logged once while
 remembered; text from the file is quoted in log lines (``log_text.quote``).
 """
@@ -31,7 +32,7 @@ import re
 import threading
 from typing import Any
 
-from .bounded_json import DEFAULT_MAX_DEPTH, DEFAULT_MAX_VALUES, JSONNumber
+from .bounded_json import DEFAULT_MAX_DEPTH, DEFAULT_MAX_VALUES, JSONNumber, JSONTooDeep
 from .bounded_json import loads as bounded_loads
 from .clock import REAL_CLOCK, Clock
 from .env import ENV_DEFAULT, path_from_env
@@ -54,7 +55,7 @@ FILE_LISTENER_NAME = "GPUResourceManage"
 FIXED_COST_US = 50                  # fixed_cost in DoSleepOrSuspend
 SUSPEND_RECHECK_US = 100_000        # a suspended step re-checks its session this often
 PHASE = 2                           # POST_SESSION_RUN phase
-MAX_CONFIG_DEPTH = DEFAULT_MAX_DEPTH     # nesting levels of a config document (RM-19)
+MAX_CONFIG_DEPTH = DEFAULT_MAX_DEPTH     # nesting levels kept of a config document (RM-19)
 MAX_CONFIG_VALUES = DEFAULT_MAX_VALUES   # values of a config document (RM-19)
 MAX_BUS_IDS = 256                   # bus ids with a limit held at once (RM-20)
 MAX_UNKNOWN_REMEMBERED = 256        # unknown bus ids remembered, each logged once (RM-20)
@@ -81,6 +82,8 @@ def _describe(value: Any) -> str:
         return f"an object of {len(value)} members"
     if value is None:
         return "null"
+    if isinstance(value, JSONTooDeep):
+        return f"a value nested deeper than {MAX_CONFIG_DEPTH} levels"
     return str(value)
 
 
@@ -192,7 +195,7 @@ class GPUResourceManagement(SessionRunAction):
         """Apply a config document; True when every part of it was accepted.
 
         Invalid parts are ignored (their last good value stays) and reported in one log
-        line naming the file; an unparsable document, one beyond the reader's bounds
+        line naming the file; an unparsable document, one beyond the reader's value bound
         (RM-19) or a non-object root changes nothing.
         """
         source = quote(self.config_file or "<config>", 4096)
