@@ -134,7 +134,7 @@ def path_from_env(value: str | os.PathLike | None, env_var: str) -> str:
     """
     if value is ENV_DEFAULT:
         value = os.environ.get(env_var, "")
-    return checked_path(value, env_var) if value else ""
+    return checked_path(value, f"the {env_var} path") if value else ""
 
 
 def checked_path(value: str | os.PathLike, what: str) -> str:
@@ -144,8 +144,8 @@ def checked_path(value: str | os.PathLike, what: str) -> str:
     try:
         encoded = os.fsencode(path)
     except UnicodeError as exc:
-        raise ValueError(f"{what}: the path {path!r} cannot be encoded for the file "
-                         f"system ({exc.reason})") from None
+        raise ValueError(f"{what} {path!r} cannot be encoded for the file system "
+                         f"({exc.reason})") from None
     if b"\0" in encoded:
-        raise ValueError(f"{what}: the path {path!r} contains a NUL character")
+        raise ValueError(f"{what} {path!r} contains a NUL character")
     return path

@@ -126,7 +126,7 @@ class FileListener:
         if not callable(callback):
             raise TypeError(f"register_file_listener({path!r}, {handler_name!r}): "
                             f"callback is not callable")
-        path = checked_path(path, "register_file_listener")
+        path = checked_path(path, "register_file_listener: the path")
         with self._lock:
             watch = self._watches.get(path)
             created = watch is None
