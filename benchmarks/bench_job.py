@@ -7,7 +7,9 @@ output: ``{"type": "hello", "pid", "backend"}``, then per step ``{"type": "step"
 "t_us", "duration_us", "busy_us"}`` with ``t_us`` the system-wide monotonic clock
 (``CLOCK_MONOTONIC``, comparable between processes of one machine) when the step returned and
 ``busy_us`` its ``sess_duration_us`` minus the idle slots slept (see ``bench_support``),
-``perf`` the perfControl in force after the step and, with ``--events`` on the cuda backend,
+``perf`` the perfControl in force after the step, ``sleep_req_us``/``sleep_act_us`` the
+throttle sleep of the step as requested and as it really lasted, and, with ``--events`` on the
+cuda backend,
 ``gpu_span_us``: CUDA events recorded on the device's stream when the step starts (a PRE
 session-run action) and when its work is done (POST, phase 0), so the GPU's own clock times
 the step from its first queued work to its last kernel. ``--variant NAME`` runs the runtime
@@ -71,16 +73,19 @@ def main(argv: list[str] | None = None) -> int:
                               "backend": ctx.backend.name}) + "\n")
         out.flush()
         step = 0
+        slept = clock.other_sleeps()
         while not stop.is_set():
             start = time.monotonic_ns()
             wl.step()
             end = time.monotonic_ns()
+            before, slept = slept, clock.other_sleeps()
             rec = probe.records[-1]
             probe.clear()
             out.write(json.dumps({
                 "type": "step", "step": step, "t_us": end // 1000,
                 "duration_us": (end - start) // 1000, "busy_us": rec.sess_us - rec.idle_act_us,
                 "perf": rm.perf_control if rm is not None else None,
+                "sleep_req_us": slept[0] - before[0], "sleep_act_us": slept[1] - before[1],
                 "gpu_span_us": span.take() if span is not None else None}) + "\n")
             out.flush()
             step += 1

@@ -83,6 +83,8 @@ class TimingClock:
         self._lock = threading.Lock()
         self.idle_requested_us = 0       # op-manager sleeps: requested ...
         self.idle_actual_us = 0          # ... and actually slept
+        self.other_requested_us = 0      # every other sleep (the throttle's, after a step) ...
+        self.other_actual_us = 0         # ... and how long it really took
 
     def now_us(self) -> int:
         return self._base.now_us()
@@ -102,11 +104,19 @@ class TimingClock:
         else:
             done = self._base.sleep_us(duration_us, cancel)
         slept = (time.perf_counter_ns() - start) // 1000
-        if threading.current_thread().name.startswith(OPM_THREAD_PREFIX):
-            with self._lock:
+        with self._lock:
+            if threading.current_thread().name.startswith(OPM_THREAD_PREFIX):
                 self.idle_requested_us += max(0, int(duration_us))
                 self.idle_actual_us += slept
+            else:
+                self.other_requested_us += max(0, int(duration_us))
+                self.other_actual_us += slept
         return done
+
+    def other_sleeps(self) -> tuple[int, int]:
+        """(sleeps off the op manager requested, actually slept), µs, since the clock was made."""
+        with self._lock:
+            return self.other_requested_us, self.other_actual_us
 
     def _spin_sleep(self, duration_us: int, cancel: threading.Event | None) -> bool:
         deadline = self._base.now_us() + max(0, int(duration_us))

@@ -153,6 +153,8 @@ class Window:
     gpu_span_per_step_us: float | None  # mean; CUDA events: the step's start → its last kernel
     busy_median_us: float | None = None
     busy_p95_us: float | None = None
+    sleep_req_per_step_us: float | None = None   # the throttle's sleep, requested (mean) ...
+    sleep_act_per_step_us: float | None = None   # ... and as long as it really lasted
     perfs: list[int] = field(default_factory=list)
 
     @classmethod
@@ -169,7 +171,9 @@ class Window:
                    sum(busy) / span if span > 0 else None,
                    mean(busy), mean([r["duration_us"] for r in tail]),
                    mean(spans) if spans else None,
-                   median(busy), busy[min(len(busy) - 1, int(0.95 * len(busy)))], perfs)
+                   median(busy), busy[min(len(busy) - 1, int(0.95 * len(busy)))],
+                   mean([r.get("sleep_req_us", 0) for r in tail]),
+                   mean([r.get("sleep_act_us", 0) for r in tail]), perfs)
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)

@@ -142,6 +142,14 @@ def summarise(phases: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "control_busy_per_step_us": _mean(c["busy_per_step_us"] for c in ctrl),
             "gpu_span_per_step_us": _mean(phases[i]["gpu_span_per_step_us"] for i in idx),
             "control_gpu_span_per_step_us": _mean(c["gpu_span_per_step_us"] for c in ctrl),
+            "duration_per_step_us": _mean(phases[i]["duration_per_step_us"] for i in idx),
+            "control_duration_per_step_us": _mean(c["duration_per_step_us"] for c in ctrl),
+            "period_us": _mean(1e6 / phases[i]["steps_per_s"] for i in idx
+                               if phases[i]["steps_per_s"]),
+            "control_period_us": _mean(1e6 / c["steps_per_s"] for c in ctrl
+                                       if c["steps_per_s"]),
+            "sleep_req_per_step_us": _mean(phases[i]["sleep_req_per_step_us"] for i in idx),
+            "sleep_act_per_step_us": _mean(phases[i]["sleep_act_per_step_us"] for i in idx),
             "sm_clock_mhz": _mean(phases[i]["sm_clock_mhz"] for i in idx),
             "control_sm_clock_mhz": _mean(c["sm_clock_mhz"] for c in ctrl),
             "steps": sum(phases[i]["steps"] for i in idx)})
