@@ -54,7 +54,12 @@ pytestmark = pytest.mark.capability("executor", "gpu_op_manager", "resource_mana
 PERFS = (90, 75, 50, 25, 10)
 TOLERANCE_PP = 2.0
 CI_TARGET_PP = 0.5              # stop adding cycles once the 95 % CI is this narrow
-MIN_CYCLES, MAX_CYCLES = size(1, 3), size(1, 10)
+#: Cycles per perfControl: at least MIN_CYCLES, at most MAX_CYCLES, adding cycles while the CI
+#: is wider than CI_TARGET_PP and the budget of the perfControl (seconds) lasts. Full sizes
+#: can be shortened for a quick comparison: ANTMAN_BENCH_SHARE_CYCLES=1 (minimum cycles) and
+#: ANTMAN_BENCH_SHARE_BUDGET_S.
+MIN_CYCLES = size(1, int(os.environ.get("ANTMAN_BENCH_SHARE_CYCLES", "3")))
+MAX_CYCLES = size(1, 10)
 CYCLE_BUDGET_S = size(0.0, float(os.environ.get("ANTMAN_BENCH_SHARE_BUDGET_S", "25")))
 MIN_WINDOW_S = size(0.5, 1.2)
 MIN_STEPS = size(6, 15)
