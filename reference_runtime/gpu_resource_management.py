@@ -11,9 +11,12 @@ AntMan's ``gpu_resource_management.{h,cc}``, a POST_SESSION_RUN action at phase 
   later boundary until reached or superseded.
 - ``perfControl`` (percent, 0..100) throttles: after each step the calling thread sleeps so
   that the step period is about ``compute * 100 / perf``; 0 suspends the step until a
-  non-zero value arrives or the action is closed. The idle time a step spent is what the
-  GpuOpManager measured (``spend_idle_time``), and a sleep's oversleep, measured on the
-  clock, shortens the next sleep, so that the period holds on a real clock too.
+  non-zero value arrives or the action is closed. The whole idle time of a period is slept
+  after the step (AntMan also hands half of it to the next step's GpuOpManager as idle slots
+  between GPU ops, which costs the job its host/GPU overlap: D-RM-12); idle time the executor
+  spent inside a step (an idle budget given through ``set_estimated_idle_time``, spent by the
+  GpuOpManager through ``spend_idle_time``) is not compute, and a sleep's oversleep, measured
+  on the clock, shortens the next sleep, so that the period holds on a real clock too.
 
 Every malformed input keeps the last good state and logs one line naming the file. The
 document is read by ``bounded_json`` (at most 100 000 values, nothing kept beyond 64 levels,
@@ -169,7 +172,7 @@ class GPUResourceManagement(SessionRunAction):
         self._pending: dict[str, int] = {}
         self._estimated_idle_us = 0
         self._total_time_slot_us = 0
-        self._idle_overrun_us = 0                # idle spent in-step beyond E (RM-14)
+        self._in_step_idle_us = 0                # idle the executor spent in the step (RM-14)
         self._oversleep_us = 0                   # the last throttle sleep's oversleep (RM-10)
         self._queued_op_num: dict[Any, int] = {}
         self._unknown: dict[str, None] = {}      # bus ids found to name no GPU (RM-20)
@@ -343,12 +346,12 @@ class GPUResourceManagement(SessionRunAction):
 
     def _sleep_or_suspend(self, sess_duration_us: int, perf: int, session: Any) -> int:
         if perf >= 100:
-            if self._total_time_slot_us or self._estimated_idle_us or self._idle_overrun_us \
+            if self._total_time_slot_us or self._estimated_idle_us or self._in_step_idle_us \
                     or self._oversleep_us:
                 with self._idle_lock:
                     self._total_time_slot_us = 0
                     self._estimated_idle_us = 0
-                    self._idle_overrun_us = 0
+                    self._in_step_idle_us = 0
                     self._oversleep_us = 0
             return 0
         if perf == 0:
@@ -356,12 +359,8 @@ class GPUResourceManagement(SessionRunAction):
             return 0
         d = max(0, int(sess_duration_us))
         with self._idle_lock:
-            est = self._estimated_idle_us
-            slot = self._total_time_slot_us
-            # The idle time the executor inserted in the step: what it deducted from E, plus
-            # what it spent beyond E (a real slot oversleeps).
-            consumed = (slot - est if slot > est else 0) + self._idle_overrun_us
-            self._idle_overrun_us = 0
+            consumed = self._in_step_idle_us      # idle the executor spent in the step
+            self._in_step_idle_us = 0
             actual_run = d - consumed if d > consumed else 1
             total_time = actual_run * 100 // perf
             if total_time > d + FIXED_COST_US:
@@ -370,8 +369,7 @@ class GPUResourceManagement(SessionRunAction):
                 self._oversleep_us = 0
             else:
                 sleep_us = 0
-            self._estimated_idle_us = sleep_us
-            self._total_time_slot_us = sleep_us
+            self._total_time_slot_us = sleep_us   # all of it after the step (D-RM-12)
         if sleep_us:
             start = self._clock.now_us()
             if self._clock.sleep_us(sleep_us, self._closed):
@@ -416,22 +414,20 @@ class GPUResourceManagement(SessionRunAction):
             self._estimated_idle_us = max(0, int(us))
 
     def spend_idle_time(self, us: int) -> int:
-        """The executor spent ``us`` µs idle: deduct it from E (clamped at 0); what exceeds E
-        is the idle overrun, counted as idle by the next step's arithmetic. Returns E."""
+        """The executor spent ``us`` µs idle in the step: deduct it from E (clamped at 0) and
+        count all of it as the step's in-step idle, which RM-10 does not count as compute.
+        Returns E."""
         us = max(0, int(us))
         with self._idle_lock:
-            if us > self._estimated_idle_us:
-                self._idle_overrun_us += us - self._estimated_idle_us
-                self._estimated_idle_us = 0
-            else:
-                self._estimated_idle_us -= us
+            self._estimated_idle_us = max(self._estimated_idle_us - us, 0)
+            self._in_step_idle_us += us
             return self._estimated_idle_us
 
     @property
-    def idle_overrun(self) -> int:
-        """Idle time spent in-step beyond E since the last step boundary (µs)."""
+    def in_step_idle(self) -> int:
+        """Idle time the executor spent in the current step so far (µs, RM-14)."""
         with self._idle_lock:
-            return self._idle_overrun_us
+            return self._in_step_idle_us
 
     @property
     def oversleep(self) -> int:
@@ -451,6 +447,7 @@ class GPUResourceManagement(SessionRunAction):
 
     @property
     def total_time_slot(self) -> int:
+        """The idle time of the last throttled period, slept after its step (µs, RM-10)."""
         with self._idle_lock:
             return self._total_time_slot_us
 
