@@ -134,7 +134,7 @@ FAIL, PASS = "FAIL", "PASS"
 CLAUSES: dict[str, tuple[str, str]] = {
     "API-1": (PASS, PASS), "API-2": (PASS, PASS), "API-3": (PASS, PASS),
     "API-4": ("NOT_SUPPORTED", "NOT_SUPPORTED"), "API-5": (PASS, PASS), "API-6": (PASS, PASS),
-    "API-7": (PASS, PASS),
+    "API-7": (PASS, PASS), "API-8": ("NOT_SUPPORTED", "NOT_SUPPORTED"),
     "ENV-1": (FAIL, PASS), "ENV-2": (FAIL, FAIL), "ENV-3": (FAIL, PASS), "ENV-4": (FAIL, PASS),
     "ENV-5": (FAIL, PASS),
     **{f"BFC-{n}": (FAIL, FAIL) for n in range(1, 19)},
