@@ -73,14 +73,18 @@ GPU_MEMORY = size(256 * MiB, 4 * GiB)
 class TimingClock:
     """The real clock, timing the op manager's sleeps; see the module docstring."""
 
-    def __init__(self, base: Any = None, *, instant_sleep: bool = False) -> None:
+    def __init__(self, base: Any = None, *, instant_sleep: bool = False,
+                 spin_us: int = 0) -> None:
         if base is None:
             from reference_runtime.clock import REAL_CLOCK as base  # noqa: N811
         self._base = base
         self.instant_sleep = instant_sleep
+        self.spin_us = spin_us           # the last spin_us of a sleep are busy-waited
         self._lock = threading.Lock()
         self.idle_requested_us = 0       # op-manager sleeps: requested ...
         self.idle_actual_us = 0          # ... and actually slept
+        self.other_requested_us = 0      # every other sleep (the throttle's, after a step) ...
+        self.other_actual_us = 0         # ... and how long it really took
 
     def now_us(self) -> int:
         return self._base.now_us()
@@ -95,14 +99,33 @@ class TimingClock:
         start = time.perf_counter_ns()
         if self.instant_sleep:
             done = not (cancel is not None and cancel.is_set())
+        elif self.spin_us > 0:
+            done = self._spin_sleep(duration_us, cancel)
         else:
             done = self._base.sleep_us(duration_us, cancel)
         slept = (time.perf_counter_ns() - start) // 1000
-        if threading.current_thread().name.startswith(OPM_THREAD_PREFIX):
-            with self._lock:
+        with self._lock:
+            if threading.current_thread().name.startswith(OPM_THREAD_PREFIX):
                 self.idle_requested_us += max(0, int(duration_us))
                 self.idle_actual_us += slept
+            else:
+                self.other_requested_us += max(0, int(duration_us))
+                self.other_actual_us += slept
         return done
+
+    def other_sleeps(self) -> tuple[int, int]:
+        """(sleeps off the op manager requested, actually slept), µs, since the clock was made."""
+        with self._lock:
+            return self.other_requested_us, self.other_actual_us
+
+    def _spin_sleep(self, duration_us: int, cancel: threading.Event | None) -> bool:
+        deadline = self._base.now_us() + max(0, int(duration_us))
+        if not self._base.sleep_us(max(0, int(duration_us) - self.spin_us), cancel):
+            return False
+        while self._base.now_us() < deadline:
+            if cancel is not None and cancel.is_set():
+                return False
+        return True
 
     def snapshot(self) -> tuple[int, int]:
         """(idle slots requested, idle slots slept), µs, since the clock was made."""
@@ -148,6 +171,56 @@ class StepProbe:
         self.records.clear()
 
 
+class GpuSpanProbe:
+    """CUDA events around each step on GPU 0's stream: PRE records the start, POST (phase 0,
+    after the executor waited for the step's GPU work, EXEC-14) the end; ``take()`` returns the
+    last step's span in µs on the GPU's clock (None before a complete pair)."""
+
+    def __init__(self, device: int = 0) -> None:
+        import cupy
+        self._cupy = cupy
+        self._device = device
+        self._start = self._end = None
+        self._span_us: float | None = None
+        outer = self
+
+        class _Start:
+            name = "BenchGpuSpanStart"
+
+            def run_action(self, options: Any) -> None:
+                outer._record("start")
+
+        class _End:
+            name = "BenchGpuSpanEnd"
+
+            def run_action(self, options: Any) -> None:
+                outer._record("end")
+
+        self._actions = (_Start(), _End())
+
+    def _record(self, which: str) -> None:
+        cp = self._cupy
+        with cp.cuda.Device(self._device):
+            event = cp.cuda.Event()
+            event.record()
+        if which == "start":
+            self._start = event
+            return
+        event.synchronize()
+        if self._start is not None:
+            self._span_us = cp.cuda.get_elapsed_time(self._start, event) * 1000.0
+        self._start = None
+
+    def take(self) -> float | None:
+        span, self._span_us = self._span_us, None
+        return None if span is None else round(span, 1)
+
+    def install(self, rt: types.ModuleType, registry: Any) -> "GpuSpanProbe":
+        registry.register(rt.Grouping.PRE_SESSION_RUN, 0, self._actions[0])
+        registry.register(rt.Grouping.POST_SESSION_RUN, 0, self._actions[1])
+        return self
+
+
 # --- figures --------------------------------------------------------------------------------
 
 @dataclass
@@ -161,13 +234,17 @@ class Figure:
     met: bool | None = None
     how: str = ""
     details: dict[str, Any] = field(default_factory=dict)
+    host_cpu: bool = False     # the figure depends on the host CPU (the report marks it)
 
 
-def record_figures(benchmark: Any, figures: list[Figure], **extra: Any) -> None:
-    """Put ``figures`` (and ``extra``) into the benchmark's ``extra_info``."""
+def record_figures(benchmark: Any, figures: list[Figure], *, host_cpu: bool = False,
+                   **extra: Any) -> None:
+    """Put ``figures`` (and ``extra``) into the benchmark's ``extra_info``; ``host_cpu``
+    marks them all as depending on the host CPU."""
     info = benchmark.extra_info
     info.setdefault("figures", [])
-    info["figures"].extend(_clean(asdict(f)) for f in figures)
+    info["figures"].extend(_clean({**asdict(f), "host_cpu": f.host_cpu or host_cpu})
+                           for f in figures)
     info.update(_clean(extra))
 
 
@@ -185,6 +262,26 @@ def _clean(value: Any) -> Any:
 
 def median(xs: list[float]) -> float:
     return statistics.median(xs) if xs else float("nan")
+
+
+#: Two-sided 95 % quantiles of Student's t for 1..30 degrees of freedom (then 1.96 + 2.4/df).
+_T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
+        2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
+        2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+
+
+def t95(df: int) -> float:
+    return _T95[df - 1] if 1 <= df <= len(_T95) else 1.96 + 2.4 / df
+
+
+def mean_ci95(xs: list[float]) -> tuple[float, float]:
+    """(mean, half-width of its 95 % confidence interval; inf with fewer than 2 values)."""
+    if not xs:
+        return float("nan"), float("inf")
+    m = statistics.fmean(xs)
+    if len(xs) < 2:
+        return m, float("inf")
+    return m, t95(len(xs) - 1) * statistics.stdev(xs) / len(xs) ** 0.5
 
 
 def now_us() -> int:

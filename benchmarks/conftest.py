@@ -63,7 +63,10 @@ def gpu_environment() -> dict[str, Any]:
 
 @pytest.fixture
 def bench(benchmark, rt: types.ModuleType):
+    """pytest-benchmark's fixture with the run's environment in ``extra_info``, and the GPU's
+    clocks (NVML: SM, memory, SM maximum) when the benchmark started and when it ended."""
     from benchmarks.bench_support import FULL
+    from benchmarks.job_driver import gpu_clocks
     benchmark.extra_info.update({
         "cpu_count": os.cpu_count(),
         "python": sys.version.split()[0],
@@ -75,7 +78,10 @@ def bench(benchmark, rt: types.ModuleType):
         "bench_size": "full" if FULL else "short",
         **gpu_environment(),
     })
-    return benchmark
+    start = gpu_clocks()
+    yield benchmark
+    if start is not None:
+        benchmark.extra_info["gpu_clocks"] = {"start": start, "end": gpu_clocks()}
 
 
 @pytest.fixture

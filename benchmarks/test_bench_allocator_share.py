@@ -145,7 +145,7 @@ def test_bench_allocator_share_of_step(rt, bench, bench_runtime, report_artifact
         how + "; the calling threads' CPU time inside the calls (GIL waits left out)",
         {"cpu_ns_per_call": out["alloc_cpu_ns"] / max(calls, 1) - wrapper_cpu_ns,
          "wrapper_cpu_ns_per_call": wrapper_cpu_ns})]
-    record_figures(bench, figures, backend=ctx.backend.name, workload=workload,
+    record_figures(bench, figures, host_cpu=True, backend=ctx.backend.name, workload=workload,
                    allocator=device.get_allocator().name)
     report_artifacts.add("allocator_share", {
         "categories": [f"{size_name} workload\n(step {step_us / 1000:.2f} ms)"],

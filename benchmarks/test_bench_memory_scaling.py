@@ -222,7 +222,7 @@ def test_bench_memory_scaling_latency(rt, bench, bench_runtime, report_artifacts
              "nvml_drop_bytes": [r["nvml_drop"] for r in rows if r["nvml_ms"] is not None],
              "after_boundary_ms": [r["nvml_ms"] - r["applied_ms"] for r in rows
                                    if r["nvml_ms"] is not None]}))
-    record_figures(bench, figures, backend=ctx.backend.name, poll_interval_s=poll_s,
+    record_figures(bench, figures, host_cpu=True, backend=ctx.backend.name, poll_interval_s=poll_s,
                    workload=SCALING_WORKLOAD, small_limit=small, initial_limit=initial,
                    rewrites=rows)
     series = {"detected": [r["detect_ms"] for r in rows],

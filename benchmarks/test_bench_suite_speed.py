@@ -64,7 +64,7 @@ def test_bench_conformance_suite_wall_time(bench, report_artifacts) -> None:
                {"returncode": serial["returncode"], "counts": serial["counts"],
                 "speedup": serial["wall_s"] / xd["wall_s"]}),
     ]
-    record_figures(bench, figures)
+    record_figures(bench, figures, host_cpu=True)
     report_artifacts.add("suite_speed", {
         "categories": list(results), "series": {"wall time (s)": [
             round(r["wall_s"], 2) for r in results.values()]},

@@ -175,3 +175,17 @@ def write_text(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(text, encoding="utf-8")
     tmp.replace(path)
+
+
+def expect_value_error(call: Callable[[], Any], what: str, clause: str) -> None:
+    """``call()`` must raise ``ValueError``; a result it returned instead is closed."""
+    try:
+        result = call()
+    except ValueError:
+        return
+    except Exception as exc:  # noqa: BLE001 - reported with the clause
+        raise AssertionError(f"{what} raised {exc!r}, expected ValueError [{clause}]") from exc
+    close = getattr(result, "close", None)
+    if callable(close):
+        close()
+    raise AssertionError(f"{what} returned instead of raising ValueError [{clause}]")

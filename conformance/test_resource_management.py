@@ -472,32 +472,29 @@ def throttled(rt, clock):
 
 
 class ThrottleModel:
-    """antman-behaviour §6.5, with the reset at 100 of RM-11."""
+    """antman-behaviour §6.5 with the idle time slept after the step (D-RM-12) and the reset
+    at 100 of RM-11: E is the idle budget only ``set_estimated_idle_time`` gives, X the idle
+    time spent in the step (RM-14), S the last period's sleep."""
 
     def __init__(self) -> None:
         self.est = self.slot = 0
-        self.overrun = 0            # idle spent beyond E since the last step (RM-14)
+        self.in_step = 0
 
-    @classmethod
-    def after(cls, sleep: int, perf: int, d: int) -> int:
-        """The sleep of a second step of duration ``d`` after a step that slept ``sleep``."""
-        model = cls()
-        model.est = model.slot = sleep
-        return model.step(perf, d)
+    def spend(self, us: int) -> int:
+        us = max(us, 0)
+        self.est = max(self.est - us, 0)
+        self.in_step += us
+        return self.est
 
     def step(self, perf: int, d: int) -> int:
         if perf >= 100:
-            self.est = self.slot = self.overrun = 0
+            self.est = self.slot = self.in_step = 0
             return 0
-        consumed = (self.slot - self.est if self.slot > self.est else 0) + self.overrun
-        self.overrun = 0
+        consumed, self.in_step = self.in_step, 0
         actual = d - consumed if d > consumed else 1
         total = actual * 100 // perf
-        if total > d + 50:
-            sleep = total - d - 50
-        else:
-            sleep = 0
-        self.est = self.slot = sleep
+        sleep = total - d - 50 if total > d + 50 else 0
+        self.slot = sleep
         return sleep
 
 
@@ -513,17 +510,22 @@ def test_sleep_after_a_step(rt, control_env, perf, d, expected) -> None:
         sleeps = [r.duration_us for r in clock.records]
         assert sleeps == ([expected] if expected else []), \
             f"run_action(sess_duration_us={d}) at perf {perf} slept {sleeps}, expected [{expected}] [RM-10]"
-        assert rm.get_estimated_idle_time() == expected, "[RM-10]"
-        assert rm.do_sleep_or_suspend(d) == ThrottleModel.after(expected, perf, d), \
+        assert (rm.total_time_slot, rm.get_estimated_idle_time()) == (expected, 0), (
+            f"after a sleep of {expected}: S = {rm.total_time_slot}, E = "
+            f"{rm.get_estimated_idle_time()}; expected S = {expected} and no idle budget given "
+            f"to the next step [RM-10]")
+        assert rm.do_sleep_or_suspend(d) == expected, \
             "do_sleep_or_suspend did not follow the formula [RM-10]"
 
 
-@pytest.mark.clause("RM-10", "RM-11")
+@pytest.mark.clause("RM-10", "RM-11", "RM-14")
 @given(steps=st.lists(st.tuples(st.sampled_from([1, 2, 10, 33, 50, 75, 99, 100]),
-                                st.integers(0, 200_000), st.integers(0, 100)),
+                                st.integers(0, 200_000), st.integers(0, 5_000),
+                                st.integers(0, 6_000)),
                       min_size=1, max_size=12))
 def test_throttle_matches_the_formula(rt, steps) -> None:
-    """Each step: perf, duration, and the share (percent) of E the executor consumed."""
+    """Each step: perf, duration, an idle budget given before it (0: none) and the idle time
+    the executor spent in it (more than the budget: its slots overslept)."""
     clock = VirtualClock(auto_advance=True)
     with throttled(rt, clock) as rm:
         run_model(rt, rm, clock, steps)
@@ -531,23 +533,29 @@ def test_throttle_matches_the_formula(rt, steps) -> None:
 
 def run_model(rt, rm, clock, steps) -> None:
     model = ThrottleModel()
-    for perf, d, used_pct in steps:
+    for perf, d, budget, spent in steps:
         if perf != rm.perf_control:
             rm.parse_manage_info_from_json(json.dumps({"perfControl": perf}))
-        used = rm.get_estimated_idle_time() * used_pct // 100
-        rm.spend_idle_time(used)                 # used <= E: no overrun
-        model.est = max(model.est - used, 0)
+        if budget:
+            rm.set_estimated_idle_time(budget)
+            model.est = budget
+        left = rm.spend_idle_time(spent)
+        assert left == model.spend(spent) and rm.in_step_idle == model.in_step, (
+            f"spend_idle_time({spent}) left E = {left}, in-step idle {rm.in_step_idle}; "
+            f"expected {model.est}, {model.in_step} [RM-14]")
         expected = model.step(perf, d)
         before = len(clock.records)
         rm.run_action(rt.SessionRunActionOptions(sess_duration_us=d))
         sleeps = [r.duration_us for r in clock.records[before:]]
         # at perfControl 100 the model's state is the reset of RM-11, else RM-10's arithmetic
         assert sleeps == ([expected] if expected else []), (
-            f"step perf={perf} d={d} (executor used {used} µs of idle) slept {sleeps}, "
+            f"step perf={perf} d={d} after {spent} µs of in-step idle slept {sleeps}, "
             f"expected [{expected}] [{'RM-11' if perf == 100 else 'RM-10'}]")
-        assert rm.get_estimated_idle_time() == model.est, \
-            f"E = {rm.get_estimated_idle_time()}, expected {model.est} " \
-            f"[{'RM-11' if perf == 100 else 'RM-10'}]"
+        assert (rm.get_estimated_idle_time(), rm.in_step_idle, rm.total_time_slot) == \
+            (model.est, 0, model.slot), (
+            f"after the step E = {rm.get_estimated_idle_time()}, in-step idle "
+            f"{rm.in_step_idle}, S = {rm.total_time_slot}; expected {model.est}, 0, "
+            f"{model.slot} [{'RM-11' if perf == 100 else 'RM-10'}]")
 
 
 @pytest.mark.clause("RM-10")
@@ -559,46 +567,33 @@ def test_in_step_idle_time_is_deducted(rt, control_env) -> None:
 def in_step_idle(rm) -> None:
     rm.parse_manage_info_from_json('{"perfControl": 50}')
     assert rm.do_sleep_or_suspend(1000) == 950, "[RM-10]"
-    rm.set_estimated_idle_time(350)             # the executor spent 600 µs of idle in-step
-    # consumed = 950 - 350 = 600; actual = 1600 - 600 = 1000; total = 2000; sleep = 350
+    rm.set_estimated_idle_time(950)             # a budget; the executor spends 600 µs of it
+    assert rm.spend_idle_time(600) == 350, "[RM-14]"
+    # consumed = 600; actual = 1600 - 600 = 1000; total = 2000; sleep = 2000 - 1600 - 50
     assert rm.do_sleep_or_suspend(1600) == 350, "in-step idle time not deducted [RM-10]"
-    rm.set_estimated_idle_time(0)               # all 350 µs spent in-step; d=300 < consumed
-    # consumed = 350; actual = 1; total = 2 <= 350 -> no sleep, E = S = 0
-    assert rm.do_sleep_or_suspend(300) == 0, "[RM-14]"
-    assert rm.get_estimated_idle_time() == 0, "[RM-14]"
+    assert rm.get_estimated_idle_time() == 350, \
+        f"E = {rm.get_estimated_idle_time()}: the throttle changed the idle budget [RM-10]"
+    rm.spend_idle_time(350)                     # 350 µs in-step; d = 300 < consumed
+    # consumed = 350; actual = 1; total = 2 <= 350 -> no sleep, S = 0
+    assert rm.do_sleep_or_suspend(300) == 0, "[RM-10]"
+    assert (rm.get_estimated_idle_time(), rm.total_time_slot) == (0, 0), "[RM-10]"
 
 
 @pytest.mark.clause("RM-10", "RM-14")
-@given(steps=st.lists(st.tuples(st.sampled_from([1, 2, 10, 33, 50, 75, 99, 100]),
-                                st.integers(0, 200_000), st.integers(0, 250)),
-                      min_size=1, max_size=12))
-def test_idle_spent_beyond_the_estimate_counts_as_idle(rt, steps) -> None:
-    """Each step: perf, duration, and the idle time the executor spent in it as a percentage
-    of E (above 100: its slots overslept, the excess is the idle overrun)."""
-    clock = VirtualClock(auto_advance=True)
-    with throttled(rt, clock) as rm:
-        model = ThrottleModel()
-        for perf, d, spent_pct in steps:
-            if perf != rm.perf_control:
-                rm.parse_manage_info_from_json(json.dumps({"perfControl": perf}))
-            spent = rm.get_estimated_idle_time() * spent_pct // 100 + (spent_pct > 100)
-            left = rm.spend_idle_time(spent)
-            model.overrun += max(spent - model.est, 0)
-            model.est = max(model.est - spent, 0)
-            assert left == model.est and rm.idle_overrun == model.overrun, (
-                f"spend_idle_time({spent}) left E = {left}, overrun {rm.idle_overrun}; "
-                f"expected {model.est}, {model.overrun} [RM-14]")
-            expected = model.step(perf, d)
-            before = len(clock.records)
-            rm.run_action(rt.SessionRunActionOptions(sess_duration_us=d))
-            sleeps = [r.duration_us for r in clock.records[before:]]
-            assert sleeps == ([expected] if expected else []), (
-                f"step perf={perf} d={d} after {spent} µs of idle spent slept {sleeps}, "
-                f"expected [{expected}] (consumed = S - E + overrun) "
-                f"[{'RM-11' if perf == 100 else 'RM-10'}]")
-            assert rm.get_estimated_idle_time() == model.est and rm.idle_overrun == 0, \
-                f"E = {rm.get_estimated_idle_time()}, overrun {rm.idle_overrun} after the " \
-                f"step, expected {model.est}, 0 [{'RM-11' if perf == 100 else 'RM-10'}]"
+def test_idle_spent_beyond_the_budget_counts_as_idle(rt, control_env) -> None:
+    """Slots that overslept their budget: all the idle they took is not compute."""
+    with throttled(rt, VirtualClock(auto_advance=True)) as rm:
+        rm.parse_manage_info_from_json('{"perfControl": 50}')
+        rm.set_estimated_idle_time(400)
+        assert rm.spend_idle_time(300) == 100 and rm.spend_idle_time(250) == 0, "[RM-14]"
+        assert rm.in_step_idle == 550, \
+            f"in-step idle {rm.in_step_idle} after 300 + 250 µs spent, expected 550 [RM-14]"
+        # consumed = 550 (not the 400 of the budget); actual = 1550 - 550 = 1000;
+        # total = 2000; sleep = 2000 - 1550 - 50 = 400
+        got = rm.do_sleep_or_suspend(1550)
+        assert got == 400, (f"sleep {got} after a 1550 µs step with 550 µs of in-step idle "
+                            f"(150 of it beyond the budget), expected 400 [RM-10]")
+        assert rm.in_step_idle == 0, "the step boundary did not reset the in-step idle [RM-10]"
 
 
 @pytest.mark.clause("RM-10", "RM-11")
@@ -627,9 +622,9 @@ def test_oversleep_shortens_the_next_sleep(rt, control_env) -> None:
         assert step(1950, None) == [] and rm.oversleep == 70, "[RM-10]"
         # consumed 0, total 2000: sleep 2000 - 1000 - 50 - 70 = 880, ending on time.
         got = step(1000, 0)
-        assert got == [880] and rm.get_estimated_idle_time() == 880 and rm.oversleep == 0, (
-            f"the sleep after a 70 µs oversleep was {got} (E = "
-            f"{rm.get_estimated_idle_time()}, oversleep {rm.oversleep}), expected [880] [RM-10]")
+        assert got == [880] and rm.total_time_slot == 880 and rm.oversleep == 0, (
+            f"the sleep after a 70 µs oversleep was {got} (S = "
+            f"{rm.total_time_slot}, oversleep {rm.oversleep}), expected [880] [RM-10]")
         # A sleep of 950 that lasts 5950 is remembered as at most its own length ...
         assert step(1000, 5000) == [950] and rm.oversleep == 950, \
             f"oversleep {rm.oversleep}, expected it capped at the sleep's 950 µs [RM-10]"
@@ -654,16 +649,19 @@ def test_return_to_100_resets_the_throttle(rt, control_env) -> None:
 def reset_at_100(rt, rm2, clock) -> None:
     rm2.parse_manage_info_from_json('{"perfControl": 20}')
     rm2.run_action(rt.SessionRunActionOptions(sess_duration_us=1000))
-    assert rm2.get_estimated_idle_time() == 3950, "[RM-11]"
+    assert rm2.total_time_slot == 3950, "[RM-10]"
+    rm2.set_estimated_idle_time(500)            # an idle budget, 200 µs of it spent
+    rm2.spend_idle_time(200)
     rm2.parse_manage_info_from_json('{"perfControl": 100}')
     before = len(clock.records)
     rm2.run_action(rt.SessionRunActionOptions(sess_duration_us=1000))
     assert len(clock.records) == before, "perfControl 100 slept [RM-11]"
-    assert rm2.get_estimated_idle_time() == 0, \
-        f"E = {rm2.get_estimated_idle_time()} after a step at perfControl 100, expected 0 [RM-11]"
+    state = (rm2.get_estimated_idle_time(), rm2.total_time_slot, rm2.in_step_idle)
+    assert state == (0, 0, 0), \
+        f"(E, S, X) = {state} after a step at perfControl 100, expected all 0 [RM-11]"
     rm2.parse_manage_info_from_json('{"perfControl": 50}')
     assert rm2.do_sleep_or_suspend(1000) == 950, \
-        "the time slot of the old throttle survived the reset [RM-11]"
+        "the in-step idle of the old throttle survived the reset [RM-11]"
 
 
 @pytest.mark.clause("RM-12")
@@ -768,17 +766,17 @@ def test_idle_time_bookkeeping(rt, managed) -> None:
 
 
 @pytest.mark.clause("RM-14")
-def test_spend_idle_time_keeps_the_overrun(rt, managed) -> None:
+def test_spend_idle_time_counts_all_of_it(rt, managed) -> None:
     rm, _ = managed
     rm.set_estimated_idle_time(1000)
-    assert rm.spend_idle_time(300) == 700 and rm.idle_overrun == 0, "[RM-14]"
-    assert rm.spend_idle_time(-5) == 700 and rm.idle_overrun == 0, \
+    assert rm.spend_idle_time(300) == 700 and rm.in_step_idle == 300, "[RM-14]"
+    assert rm.spend_idle_time(-5) == 700 and rm.in_step_idle == 300, \
         "spend_idle_time(-5) must count as 0 [RM-14]"
-    assert rm.spend_idle_time(1000) == 0 and rm.idle_overrun == 300, (
-        f"spend_idle_time(1000) with E = 700: E = {rm.get_estimated_idle_time()}, overrun "
-        f"{rm.idle_overrun}, expected 0 and 300 [RM-14]")
+    assert rm.spend_idle_time(1000) == 0 and rm.in_step_idle == 1300, (
+        f"spend_idle_time(1000) with E = 700: E = {rm.get_estimated_idle_time()}, in-step "
+        f"idle {rm.in_step_idle}, expected 0 and 1300 [RM-14]")
     rm.set_estimated_idle_time(10)
-    assert rm.spend_idle_time(25) == 0 and rm.idle_overrun == 315, "[RM-14]"
+    assert rm.spend_idle_time(25) == 0 and rm.in_step_idle == 1325, "[RM-14]"
     assert rm.oversleep == 0 and rm.total_time_slot == 0, "[RM-14]"
 
 
@@ -798,9 +796,10 @@ def test_spend_idle_time_is_atomic_under_threads(rt, managed) -> None:
         t.start()
     for t in threads:
         assert joined(t), "[RM-14]"
-    assert (rm.get_estimated_idle_time(), rm.idle_overrun) == (0, 2000), (
+    assert (rm.get_estimated_idle_time(), rm.in_step_idle) == (0, 10000), (
         f"10000 concurrent spend_idle_time(1) from E = 8000 left E = "
-        f"{rm.get_estimated_idle_time()}, overrun {rm.idle_overrun}; expected 0, 2000 [RM-14]")
+        f"{rm.get_estimated_idle_time()}, in-step idle {rm.in_step_idle}; expected 0, 10000 "
+        f"[RM-14]")
 
 
 @pytest.mark.clause("RM-15")

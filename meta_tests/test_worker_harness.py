@@ -3,8 +3,10 @@
 Runs the WORKER conformance module against each fake worker of ``meta_tests/workers`` as a
 black box (``--worker-cmd`` without ``--runtime``), all runs in parallel subprocesses, and
 checks that every run completes with a certification report giving each test the outcome
-the fake deserves. Also checks the black-box wiring with the reference worker and the
-NOT_SUPPORTED outcome when no worker command exists.
+the fake deserves, and that no process any fake started is left in the process table. Also
+checks the black-box wiring with the reference worker and the NOT_SUPPORTED outcome when no
+worker command exists. ``test_worker_harness_attacks.py`` measures the same attacks on the
+harness in this process.
 """
 
 from __future__ import annotations
@@ -12,9 +14,12 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import time
+import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,6 +49,21 @@ EXPECTED: dict[str, tuple[str, dict[str, str], str]] = {
     "crash_on_config": ("CRASH", {HELLO: "PASS", MAX_STEPS: "PASS", STDIN: "PASS",
                                   STATS: "FAIL"}, ""),
 }
+SUBSET = f"{HELLO} or {MAX_STEPS} or {STDIN}"
+
+#: Fakes that attack the harness itself: run name -> (fake, its arguments, -k selection or
+#: None, outcome of every test, text every non-PASS message has).
+HARNESS_ATTACKS: dict[str, tuple[str, list[str], str | None, str, str]] = {
+    "setsid_child_holds_stdout": ("setsid_child_holds_stdout", [], SUBSET, "PASS", ""),
+    "setsid_orphans": ("setsid_orphans", [], SUBSET, "PASS", ""),
+    "flood": ("flood", ["64"], None, "FAIL", "longer than"),
+    "float_step": ("odd_numbers", ["float_step"], None, "FAIL", "not of type 'integer'"),
+    "memory_limit_1e30": ("odd_numbers", ["memory_limit_1e30"], None, "FAIL",
+                          "not of type 'integer'"),
+    "stderr_flood": ("stderr_flood", ["16"], SUBSET, "CRASH", "exit status 3"),
+}
+#: Put in the command line of every process a fake starts (``FAKE_WORKER_TAG``).
+TAG = f"antman-fake-descendant-{uuid.uuid4().hex}"
 
 
 @dataclass
@@ -95,7 +115,7 @@ def _finish(run: Run, deadline: float) -> None:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Run]:
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Run]]:
     """Every conformance run of this module, started together, finished."""
     base = tmp_path_factory.mktemp("worker-runs")
     out: dict[str, Run] = {}
@@ -103,7 +123,13 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Run]:
         cmd = shlex.join([sys.executable, str(WORKERS / f"{fake}.py")])
         out[fake] = Run(fake, [MODULE, "--worker-cmd", cmd,
                                "--worker-timeout", str(WORKER_TIMEOUT_S)], base / fake)
-        _start(out[fake], clean_env())
+        _start(out[fake], clean_env(FAKE_WORKER_TAG=TAG))
+    for name, (fake, args, selection, _, _) in HARNESS_ATTACKS.items():
+        cmd = shlex.join([sys.executable, str(WORKERS / f"{fake}.py"), *args])
+        out[name] = Run(name, [MODULE, "--worker-cmd", cmd, "--worker-timeout",
+                               str(WORKER_TIMEOUT_S),
+                               *(["-k", selection] if selection else [])], base / name)
+        _start(out[name], clean_env(FAKE_WORKER_TAG=TAG))
     reference = shlex.join(["env", "OPENBLAS_NUM_THREADS=1", sys.executable, "-m",
                             "reference_runtime.worker"])
     out["reference"] = Run("reference", [MODULE, "--worker-cmd", reference, "-k",
@@ -113,9 +139,35 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Run]:
     out["no_command"] = Run("no_command", [MODULE], base / "no_command")
     _start(out["no_command"], clean_env(ANTMAN_RUNTIME="conformance.blackbox"))
     deadline = time.monotonic() + RUN_TIMEOUT_S
-    for run in out.values():
-        _finish(run, deadline)
-    return out
+    try:
+        for run in out.values():
+            _finish(run, deadline)
+        yield out
+    finally:
+        for pid in _tagged_processes(TAG):        # leave the machine clean whatever failed
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+
+@pytest.fixture(scope="module")
+def survivors(runs: dict[str, Run]) -> list[int]:
+    """Processes started by the fakes that are still alive once every run has completed."""
+    return _tagged_processes(TAG)
+
+
+def _tagged_processes(tag: str) -> list[int]:
+    found = []
+    for name in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/cmdline", "rb") as f:
+                    if tag.encode() in f.read():
+                        found.append(int(name))
+            except OSError:
+                continue
+    return found
 
 
 @pytest.mark.parametrize("fake", sorted(EXPECTED))
@@ -132,6 +184,27 @@ def test_fake_worker_outcomes(runs: dict[str, Run], fake: str) -> None:
         if outcome != "PASS":
             assert text in message, f"{fake}: {name} message lacks {text!r}: {message[:500]}"
     assert run.returncode == 1, f"{fake}: pytest exit status {run.returncode}"
+
+
+@pytest.mark.parametrize("name", sorted(HARNESS_ATTACKS))
+def test_harness_attack_outcomes(runs: dict[str, Run], name: str) -> None:
+    run = runs[name]
+    _, _, selection, default, text = HARNESS_ATTACKS[name]
+    got = run.outcomes()
+    assert len(got) >= (3 if selection else 11), \
+        f"{name}: only {sorted(got)} reported:\n{run.output[-2000:]}"
+    wrong = {test: outcome for test, (outcome, _) in got.items() if outcome != default}
+    assert not wrong, f"{name}: unexpected outcomes {wrong} (expected {default})\n" \
+                      f"{run.output[-3000:]}"
+    for test, (outcome, message) in got.items():
+        if outcome != "PASS":
+            assert text in message, f"{name}: {test} message lacks {text!r}: {message[:500]}"
+            assert len(message) < 20_000, f"{name}: {test} message is {len(message)} long"
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs /proc to read the process table")
+def test_no_process_of_any_fake_survives(survivors: list[int]) -> None:
+    assert survivors == [], f"processes started by fake workers outlived their runs: {survivors}"
 
 
 def test_black_box_identity_and_target_come_from_the_hello_record(runs: dict[str, Run]) -> None:

@@ -15,6 +15,8 @@ from typing import Protocol, runtime_checkable
 
 __all__ = ["Clock", "RealClock", "REAL_CLOCK"]
 
+_LONGEST_WAIT_S = min(threading.TIMEOUT_MAX, 86_400.0 * 365)   # one wait of a longer one
+
 
 @runtime_checkable
 class Clock(Protocol):
@@ -45,7 +47,13 @@ class Clock(Protocol):
 
 
 class RealClock:
-    """The process's real clocks: ``time.monotonic_ns`` and ``time.time``."""
+    """The process's real clocks: ``time.monotonic_ns`` and ``time.time``.
+
+    Waits of any length are accepted: ``threading`` and ``time.sleep`` refuse timeouts above
+    ``threading.TIMEOUT_MAX`` (about 292 years) with ``OverflowError``, so a longer wait is
+    made of waits of at most that length (a poll interval of 1e10 s is a valid, if useless,
+    setting and must not kill the thread that waits).
+    """
 
     def now_us(self) -> int:
         return time.monotonic_ns() // 1000
@@ -56,15 +64,23 @@ class RealClock:
     def wait(self, event: threading.Event, timeout_us: int) -> bool:
         if timeout_us <= 0:
             return event.is_set()
-        return event.wait(timeout_us / 1e6)
+        deadline_ns = time.monotonic_ns() + int(timeout_us) * 1000
+        while True:
+            left_s = (deadline_ns - time.monotonic_ns()) / 1e9
+            if left_s <= 0:
+                return event.is_set()
+            if event.wait(min(left_s, _LONGEST_WAIT_S)):
+                return True
 
     def sleep_us(self, duration_us: int, cancel: threading.Event | None = None) -> bool:
         if duration_us <= 0:
             return not (cancel is not None and cancel.is_set())
-        if cancel is None:
-            time.sleep(duration_us / 1e6)
-            return True
-        return not cancel.wait(duration_us / 1e6)
+        if cancel is not None:
+            return not self.wait(cancel, duration_us)
+        deadline_ns = time.monotonic_ns() + int(duration_us) * 1000
+        while (left_s := (deadline_ns - time.monotonic_ns()) / 1e9) > 0:
+            time.sleep(min(left_s, _LONGEST_WAIT_S))
+        return True
 
     def __repr__(self) -> str:
         return "RealClock()"

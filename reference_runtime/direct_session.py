@@ -188,6 +188,13 @@ class DirectSession:
             values = eak.impl.run(feeds=feeds, runner=self._runner, resources=self._resources,
                                   clock=self._clock, resource_management=rm, step_id=step_id,
                                   key=eak.graph_id, on_start=on_start)
+        except BaseException as exc:
+            # Left while the step runs (a KeyboardInterrupt in the wait, SESS-9): the step is
+            # cancelled as close() cancels it, so that nothing of it outlives the call.
+            if started and not started[0].done:
+                started[0].cancel(CancelledError(
+                    f"the run was interrupted ({type(exc).__name__})"))
+            raise
         finally:
             if started:
                 with self._lock:

@@ -20,6 +20,7 @@ from typing import Any
 __all__ = [
     "ENV_DEFAULT",
     "path_from_env",
+    "checked_path",
     "INT64_MAX",
     "INT64_MIN",
     "read_bool_from_env_var",
@@ -126,7 +127,25 @@ ENV_DEFAULT: Any = _FromEnvironment()
 
 
 def path_from_env(value: str | os.PathLike | None, env_var: str) -> str:
-    """A file-path argument: ``ENV_DEFAULT`` reads ``$env_var``; None or "" is no file."""
+    """A file-path argument: ``ENV_DEFAULT`` reads ``$env_var``; None or "" is no file.
+
+    A path that cannot name a file raises ``ValueError`` here, where it enters the runtime
+    (``checked_path``), instead of failing every later use of it.
+    """
     if value is ENV_DEFAULT:
         value = os.environ.get(env_var, "")
-    return os.fspath(value) if value else ""
+    return checked_path(value, f"the {env_var} path") if value else ""
+
+
+def checked_path(value: str | os.PathLike, what: str) -> str:
+    """``os.fspath(value)``; ``ValueError`` when it cannot name a file: a NUL character, or
+    a character the file-system encoding cannot encode (SPEC.md API-8)."""
+    path = os.fspath(value)
+    try:
+        encoded = os.fsencode(path)
+    except UnicodeError as exc:
+        raise ValueError(f"{what} {path!r} cannot be encoded for the file system "
+                         f"({exc.reason})") from None
+    if b"\0" in encoded:
+        raise ValueError(f"{what} {path!r} contains a NUL character")
+    return path

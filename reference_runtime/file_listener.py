@@ -15,6 +15,12 @@ AntMan's ``file_listener.{h,cc}``, with its races and deadlocks removed:
   delivers its content to that handler before ``register_file_listener`` returns.
 - Missing paths, non-regular files, unreadable files, non-UTF-8 content and files larger
   than ``max_file_bytes`` are never delivered; each problem is logged once per episode.
+- Reading never blocks: the path is opened with ``O_NONBLOCK`` and its type and size are
+  checked on the opened descriptor, whose bytes are the ones delivered (a FIFO swapped in
+  after the stat, or a file whose read would wait, is a problem, not a hang).
+- ``close()`` and the last ``unregister_file_listener`` wait at most ``CLOSE_TIMEOUT_S``
+  (2 s) for the thread; a thread still in a handler or a read after that is reported and
+  left to end when that call returns, delivering nothing more.
 """
 
 from __future__ import annotations
@@ -24,13 +30,17 @@ import logging
 import os
 import stat as stat_module
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Callable
 
 from .clock import REAL_CLOCK, Clock
+from .env import checked_path
+from .log_text import quote
 
 __all__ = ["FileListener", "global_file_listener", "THREAD_NAME",
-           "DEFAULT_POLL_INTERVAL_S", "CONTENT_CHECK_INTERVAL_S", "DEFAULT_MAX_FILE_BYTES"]
+           "DEFAULT_POLL_INTERVAL_S", "CONTENT_CHECK_INTERVAL_S", "DEFAULT_MAX_FILE_BYTES",
+           "CLOSE_TIMEOUT_S"]
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +48,7 @@ THREAD_NAME = "antman-file-listener"
 DEFAULT_POLL_INTERVAL_S = 1.0        # kSleepIntervalInUs
 CONTENT_CHECK_INTERVAL_S = 5.0       # kFileContentCheckTimeoutInSec (strict >)
 DEFAULT_MAX_FILE_BYTES = 64 << 20
+CLOSE_TIMEOUT_S = 2.0                # close() and the last unregister wait at most this (FL-12)
 
 Callback = Callable[[str], object]
 
@@ -57,6 +68,23 @@ class _Watch:
 
 def _signature(st: os.stat_result) -> tuple[int, int, int, int]:
     return (st.st_mtime_ns, st.st_size, st.st_ino, st.st_ctime_ns)
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat_module.S_ISDIR, "a directory"), (stat_module.S_ISFIFO, "a FIFO"),
+                       (stat_module.S_ISCHR, "a character device"),
+                       (stat_module.S_ISBLK, "a block device"),
+                       (stat_module.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return f"file type {stat_module.S_IFMT(mode):#o}"
+
+
+# Opening never blocks (a FIFO or a device swapped in after the check), never makes a
+# terminal the controlling one, and the descriptor is not inherited by child processes.
+_OPEN_FLAGS = (os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
+               | getattr(os, "O_CLOEXEC", 0))
+_READ_CHUNK = 1 << 20
 
 
 class FileListener:
@@ -84,6 +112,8 @@ class FileListener:
         self._thread: threading.Thread | None = None
         self._stop: threading.Event | None = None
         self._stopped: list[threading.Thread] = []     # stopped threads not joined yet
+        self._given_up: set[threading.Thread] = set()  # not ended within CLOSE_TIMEOUT_S
+        self._activity: dict[threading.Thread, str] = {}   # what each monitor thread does
 
     # -- public API ------------------------------------------------------------------
     @property
@@ -96,7 +126,7 @@ class FileListener:
         if not callable(callback):
             raise TypeError(f"register_file_listener({path!r}, {handler_name!r}): "
                             f"callback is not callable")
-        path = os.fspath(path)
+        path = checked_path(path, "register_file_listener: the path")
         with self._lock:
             watch = self._watches.get(path)
             created = watch is None
@@ -105,7 +135,7 @@ class FileListener:
                 self._watches[path] = watch
             watch.handlers.append((handler_name, callback))
             self._start_locked()
-        log.info("registered file listener %r on %s", handler_name, path)
+        log.info("registered file listener %s on %s", quote(handler_name), quote(path, 4096))
         if created:
             with watch.scan_lock:
                 content = self._read_if_changed(watch, force=True)
@@ -118,16 +148,16 @@ class FileListener:
         with self._lock:
             watch = self._watches.get(path)
             if watch is None:
-                log.debug("unregister_file_listener(%s, %r): path not watched",
-                          path, handler_name)
+                log.debug("unregister_file_listener(%s, %s): path not watched",
+                          quote(path, 4096), quote(handler_name))
                 return
             for i, (name, _) in enumerate(watch.handlers):
                 if name == handler_name:
                     del watch.handlers[i]
                     break
             else:
-                log.debug("unregister_file_listener(%s, %r): no such handler", path,
-                          handler_name)
+                log.debug("unregister_file_listener(%s, %s): no such handler",
+                          quote(path, 4096), quote(handler_name))
                 return
             if not watch.handlers:
                 del self._watches[path]
@@ -178,16 +208,43 @@ class FileListener:
         self._thread, self._stop = None, None
 
     def _join_stopped(self) -> None:
-        """Join stopped monitor threads, never the calling thread itself."""
+        """Join stopped monitor threads, never the calling thread itself, waiting at most
+        ``CLOSE_TIMEOUT_S`` in all (FL-12): a thread that does not end by then (a handler
+        that does not return, a read the system does not end) is reported once and left to
+        end when that call returns; it delivers nothing more."""
         me = threading.current_thread()
+        deadline = time.monotonic() + CLOSE_TIMEOUT_S
         with self._lock:
-            pending = [t for t in self._stopped if t is not me]
+            pending = [t for t in self._stopped if t is not me and t not in self._given_up]
         for t in pending:
-            t.join()
+            t.join(max(0.0, deadline - time.monotonic()))
+            if t.is_alive():
+                with self._lock:
+                    self._given_up.add(t)
+                    doing = self._activity.get(t, "scanning")
+                log.error("file listener: the monitor thread did not end within %g s of "
+                          "close (it is %s); it ends when that call returns and delivers "
+                          "nothing more", CLOSE_TIMEOUT_S, doing)
         with self._lock:
             self._stopped = [t for t in self._stopped if t.is_alive()]
+            self._given_up = {t for t in self._given_up if t.is_alive()}
+
+    def _doing(self, what: str | None) -> None:
+        """Record what the calling monitor thread is doing (named if close() gives up)."""
+        me = threading.current_thread()
+        with self._lock:
+            if what is None:
+                self._activity.pop(me, None)
+            else:
+                self._activity[me] = what
 
     def _monitor(self, stop: threading.Event) -> None:
+        try:
+            self._poll(stop)
+        finally:
+            self._doing(None)
+
+    def _poll(self, stop: threading.Event) -> None:
         while not self._clock.wait(stop, self.poll_interval_us):
             with self._lock:
                 watches = [self._watches[p] for p in sorted(self._watches)]
@@ -198,11 +255,12 @@ class FileListener:
                 if not watch.scan_lock.acquire(blocking=False):
                     continue
                 try:
-                    content = self._read_if_changed(watch, force=False)
+                    self._doing(f"reading {quote(watch.path, 4096)}")
+                    content = self._read_if_changed(watch, force=False, stop=stop)
                     if content is not None and not stop.is_set():
-                        self._deliver(watch, content)
+                        self._deliver(watch, content, stop)
                 except Exception:  # pragma: no cover - defensive: keep the thread alive
-                    log.exception("file listener: scanning %s failed", watch.path)
+                    log.exception("file listener: scanning %s failed", quote(watch.path, 4096))
                 finally:
                     watch.scan_lock.release()
 
@@ -210,12 +268,17 @@ class FileListener:
     def _problem(self, watch: _Watch, reason: str) -> None:
         if watch.problem != reason:
             watch.problem = reason
-            log.warning("file listener: %s: %s; not delivered", watch.path, reason)
+            log.warning("file listener: %s: %s; not delivered", quote(watch.path, 4096), reason)
 
-    def _read_if_changed(self, watch: _Watch, *, force: bool) -> str | None:
+    def _read_if_changed(self, watch: _Watch, *, force: bool,
+                         stop: threading.Event | None = None) -> str | None:
         """The new content of ``watch`` when it changed since the last delivery, else None.
 
-        Called with ``watch.scan_lock`` held.
+        Called with ``watch.scan_lock`` held. The path is checked with ``stat`` (a path
+        that is not a regular file is never opened), then opened without blocking
+        (``O_NONBLOCK``: a FIFO or device swapped in since the check, or a file whose read
+        would wait, cannot stop the thread) and checked again on the opened descriptor,
+        whose bytes are the ones read, hashed and delivered (FL-13).
         """
         try:
             st = os.stat(watch.path)
@@ -227,28 +290,42 @@ class FileListener:
             self._problem(watch, f"cannot stat ({exc.strerror or exc})")
             return None
         if not stat_module.S_ISREG(st.st_mode):
-            self._problem(watch, "not a regular file")
+            self._problem(watch, f"not a regular file ({_kind(st.st_mode)})")
             watch.signature = None
             return None
         now = self._clock.now_us()
-        sig = _signature(st)
-        if not force and sig == watch.signature \
+        if not force and _signature(st) == watch.signature \
                 and now - watch.last_read_us <= self.content_check_interval_us:
             return None
-        if st.st_size > self.max_file_bytes:
-            watch.signature, watch.last_read_us = sig, now
-            self._problem(watch, f"{st.st_size} bytes exceeds the limit of "
-                                 f"{self.max_file_bytes} bytes")
-            return None
         try:
-            with open(watch.path, "rb") as f:
-                data = f.read(self.max_file_bytes + 1)
+            fd = os.open(watch.path, _OPEN_FLAGS)
         except FileNotFoundError:
             watch.signature = None
             return None
         except OSError as exc:
             watch.signature = None
+            self._problem(watch, f"cannot open ({exc.strerror or exc})")
+            return None
+        try:
+            st = os.fstat(fd)
+            if not stat_module.S_ISREG(st.st_mode):
+                watch.signature = None
+                self._problem(watch, f"not a regular file ({_kind(st.st_mode)})")
+                return None
+            sig = _signature(st)
+            if st.st_size > self.max_file_bytes:
+                watch.signature, watch.last_read_us = sig, now
+                self._problem(watch, f"{st.st_size} bytes exceeds the limit of "
+                                     f"{self.max_file_bytes} bytes")
+                return None
+            data = self._read_descriptor(fd, stop)
+        except OSError as exc:
+            watch.signature = None
             self._problem(watch, f"cannot read ({exc.strerror or exc})")
+            return None
+        finally:
+            os.close(fd)
+        if data is None:                 # stopped while reading
             return None
         watch.signature, watch.last_read_us = sig, now
         if len(data) > self.max_file_bytes:
@@ -268,17 +345,39 @@ class FileListener:
         watch.problem = None
         return content
 
-    def _deliver(self, watch: _Watch, content: str) -> None:
-        """Call the handlers of ``watch`` in registration order, without ``self._lock``."""
+    def _read_descriptor(self, fd: int, stop: threading.Event | None) -> bytes | None:
+        """At most ``max_file_bytes + 1`` bytes of ``fd``, in chunks; None when ``stop`` was
+        set between two chunks (a close() does not wait for the rest of a large file)."""
+        chunks: list[bytes] = []
+        left = self.max_file_bytes + 1
+        while left > 0:
+            if stop is not None and stop.is_set():
+                return None
+            chunk = os.read(fd, min(left, _READ_CHUNK))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+
+    def _deliver(self, watch: _Watch, content: str,
+                 stop: threading.Event | None = None) -> None:
+        """Call the handlers of ``watch`` in registration order, without ``self._lock``;
+        none after the thread was asked to stop."""
         with self._lock:
             if self._watches.get(watch.path) is not watch:
                 return
             handlers = list(watch.handlers)
         for name, callback in handlers:
+            if stop is not None:
+                if stop.is_set():
+                    return
+                self._doing(f"running the handler {quote(name)} of {quote(watch.path, 4096)}")
             try:
                 callback(content)
             except Exception:
-                log.exception("file listener: handler %r of %s raised", name, watch.path)
+                log.exception("file listener: handler %s of %s raised", quote(name),
+                              quote(watch.path, 4096))
 
     def __repr__(self) -> str:
         return (f"FileListener(paths={self.watched_paths()}, "

@@ -125,4 +125,4 @@ class GpuOpManager:
         start = self._clock.now_us()
         self._clock.sleep_us(slot, self._cancel)
         spent = max(0, int(self._clock.now_us()) - start)
-        self._rm.spend_idle_time(spent)          # deducted from E, overrun kept (RM-14)
+        self._rm.spend_idle_time(spent)          # deducted from E, counted as idle (RM-14)

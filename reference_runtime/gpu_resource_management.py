@@ -11,11 +11,19 @@ AntMan's ``gpu_resource_management.{h,cc}``, a POST_SESSION_RUN action at phase 
   later boundary until reached or superseded.
 - ``perfControl`` (percent, 0..100) throttles: after each step the calling thread sleeps so
   that the step period is about ``compute * 100 / perf``; 0 suspends the step until a
-  non-zero value arrives or the action is closed. The idle time a step spent is what the
-  GpuOpManager measured (``spend_idle_time``), and a sleep's oversleep, measured on the
-  clock, shortens the next sleep, so that the period holds on a real clock too.
+  non-zero value arrives or the action is closed. The whole idle time of a period is slept
+  after the step (AntMan also hands half of it to the next step's GpuOpManager as idle slots
+  between GPU ops, which costs the job its host/GPU overlap: D-RM-12); idle time the executor
+  spent inside a step (an idle budget given through ``set_estimated_idle_time``, spent by the
+  GpuOpManager through ``spend_idle_time``) is not compute, and a sleep's oversleep, measured
+  on the clock, shortens the next sleep, so that the period holds on a real clock too.
 
-Every malformed input keeps the last good state and logs one line naming the file.
+Every malformed input keeps the last good state and logs one line naming the file. The
+document is read by ``bounded_json`` (at most 100 000 values, nothing kept beyond 64 levels,
+numbers read exactly from their literal), so a hostile file costs no more than one at the
+bounds; a bus
+id that names no GPU is forgotten at the step boundary that finds it and logged once while
+remembered; text from the file is quoted in log lines (``log_text.quote``).
 """
 
 from __future__ import annotations
@@ -23,20 +31,25 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import threading
-from decimal import Decimal
 from typing import Any
 
+from .bounded_json import DEFAULT_MAX_DEPTH, DEFAULT_MAX_VALUES, JSONNumber, JSONTooDeep
+from .bounded_json import loads as bounded_loads
 from .clock import REAL_CLOCK, Clock
 from .env import ENV_DEFAULT, path_from_env
 from .file_listener import FileListener, global_file_listener
-from .gpu_usage_adjustment import AdjustOutcome, GPUUsageAdjustment, UINT64_MAX
+from .log_text import quote
+from .gpu_usage_adjustment import (AdjustOutcome, GPUUsageAdjustment, UINT64_MAX,
+                                   gpu_bfc_allocators)
 from .session_run_action_registry import (Grouping, SessionRunAction,
                                                            SessionRunActionOptions,
                                                            SessionRunActionRegistry)
 
 __all__ = ["GPUResourceManagement", "CONFIG_FILE_ENV_VAR", "FILE_LISTENER_NAME", "FIXED_COST_US",
-           "SUSPEND_RECHECK_US", "PHASE", "ENV_DEFAULT"]
+           "SUSPEND_RECHECK_US", "PHASE", "ENV_DEFAULT", "MAX_CONFIG_DEPTH", "MAX_CONFIG_VALUES",
+           "MAX_BUS_IDS", "MAX_UNKNOWN_REMEMBERED"]
 
 log = logging.getLogger(__name__)
 
@@ -45,43 +58,98 @@ FILE_LISTENER_NAME = "GPUResourceManage"
 FIXED_COST_US = 50                  # fixed_cost in DoSleepOrSuspend
 SUSPEND_RECHECK_US = 100_000        # a suspended step re-checks its session this often
 PHASE = 2                           # POST_SESSION_RUN phase
+MAX_CONFIG_DEPTH = DEFAULT_MAX_DEPTH     # nesting levels kept of a config document (RM-19)
+MAX_CONFIG_VALUES = DEFAULT_MAX_VALUES   # values of a config document (RM-19)
+MAX_BUS_IDS = 256                   # bus ids with a limit held at once (RM-20)
+MAX_UNKNOWN_REMEMBERED = 256        # unknown bus ids remembered, each logged once (RM-20)
+MAX_REASONS_LOGGED = 16             # reasons quoted in one warning (RM-5)
 
 
 class _Reject(Exception):
     """A config value that is not accepted; the message is the reason."""
 
 
-def _json_path(*parts: str) -> str:
-    out = ""
-    for p in parts:
-        out += f"[{json.dumps(p)}]" if out else p
-    return out
+def _json_path(*keys: str) -> str:
+    return "gpuConfigInfo" + "".join(f"[{quote(k)}]" for k in keys)
+
+
+def _describe(value: Any) -> str:
+    """A JSON value in a few characters: never the whole of a large value."""
+    if isinstance(value, str):
+        return f"a string ({quote(value)})"
+    if isinstance(value, bool):
+        return f"a boolean ({str(value).lower()})"
+    if isinstance(value, list):
+        return f"an array of {len(value)} elements"
+    if isinstance(value, dict):
+        return f"an object of {len(value)} members"
+    if value is None:
+        return "null"
+    if isinstance(value, JSONTooDeep):
+        return f"a value nested deeper than {MAX_CONFIG_DEPTH} levels"
+    return str(value)
+
+
+# sign, integer part, fraction, exponent of a JSON number literal
+_NUMBER_PARTS = re.compile(r"(-?)(0|[1-9][0-9]*)(?:\.([0-9]+))?(?:[eE]([-+]?[0-9]+))?")
+_HUGE_EXPONENT = 10 ** 19      # stands for an exponent literal of more than 18 digits
 
 
 def _uint(value: Any, what: str, upper: int) -> int:
-    """A JSON number that is a non-negative integer <= ``upper`` (jsoncpp ``isUInt64``)."""
-    if isinstance(value, bool) or not isinstance(value, (int, Decimal)):
-        kind = {str: "a string", bool: "a boolean", list: "an array", dict: "an object"}.get(
-            type(value), type(value).__name__)
-        raise _Reject(f"{what} is {kind} ({json.dumps(value, default=str)[:40]}), "
-                      f"expected a non-negative integer")
-    if isinstance(value, Decimal):
-        if not value.is_finite() or value != value.to_integral_value():
-            raise _Reject(f"{what} is {value}, not an integer")
-    if value < 0:
-        raise _Reject(f"{what} is {_short(value)}, negative")
-    if value > upper:
-        raise _Reject(f"{what} is {_short(value)}, above the maximum {upper}")
-    return int(value)
+    """A JSON number whose exact decimal value is an integer in [0, ``upper``] (RM-4).
+
+    Read from the literal, in time proportional to its length: no conversion of a long
+    literal, whatever its exponent (``1e400``, ``1e-99999999999999999999``, 5000 digits).
+    """
+    if not isinstance(value, JSONNumber):
+        raise _Reject(f"{what} is {_describe(value)}, expected a non-negative integer")
+    m = _NUMBER_PARTS.fullmatch(value.text)
+    if m is None:                                   # not a JSON literal: not from loads()
+        raise _Reject(f"{what} is {value}, not a JSON number")
+    sign, whole, fraction, exponent = m.group(1), m.group(2), m.group(3) or "", m.group(4)
+    digits = (whole + fraction).lstrip("0")
+    if not digits:
+        return 0                                    # zero, whatever its sign or exponent
+    significant = digits.rstrip("0")
+    if exponent is None:
+        exp = 0
+    elif len(exponent.lstrip("+-").lstrip("0")) > 18:
+        exp = -_HUGE_EXPONENT if exponent.startswith("-") else _HUGE_EXPONENT
+    else:
+        exp = int(exponent)
+    # value = significant * 10 ** shift
+    shift = len(digits) - len(significant) + exp - len(fraction)
+    if shift < 0:
+        raise _Reject(f"{what} is {value}, not an integer")
+    if sign:
+        raise _Reject(f"{what} is {value}, negative")
+    if len(significant) + shift > len(str(upper)):
+        raise _Reject(f"{what} is {value}, above the maximum {upper}")
+    number = int(significant) * 10 ** shift
+    if number > upper:
+        raise _Reject(f"{what} is {value}, above the maximum {upper}")
+    return number
 
 
-def _short(value: Any) -> str:
-    text = str(value)
-    return text if len(text) <= 40 else f"{text[:20]}...({len(text)} digits)"
+class _Problems:
+    """The reasons a document was partly rejected: the first few, and how many in all."""
 
+    def __init__(self) -> None:
+        self.first: list[str] = []
+        self.count = 0
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
+    def add(self, reason: str) -> None:
+        self.count += 1
+        if len(self.first) < MAX_REASONS_LOGGED:
+            self.first.append(reason)
+
+    def __bool__(self) -> bool:
+        return self.count > 0
+
+    def __str__(self) -> str:
+        text = "; ".join(self.first)
+        more = self.count - len(self.first)
+        return text + (f"; and {more} more" if more else "")
 
 
 class GPUResourceManagement(SessionRunAction):
@@ -104,9 +172,10 @@ class GPUResourceManagement(SessionRunAction):
         self._pending: dict[str, int] = {}
         self._estimated_idle_us = 0
         self._total_time_slot_us = 0
-        self._idle_overrun_us = 0                # idle spent in-step beyond E (RM-14)
+        self._in_step_idle_us = 0                # idle the executor spent in the step (RM-14)
         self._oversleep_us = 0                   # the last throttle sleep's oversleep (RM-10)
         self._queued_op_num: dict[Any, int] = {}
+        self._unknown: dict[str, None] = {}      # bus ids found to name no GPU (RM-20)
         self._closed = threading.Event()
         self._suspended: set[threading.Event] = set()
         self._listener: FileListener | None = None
@@ -129,51 +198,60 @@ class GPUResourceManagement(SessionRunAction):
         """Apply a config document; True when every part of it was accepted.
 
         Invalid parts are ignored (their last good value stays) and reported in one log
-        line naming the file; an unparsable document or a non-object root changes nothing.
+        line naming the file; an unparsable document, one beyond the reader's value bound
+        (RM-19) or a non-object root changes nothing.
         """
-        source = self.config_file or "<config>"
-        problems: list[str] = []
+        source = quote(self.config_file or "<config>", 4096)
         try:
             if isinstance(content, (bytes, bytearray)):
                 content = bytes(content).decode("utf-8")
-            doc = json.loads(content, parse_float=Decimal, parse_int=Decimal,
-                             parse_constant=_reject_constant)
-        except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+            doc = bounded_loads(content, max_depth=MAX_CONFIG_DEPTH,
+                                max_values=MAX_CONFIG_VALUES)
+        except ValueError as exc:             # JSONDecodeError, JSONBoundsError, UnicodeError
             reason = "empty" if isinstance(content, str) and not content.strip() \
-                else f"unparsable JSON ({str(exc)[:120]})"
+                else f"unparsable JSON ({exc})" if isinstance(exc, json.JSONDecodeError) \
+                else f"not UTF-8 ({exc.reason})" if isinstance(exc, UnicodeDecodeError) \
+                else str(exc)
             log.warning("%s: config rejected: %s; keeping the last good state", source, reason)
             return False
         if not isinstance(doc, dict):
             log.warning("%s: config rejected: the root is %s, not an object; keeping the last "
-                        "good state", source, type(doc).__name__ if doc is not None else "null")
+                        "good state", source, _describe(doc))
             return False
+        problems = _Problems()
         limits = self._parse_memory(doc, problems)
         perf = self._parse_perf(doc, problems)
+        beyond = 0
         with self._manage_lock:
-            if limits:
-                self._limits.update(limits)
-                self._pending.update(limits)
+            for bus_id, limit in limits.items():
+                if bus_id not in self._limits and len(self._limits) >= MAX_BUS_IDS:
+                    beyond += 1
+                    continue
+                self._limits[bus_id] = limit
+                self._pending[bus_id] = limit
             if perf is not None and perf != self._perf:
                 self._set_perf_locked(perf)
+        if beyond:
+            problems.add(f"{beyond} gpuConfigInfo entries for bus ids beyond the "
+                         f"{MAX_BUS_IDS} held")
         if problems:
-            log.warning("%s: ignored %s; keeping the last good values", source,
-                        "; ".join(problems))
+            log.warning("%s: ignored %s; keeping the last good values", source, problems)
             return False
         return True
 
     @staticmethod
-    def _parse_memory(doc: dict, problems: list[str]) -> dict[str, int]:
+    def _parse_memory(doc: dict, problems: _Problems) -> dict[str, int]:
         info = doc.get("gpuConfigInfo")
         if info is None:
             return {}
         if not isinstance(info, dict):
-            problems.append(f"gpuConfigInfo: is {type(info).__name__}, not an object")
+            problems.add(f"gpuConfigInfo: is {_describe(info)}, not an object")
             return {}
         limits: dict[str, int] = {}
         for key, entry in info.items():
-            where = _json_path("gpuConfigInfo", key)
+            where = _json_path(key)
             if not isinstance(entry, dict):
-                problems.append(f"{where}: is {type(entry).__name__}, not an object")
+                problems.add(f"{where}: is {_describe(entry)}, not an object")
                 continue
             value = entry.get("maxDeviceMem")
             if value is None:
@@ -181,18 +259,18 @@ class GPUResourceManagement(SessionRunAction):
             try:
                 limits[key] = _uint(value, f"{where}.maxDeviceMem", UINT64_MAX)
             except _Reject as exc:
-                problems.append(str(exc))
+                problems.add(str(exc))
         return limits
 
     @staticmethod
-    def _parse_perf(doc: dict, problems: list[str]) -> int | None:
+    def _parse_perf(doc: dict, problems: _Problems) -> int | None:
         value = doc.get("perfControl")
         if value is None:
             return None
         try:
             return _uint(value, "perfControl", 100)
         except _Reject as exc:
-            problems.append(str(exc))
+            problems.add(str(exc))
             return None
 
     def _set_perf_locked(self, perf: int) -> None:
@@ -226,13 +304,41 @@ class GPUResourceManagement(SessionRunAction):
         with self._apply_lock:
             with self._manage_lock:
                 pending = sorted(self._pending.items())
+            gpus = gpu_bfc_allocators(device_mgr)
+            unknown: list[str] = []
             for bus_id, limit in pending:
+                if bus_id not in gpus:
+                    unknown.append(bus_id)
+                    continue
                 outcome = self._adjustment.adjust(bus_id, limit, device_mgr)
                 if outcome is AdjustOutcome.FELL_SHORT:
                     continue                          # retried at the next boundary
                 with self._manage_lock:
                     if self._pending.get(bus_id) == limit:   # not superseded meanwhile
                         del self._pending[bus_id]
+            if unknown:
+                self._forget_unknown(unknown)
+
+    def _forget_unknown(self, bus_ids: list[str]) -> None:
+        """Drop the limits of bus ids that name no GPU (RM-20): forgotten at once, logged in
+        one line the first time each is found while remembered."""
+        with self._manage_lock:
+            for bus_id in bus_ids:
+                self._pending.pop(bus_id, None)
+                self._limits.pop(bus_id, None)
+            new = [b for b in bus_ids if b not in self._unknown]
+            for bus_id in bus_ids:                    # most recently found last
+                self._unknown.pop(bus_id, None)
+                self._unknown[bus_id] = None
+            while len(self._unknown) > MAX_UNKNOWN_REMEMBERED:
+                del self._unknown[next(iter(self._unknown))]
+        if new:
+            named = ", ".join(quote(b) for b in new[:MAX_REASONS_LOGGED])
+            more = len(new) - MAX_REASONS_LOGGED
+            log.error("%s: no GPU has the bus id %s%s: %s dropped", quote(
+                self.config_file or "<config>", 4096), named,
+                f" (and {more} more)" if more > 0 else "",
+                "its limit is" if len(new) == 1 else "their limits are")
 
     def do_sleep_or_suspend(self, sess_duration_us: int) -> int:
         """AntMan ``DoSleepOrSuspend``; returns the sleep requested in µs (0 if none)."""
@@ -240,12 +346,12 @@ class GPUResourceManagement(SessionRunAction):
 
     def _sleep_or_suspend(self, sess_duration_us: int, perf: int, session: Any) -> int:
         if perf >= 100:
-            if self._total_time_slot_us or self._estimated_idle_us or self._idle_overrun_us \
+            if self._total_time_slot_us or self._estimated_idle_us or self._in_step_idle_us \
                     or self._oversleep_us:
                 with self._idle_lock:
                     self._total_time_slot_us = 0
                     self._estimated_idle_us = 0
-                    self._idle_overrun_us = 0
+                    self._in_step_idle_us = 0
                     self._oversleep_us = 0
             return 0
         if perf == 0:
@@ -253,12 +359,8 @@ class GPUResourceManagement(SessionRunAction):
             return 0
         d = max(0, int(sess_duration_us))
         with self._idle_lock:
-            est = self._estimated_idle_us
-            slot = self._total_time_slot_us
-            # The idle time the executor inserted in the step: what it deducted from E, plus
-            # what it spent beyond E (a real slot oversleeps).
-            consumed = (slot - est if slot > est else 0) + self._idle_overrun_us
-            self._idle_overrun_us = 0
+            consumed = self._in_step_idle_us      # idle the executor spent in the step
+            self._in_step_idle_us = 0
             actual_run = d - consumed if d > consumed else 1
             total_time = actual_run * 100 // perf
             if total_time > d + FIXED_COST_US:
@@ -267,8 +369,7 @@ class GPUResourceManagement(SessionRunAction):
                 self._oversleep_us = 0
             else:
                 sleep_us = 0
-            self._estimated_idle_us = sleep_us
-            self._total_time_slot_us = sleep_us
+            self._total_time_slot_us = sleep_us   # all of it after the step (D-RM-12)
         if sleep_us:
             start = self._clock.now_us()
             if self._clock.sleep_us(sleep_us, self._closed):
@@ -313,22 +414,20 @@ class GPUResourceManagement(SessionRunAction):
             self._estimated_idle_us = max(0, int(us))
 
     def spend_idle_time(self, us: int) -> int:
-        """The executor spent ``us`` µs idle: deduct it from E (clamped at 0); what exceeds E
-        is the idle overrun, counted as idle by the next step's arithmetic. Returns E."""
+        """The executor spent ``us`` µs idle in the step: deduct it from E (clamped at 0) and
+        count all of it as the step's in-step idle, which RM-10 does not count as compute.
+        Returns E."""
         us = max(0, int(us))
         with self._idle_lock:
-            if us > self._estimated_idle_us:
-                self._idle_overrun_us += us - self._estimated_idle_us
-                self._estimated_idle_us = 0
-            else:
-                self._estimated_idle_us -= us
+            self._estimated_idle_us = max(self._estimated_idle_us - us, 0)
+            self._in_step_idle_us += us
             return self._estimated_idle_us
 
     @property
-    def idle_overrun(self) -> int:
-        """Idle time spent in-step beyond E since the last step boundary (µs)."""
+    def in_step_idle(self) -> int:
+        """Idle time the executor spent in the current step so far (µs, RM-14)."""
         with self._idle_lock:
-            return self._idle_overrun_us
+            return self._in_step_idle_us
 
     @property
     def oversleep(self) -> int:
@@ -348,6 +447,7 @@ class GPUResourceManagement(SessionRunAction):
 
     @property
     def total_time_slot(self) -> int:
+        """The idle time of the last throttled period, slept after its step (µs, RM-10)."""
         with self._idle_lock:
             return self._total_time_slot_us
 

@@ -6,14 +6,20 @@ duration in a per-graph window and, on the first run, at most every 10 s, or on 
 change (x10 against the oldest entry of the window), re-checks the averaged durations and
 the VMem allocators' figures; when something moved it rewrites the file, atomically.
 The file's layout is the original's; its JSON Schema is ``schemas/gpu_status.schema.json``.
+A symlink at the path is followed; anything else that is not a regular file is never
+replaced. Temporary files are held under ``flock`` while written, and the first dump of an
+instance removes those of writers that died mid-write.
 """
 
 from __future__ import annotations
 
 import collections
+import errno
+import fcntl
 import json
 import logging
 import os
+import stat as stat_module
 import tempfile
 import threading
 from dataclasses import dataclass
@@ -23,6 +29,7 @@ from typing import Any
 from .clock import REAL_CLOCK, Clock
 from .device import get_pci_bus_id
 from .env import ENV_DEFAULT, path_from_env
+from .log_text import quote
 from .session_run_action_registry import (SessionRunAction,
                                                            SessionRunActionOptions)
 
@@ -122,6 +129,7 @@ class GPUStatistics(SessionRunAction):
         self._statuses: list[AllocatorStatus] = []
         self._last_write: int | None = None
         self._last_error: str | None = None
+        self._swept = False                  # stale temporaries removed (first dump)
         self.dumps = 0
 
     # -- the action --------------------------------------------------------------------
@@ -220,32 +228,29 @@ class GPUStatistics(SessionRunAction):
                 "miniBatchDuration": max_duration}
 
     def dump_gpu_statistics(self) -> bool:
-        """Replace the status file atomically (temp file, fsync, rename); False on error."""
+        """Replace the status file atomically (temp file, fsync, rename); False on error.
+
+        A symlink at the path is followed and its target replaced; anything at the
+        (resolved) path that is not a regular file is left alone (STAT-9). The first dump
+        of an instance removes temporary files left by writers that died (STAT-10).
+        """
         text = json.dumps(self.statistics(), indent="\t", sort_keys=True) + "\n"
-        path = Path(self.status_file)
-        tmp_name = None
         try:
-            fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp",
-                                            dir=path.parent if str(path.parent) else ".")
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(text)
-                f.flush()
-                os.fsync(f.fileno())
-            os.chmod(tmp_name, 0o644)
-            os.replace(tmp_name, path)
-            tmp_name = None
+            target = _destination(self.status_file)
+            if not self._swept:
+                self._swept = True
+                removed = _remove_stale_temporaries(target)
+                if removed:
+                    log.info("%s: removed %d temporary file(s) left by a writer that died",
+                             quote(self.status_file, 4096), removed)
+            _replace_atomically(target, text.encode("utf-8"))
         except OSError as exc:
             reason = f"{type(exc).__name__}: {exc.strerror or exc}"
             if reason != self._last_error:
-                log.error("%s: cannot write the statistics file (%s)", self.status_file, reason)
+                log.error("%s: cannot write the statistics file (%s)",
+                          quote(self.status_file, 4096), reason)
             self._last_error = reason
             return False
-        finally:
-            if tmp_name is not None:
-                try:
-                    os.unlink(tmp_name)
-                except OSError:
-                    pass
         self._last_error = None
         self.dumps += 1
         return True
@@ -253,3 +258,101 @@ class GPUStatistics(SessionRunAction):
     @property
     def last_write(self) -> int | None:
         return self._last_write
+
+
+# -- the status file on disk (STAT-8, STAT-9, STAT-10) --------------------------------------
+_TEMP_SUFFIX = ".tmp"
+_ATTEMPTS = 3          # a temporary removed by another instance's sweep is made again
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat_module.S_ISDIR, "a directory"), (stat_module.S_ISFIFO, "a FIFO"),
+                       (stat_module.S_ISCHR, "a character device"),
+                       (stat_module.S_ISBLK, "a block device"),
+                       (stat_module.S_ISSOCK, "a socket"),
+                       (stat_module.S_ISLNK, "a symlink that does not resolve")):
+        if test(mode):
+            return name
+    return f"a file of type {stat_module.S_IFMT(mode):#o}"
+
+
+def _destination(status_file: str) -> str:
+    """The file a dump replaces: the path with its symlinks resolved, when that is a
+    regular file or does not exist. Anything else raises ``OSError`` (not replaced)."""
+    target = os.path.realpath(status_file)
+    try:
+        st = os.lstat(target)
+    except FileNotFoundError:
+        return target
+    if not stat_module.S_ISREG(st.st_mode):
+        raise OSError(errno.EEXIST, f"{quote(target, 4096)} is {_kind(st.st_mode)}, not a "
+                                    f"regular file; it is left as it is")
+    return target
+
+
+def _temporary_prefix(target: str) -> tuple[str, str]:
+    directory, name = os.path.split(target)
+    return directory or ".", f".{name}."
+
+
+def _replace_atomically(target: str, data: bytes) -> None:
+    """Write ``data`` to a temporary file beside ``target`` holding an exclusive ``flock``
+    (which marks it as being written), fsync it and rename it over ``target``."""
+    directory, prefix = _temporary_prefix(target)
+    for _ in range(_ATTEMPTS):
+        fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=_TEMP_SUFFIX, dir=directory)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            if os.fstat(fd).st_nlink == 0:
+                continue              # removed as stale before the lock was taken: again
+            os.fchmod(fd, 0o644)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+            os.replace(tmp, target)
+            tmp = None
+            return
+        finally:
+            os.close(fd)              # releases the lock
+            if tmp is not None:
+                try:
+                    os.unlink(tmp)
+                except OSError:
+                    pass
+    raise OSError(errno.EAGAIN, f"the temporary file was removed {_ATTEMPTS} times while "
+                                f"being written")
+
+
+def _remove_stale_temporaries(target: str) -> int:
+    """Remove ``.<name>.*.tmp`` beside ``target`` that no writer holds locked (STAT-10)."""
+    directory, prefix = _temporary_prefix(target)
+    removed = 0
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return 0
+    for entry in entries:
+        if not (entry.name.startswith(prefix) and entry.name.endswith(_TEMP_SUFFIX)):
+            continue
+        try:
+            fd = os.open(entry.path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW
+                         | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0))
+        except OSError:
+            continue
+        try:
+            st = os.fstat(fd)
+            if not stat_module.S_ISREG(st.st_mode):
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                continue              # a live writer holds it
+            if os.lstat(entry.path).st_ino == st.st_ino:
+                os.unlink(entry.path)
+                removed += 1
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
+    return removed

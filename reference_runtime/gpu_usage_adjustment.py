@@ -17,8 +17,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from .device import get_pci_bus_id
+from .log_text import quote
 
-__all__ = ["GPUUsageAdjustment", "AdjustOutcome", "UINT64_MAX", "find_gpu_bfc_allocator"]
+__all__ = ["GPUUsageAdjustment", "AdjustOutcome", "UINT64_MAX", "find_gpu_bfc_allocator",
+           "gpu_bfc_allocators"]
 
 log = logging.getLogger(__name__)
 
@@ -39,22 +41,32 @@ class _UsageInfo:
     initial_mem_limit: int       # bytes_limit when first found
 
 
-def find_gpu_bfc_allocator(device_mgr: Any, pci_bus_id: str) -> Any:
-    """The BFC allocator of the GPU whose description carries ``pci_bus_id``, or None."""
+def gpu_bfc_allocators(device_mgr: Any) -> dict[str, Any]:
+    """Bus id -> the BFC allocator of the first GPU of ``device_mgr`` with that bus id
+    (the VMem allocator's device side, or the GPU's BFC itself)."""
     from .bfc_allocator import BFCAllocator
     from .gpu_vmem_allocator import GPUVMemAllocator
-    if device_mgr is None or not pci_bus_id:
-        return None
+    found: dict[str, Any] = {}
+    if device_mgr is None:
+        return found
     for device in device_mgr.list_devices():
         if str(device.device_type).upper() != "GPU":
             continue
-        if get_pci_bus_id(device.attributes.physical_device_desc) != pci_bus_id:
+        bus_id = get_pci_bus_id(device.attributes.physical_device_desc)
+        if not bus_id or bus_id in found:
             continue
         allocator = device.get_allocator()
         if isinstance(allocator, GPUVMemAllocator):
             allocator = allocator.device_allocator
-        return allocator if isinstance(allocator, BFCAllocator) else None
-    return None
+        found[bus_id] = allocator if isinstance(allocator, BFCAllocator) else None
+    return {bus_id: bfc for bus_id, bfc in found.items() if bfc is not None}
+
+
+def find_gpu_bfc_allocator(device_mgr: Any, pci_bus_id: str) -> Any:
+    """The BFC allocator of the GPU whose description carries ``pci_bus_id``, or None."""
+    if not pci_bus_id:
+        return None
+    return gpu_bfc_allocators(device_mgr).get(pci_bus_id)
 
 
 class GPUUsageAdjustment:
@@ -79,12 +91,13 @@ class GPUUsageAdjustment:
             info = self._usage.get(pci_bus_id)
             if info is None:
                 if device_mgr is None:
-                    log.error("adjust_mem_limit(%r): no device manager to find the GPU in",
-                              pci_bus_id)
+                    log.error("adjust_mem_limit(%s): no device manager to find the GPU in",
+                              quote(pci_bus_id))
                     return AdjustOutcome.NOT_FOUND
                 bfc = find_gpu_bfc_allocator(device_mgr, pci_bus_id)
                 if bfc is None:
-                    log.error("Failed to get the allocator of gpu_pci_bus_id: %s", pci_bus_id)
+                    log.error("Failed to get the allocator of gpu_pci_bus_id: %s",
+                              quote(pci_bus_id))
                     return AdjustOutcome.NOT_FOUND
                 stats = bfc.get_stats()
                 initial = stats.bytes_limit if stats is not None \
@@ -94,16 +107,17 @@ class GPUUsageAdjustment:
             if new_limit > info.initial_mem_limit:
                 log.warning("The new mem size limit %d of gpu_pci_bus_id %s exceeds "
                             "VGPU_MEMORY_LIMIT, therefore it is clamped to %d", new_limit,
-                            pci_bus_id, info.initial_mem_limit)
+                            quote(pci_bus_id), info.initial_mem_limit)
                 new_limit = info.initial_mem_limit
             if info.mem_limit == new_limit:
                 return AdjustOutcome.UNCHANGED
             log.info("Start to manage the mem size limit to %d of device gpu_pci_bus_id: %s",
-                     new_limit, pci_bus_id)
+                     new_limit, quote(pci_bus_id))
             reached = GPUAdjustableAllocator().adjust_memory_limit(new_limit, info.allocator)
             info.mem_limit = reached
             if reached > new_limit:
                 log.error("Failed to manage the mem size limit to %d of device "
-                          "gpu_pci_bus_id: %s (the limit is %d)", new_limit, pci_bus_id, reached)
+                          "gpu_pci_bus_id: %s (the limit is %d)", new_limit,
+                          quote(pci_bus_id), reached)
                 return AdjustOutcome.FELL_SHORT
             return AdjustOutcome.APPLIED

@@ -38,6 +38,10 @@ COST_SHARE = 0.9           # share of ANTMAN_WORKER_STEP_MS spent as simulated d
 MODEL = dict(batch=64, input_dim=64, hidden=128, layers=3, classes=10)
 DEVICE = "/device:GPU:0"
 BLAS_THREADS_ENV_VAR = "OPENBLAS_NUM_THREADS"
+# Knob ranges: a step of an hour, a poll of an hour. Beyond them a value is invalid
+# (WORKER-3: replaced by the default), before it can overflow the step's simulated time.
+MAX_STEP_MS = 3_600_000.0
+MAX_POLL_INTERVAL_S = 3_600.0
 
 
 @dataclass(frozen=True)
@@ -67,12 +71,15 @@ def read_knobs(env: dict[str, str] | None = None) -> Knobs:
     """The ``ANTMAN_WORKER_*`` knobs (WORKER-3); an invalid value falls back to its default."""
     env = dict(os.environ if env is None else env)
     d = Knobs()
-    finite = lambda v: math.isfinite(v) and v > 0  # noqa: E731
+
+    def within(upper: float) -> Callable[[float], bool]:
+        return lambda v: math.isfinite(v) and 0 < v <= upper
+
     return Knobs(
-        step_ms=_knob(env, "ANTMAN_WORKER_STEP_MS", float, finite, d.step_ms),
+        step_ms=_knob(env, "ANTMAN_WORKER_STEP_MS", float, within(MAX_STEP_MS), d.step_ms),
         max_steps=_knob(env, "ANTMAN_WORKER_MAX_STEPS", int, lambda v: v >= 0, d.max_steps),
-        poll_interval_s=_knob(env, "ANTMAN_WORKER_POLL_INTERVAL_S", float, finite,
-                              d.poll_interval_s),
+        poll_interval_s=_knob(env, "ANTMAN_WORKER_POLL_INTERVAL_S", float,
+                              within(MAX_POLL_INTERVAL_S), d.poll_interval_s),
         seed=_knob(env, "ANTMAN_WORKER_SEED", int, lambda v: v >= 0, d.seed),
     )
 

@@ -147,6 +147,38 @@ def throttle_accuracy(data: dict[str, Any]) -> str | None:
     return _svg(fig)
 
 
+def delivered_share(data: dict[str, Any]) -> str | None:
+    """Several measures of what a throttled job got (``series``: {label: [% or None per
+    target]}) against the requested ``target_percent``, the ideal line and a tolerance band.
+    A missing value is left out, never drawn as 0; the axes grow to show every point."""
+    target = _nums(data.get("target_percent", []))
+    lines = data.get("series")
+    if not target or not isinstance(lines, dict):
+        return None
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(4.8, 4.0))
+    ax.plot([0, 100], [0, 100], color="#999", lw=1, label="ideal")
+    tol = data.get("tolerance_percent")
+    if tol is not None:
+        ax.fill_between([0, 100], [-float(tol), 100 - float(tol)],
+                        [float(tol), 100 + float(tol)], color="#2e7d32", alpha=0.12,
+                        label=f"±{tol} pp")
+    top = 105.0
+    for (label, ys), marker in zip(lines.items(), ("o", "s", "^", "D", "v")):
+        pts = [(x, float(y)) for x, y in zip(target, ys if isinstance(ys, list) else [])
+               if y is not None]
+        if pts:
+            top = max(top, max(y for _, y in pts) + 5)
+            ax.plot([x for x, _ in pts], [y for _, y in pts], marker=marker, ls=":", lw=0.8,
+                    label=str(label), zorder=3)
+    ax.set_xlabel("perfControl (%)")
+    ax.set_ylabel("delivered, % of the job at perfControl 100")
+    ax.set_xlim(0, 105)
+    ax.set_ylim(0, top)
+    ax.legend(frameon=False, fontsize=7)
+    return _svg(fig)
+
+
 def series(data: dict[str, Any]) -> str | None:
     xs = _nums(data.get("x", []))
     lines = data.get("series")
@@ -238,10 +270,11 @@ def benchmarks(results: list[dict[str, Any]]) -> str | None:
 
 
 RENDERERS = {"e2e_timeline": e2e_timeline, "idle_slots": idle_slots,
-             "throttle_accuracy": throttle_accuracy}
+             "throttle_accuracy": throttle_accuracy, "delivered_share": delivered_share}
 TITLES = {"e2e_timeline": "Memory and step period across the mid-run config change",
           "idle_slots": "Idle-slot distribution",
-          "throttle_accuracy": "Throttle accuracy"}
+          "throttle_accuracy": "Throttle accuracy",
+          "delivered_share": "Delivered share, measured from outside"}
 
 
 def figures(doc: dict[str, Any]) -> list[dict[str, str]]:

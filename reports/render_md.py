@@ -67,7 +67,8 @@ def bench_figures(doc: dict[str, Any]) -> list[dict[str, str]]:
             if not isinstance(f, dict):
                 continue
             met = f.get("met")
-            rows.append({"benchmark": str(b.get("name")), "figure": str(f.get("name", "")),
+            name = str(f.get("name", "")) + (" [host CPU]" if f.get("host_cpu") else "")
+            rows.append({"benchmark": str(b.get("name")), "figure": name,
                          "value": f"{_fmt(f.get('value'))} {f.get('unit', '')}".strip(),
                          "target": str(f.get("target") or ""),
                          "met": {True: "met", False: "missed"}.get(met, ""),

@@ -27,15 +27,8 @@ ALSO_BREAKS = {
 
 _forks.log_as(__name__)
 _forks.patch_source(_fl.FileListener, "_deliver", (
-    "            handlers = list(watch.handlers)\n"
-    "        for name, callback in handlers:\n"
     "            try:\n"
-    "                callback(content)\n"
-    "            except Exception:\n"
-    "                log.exception(",
-    "            handlers = list(watch.handlers)\n"
-    "            for name, callback in handlers:         # the fork: under self._lock\n"
-    "                try:\n"
-    "                    callback(content)\n"
-    "                except Exception:\n"
-    "                    log.exception("))
+    "                callback(content)\n",
+    "            try:\n"
+    "                with self._lock:                    # the fork: under self._lock\n"
+    "                    callback(content)\n"))

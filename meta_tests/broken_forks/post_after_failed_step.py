@@ -19,12 +19,9 @@ OUTCOMES = ("FAIL",)
 
 _forks.log_as(__name__)
 _forks.patch_source(_ds.DirectSession, "_run", (
-    "        finally:\n"
-    "            if started:\n",
-    "        except BaseException:                       # the fork: POST on failure too\n"
-    "            self._registry.run_grouping(Grouping.POST_SESSION_RUN, SessionRunActionOptions(\n"
-    "                device_mgr=self._device_mgr, session=self, graph_id=eak.graph_id,\n"
-    "                sess_duration_us=max(0, self._clock.now_us() - start_us)))\n"
-    "            raise\n"
-    "        finally:\n"
-    "            if started:\n"))
+    "        except BaseException as exc:\n",
+    "        except BaseException as exc:\n"
+    "            self._registry.run_grouping(           # the fork: POST on failure too\n"
+    "                Grouping.POST_SESSION_RUN, SessionRunActionOptions(\n"
+    "                    device_mgr=self._device_mgr, session=self, graph_id=eak.graph_id,\n"
+    "                    sess_duration_us=max(0, self._clock.now_us() - start_us)))\n"))

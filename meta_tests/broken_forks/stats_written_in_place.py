@@ -23,10 +23,6 @@ OUTCOMES = ("ERROR",)
 
 _forks.log_as(__name__)
 _forks.patch_source(_stat.GPUStatistics, "dump_gpu_statistics", (
-    "            fd, tmp_name = tempfile.mkstemp(prefix=f\".{path.name}.\", suffix=\".tmp\",\n"
-    "                                            dir=path.parent if str(path.parent) else \".\")\n"
-    "            with os.fdopen(fd, \"w\", encoding=\"utf-8\") as f:\n",
-    "            with open(path, \"w\", encoding=\"utf-8\") as f:   # the fork: in place\n"), (
-    "            os.chmod(tmp_name, 0o644)\n"
-    "            os.replace(tmp_name, path)\n",
-    ""))
+    "            _replace_atomically(target, text.encode(\"utf-8\"))\n",
+    "            with open(target, \"w\", encoding=\"utf-8\") as f:   # the fork: in place\n"
+    "                f.write(text)\n"))

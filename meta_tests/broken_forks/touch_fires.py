@@ -20,8 +20,8 @@ OUTCOMES = ("FAIL",)
 
 _forks.log_as(__name__)
 _forks.patch_source(_fl.FileListener, "_read_if_changed", (
-    "        if st.st_size > self.max_file_bytes:\n",
-    "        touched = sig != watch.signature            # the fork\n"
-    "        if st.st_size > self.max_file_bytes:\n"), (
+    "            if st.st_size > self.max_file_bytes:\n",
+    "            touched = sig != watch.signature        # the fork\n"
+    "            if st.st_size > self.max_file_bytes:\n"), (
     "        if digest == watch.delivered:\n",
     "        if digest == watch.delivered and not touched:  # the fork: a new mtime fires\n"))

@@ -90,3 +90,33 @@ def run(*, defect_at_step: int | None = None, defect=None, on_config_change=None
 def sleep_forever() -> None:
     while True:
         time.sleep(3600)
+
+
+#: Marks every process a fake starts besides itself, so that a test can look for survivors
+#: in the process table (``FAKE_WORKER_TAG`` from the environment).
+TAG = os.environ.get("FAKE_WORKER_TAG", "antman-fake-descendant")
+
+_SLEEPER = "import sys, time; time.sleep(float(sys.argv[1]))"
+
+
+def spawn_descendant(*, new_session: bool, hold_stdout: bool, double_fork: bool = False,
+                     seconds: float = 600.0) -> None:
+    """Start a process that sleeps ``seconds`` with ``TAG`` in its command line: in a new
+    session or not, holding the worker's standard output or not, and, with ``double_fork``,
+    as a daemon whose parent has exited (it is reparented away from the worker)."""
+    import subprocess
+    argv = [sys.executable, "-c", _SLEEPER, str(seconds), TAG]
+    stdout = None if hold_stdout else subprocess.DEVNULL
+    if not double_fork:
+        subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=stdout,
+                         stderr=subprocess.DEVNULL, start_new_session=new_session)
+        return
+    pid = os.fork()
+    if pid == 0:                                   # the intermediate process
+        try:
+            os.setsid()
+            subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=stdout,
+                             stderr=subprocess.DEVNULL)
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)

@@ -1,0 +1,251 @@
+"""FL clauses under attack: the listener never blocks on a file and always shuts down.
+
+The nemeses of ``fixtures/nemesis.py`` swap a FIFO in between the check of the config path
+and its read, point it at a file whose read waits, block a handler, and ask for an absurd
+poll interval. Checks run on the manual virtual clock where they can; the bounds of FL-12
+are real time, checked with ``TOLERANCE_S`` added for a loaded machine (a join with a
+timeout overshoots by scheduling delays only). A runtime that does block is released by the
+nemesis on exit, so that the run goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+
+import pytest
+
+from conformance.control_helpers import (control_env, expect_value_error,  # noqa: F401
+                                         joined, listener, run_in_thread, runtime_records,
+                                         vclock, wait_for_poller, write_text)
+from conformance.execution_helpers import wait_until
+from fixtures import nemesis
+from fixtures.threads import antman_threads, no_thread_leak  # noqa: F401
+from fixtures.virtual_clock import SettleTimeout
+
+pytestmark = pytest.mark.capability("file_listener", "virtual_clock")
+
+THREAD = "antman-file-listener"
+CLOSE_BOUND_S = 2.0          # FL-12
+TOLERANCE_S = 1.0            # scheduling delay of a timed join on a loaded 2-core machine
+BLOCKED_S = 5.0              # a call still running after this long is blocked
+
+
+class Calls:
+    def __init__(self) -> None:
+        self.contents: list[str] = []
+
+    def __call__(self, content: str) -> None:
+        self.contents.append(content)
+
+
+def check_once(clock, clause: str, what: str) -> None:
+    """One poll of the listener; a monitor thread that does not come back to its wait is
+    blocked (on the virtual clock a check takes no time)."""
+    try:
+        clock.tick(1_000_000)
+    except SettleTimeout:
+        raise AssertionError(f"the monitor thread did not come back to its poll wait after "
+                             f"{what}: it is blocked [{clause}]") from None
+
+
+def monitor_alive() -> bool:
+    return any(t.name == THREAD for t in antman_threads())
+
+
+# -- FL-13: reading never blocks -------------------------------------------------------------
+@pytest.mark.clause("FL-13")
+def test_fifo_swapped_in_after_the_check_does_not_block(rt, listener, vclock, tmp_path,
+                                                        caplog) -> None:
+    if not hasattr(os, "mkfifo"):
+        pytest.skip("no FIFOs on this platform")
+    caplog.set_level(logging.WARNING)
+    path = tmp_path / "gpu_config.json"
+    write_text(path, '{"perfControl": 10}')
+    cb = Calls()
+    listener.register_file_listener(str(path), "h", cb)
+    wait_for_poller(vclock)
+    write_text(path, '{"perfControl": 20}')          # changed: the next check reads it
+    with nemesis.swap_after_stat(path) as swap:
+        check_once(vclock, "FL-13", "a FIFO replaced the config path right after its stat")
+        if not swap.fired.is_set():                   # no stat at all: a FIFO at the check
+            nemesis.make_fifo(path)
+            check_once(vclock, "FL-13", "a FIFO replaced the config path")
+    assert cb.contents == ['{"perfControl": 10}'], \
+        f"a FIFO at the config path was delivered: {cb.contents[1:]} [FL-13]"
+    warned = runtime_records(caplog, rt, containing=str(path))
+    assert len(warned) == 1, (f"a FIFO at the config path logged {len(warned)} warnings naming "
+                              f"it, expected 1 [FL-9]")
+    path.unlink()
+    write_text(path, '{"perfControl": 30}')
+    check_once(vclock, "FL-13", "the FIFO was replaced by a file")
+    assert cb.contents[-1] == '{"perfControl": 30}', \
+        f"after the FIFO the listener delivered {cb.contents[1:]} [FL-13]"
+
+
+@pytest.mark.clause("FL-13")
+def test_fifo_swapped_in_at_start_up_does_not_block_create_runtime(rt, control_env,
+                                                                   tmp_path) -> None:
+    if not hasattr(os, "mkfifo"):
+        pytest.skip("no FIFOs on this platform")
+    path = tmp_path / "gpu_config.json"
+    write_text(path, '{"perfControl": 10}')
+    with nemesis.swap_after_stat(path):
+        t, out = run_in_thread(lambda: rt.create_runtime(config_file=str(path),
+                                                         status_file=None), "create-runtime")
+        returned = joined(t, BLOCKED_S)
+    t.join(BLOCKED_S)
+    ctx = out.get("result")
+    try:
+        assert returned, ("create_runtime blocked reading a FIFO swapped in at the config path "
+                          "after its stat [FL-13]")
+        assert "error" not in out, f"create_runtime raised {out['error']!r} [FL-13]"
+    finally:
+        if ctx is not None:
+            ctx.close()
+
+
+@pytest.mark.clause("FL-13")
+def test_file_whose_read_waits_does_not_block(rt, listener, vclock, tmp_path) -> None:
+    target = nemesis.blocking_read_target()
+    if target is None:
+        pytest.skip("no file whose read waits is readable here (/proc/kmsg needs root)")
+    path = tmp_path / "gpu_config.json"
+    os.symlink(target, path)
+    cb = Calls()
+    try:
+        t, out = run_in_thread(lambda: listener.register_file_listener(str(path), "h", cb),
+                               "register")
+        assert joined(t, BLOCKED_S), (f"register_file_listener blocked reading {target} "
+                                      f"through a symlink [FL-13]")
+        assert "error" not in out, f"register_file_listener raised {out['error']!r} [FL-13]"
+        wait_for_poller(vclock)
+        for _ in range(6):                    # past the 5 s content re-check (FL-3)
+            check_once(vclock, "FL-13", f"a check of the symlink to {target}")
+    finally:
+        nemesis.heal_blocking_read()
+    path.unlink()
+    write_text(path, '{"perfControl": 30}')
+    check_once(vclock, "FL-13", "the symlink was replaced by a file")
+    assert cb.contents and cb.contents[-1] == '{"perfControl": 30}', \
+        f"after the symlink to {target} the listener delivered {cb.contents} [FL-13]"
+
+
+# -- FL-12: close returns within 2 s -----------------------------------------------------------
+def blocked_handler(listener, clock, path):
+    """Register a handler on ``path`` that blocks in its first call until released, then a
+    second handler recording its calls; deliver a change. Returns (release, second)."""
+    entered, release = threading.Event(), threading.Event()
+
+    def blocking(content: str) -> None:
+        if content == "block":
+            entered.set()
+            release.wait(60)
+
+    second = Calls()
+    listener.register_file_listener(str(path), "blocking-handler", blocking)
+    listener.register_file_listener(str(path), "second-handler", second)
+    wait_for_poller(clock)
+    write_text(path, "block")
+    clock.advance(1_000_000)
+    assert entered.wait(BLOCKED_S), "the change was not delivered [FL-6]"
+    return release, second
+
+
+def timed_call(fn, name: str) -> tuple[bool, float]:
+    start = time.monotonic()
+    t, out = run_in_thread(fn, name)
+    done = joined(t, CLOSE_BOUND_S + TOLERANCE_S + BLOCKED_S)
+    assert "error" not in out, f"{name} raised {out.get('error')!r} [FL-12]"
+    return done, time.monotonic() - start
+
+
+@pytest.mark.clause("FL-12")
+@pytest.mark.parametrize("how", ["close", "unregister_last"])
+def test_close_returns_while_a_handler_does_not(rt, no_thread_leak, vclock, tmp_path, caplog,
+                                                how) -> None:
+    caplog.set_level(logging.ERROR)
+    path = tmp_path / "gpu_config.json"
+    write_text(path, "start")
+    fl = rt.FileListener(clock=vclock, poll_interval_s=1.0)
+    release, second = blocked_handler(fl, vclock, path)
+    try:
+        if how == "close":
+            call = fl.close
+        else:
+            def call() -> None:
+                fl.unregister_file_listener(str(path), "second-handler")
+                fl.unregister_file_listener(str(path), "blocking-handler")
+        done, took = timed_call(call, how)
+        assert done and took <= CLOSE_BOUND_S + TOLERANCE_S, (
+            f"{how} while a handler did not return took "
+            f"{'more than ' if not done else ''}{took:.2f} s, expected at most "
+            f"{CLOSE_BOUND_S:g} s (+{TOLERANCE_S:g} s tolerance) [FL-12]")
+        errors = runtime_records(caplog, rt, logging.ERROR)
+        assert len(errors) == 1 and str(path) in errors[0].getMessage() \
+            and "blocking-handler" in errors[0].getMessage(), (
+                f"{how} gave up on a busy monitor thread and logged "
+                f"{[r.getMessage()[:200] for r in errors]}, expected one error naming the path "
+                f"and the handler [FL-12]")
+        assert not fl.is_running(), f"is_running() is True after {how} [FL-12]"
+    finally:
+        release.set()
+    wait_until(lambda: not monitor_alive(), "the released monitor thread to end [FL-12]")
+    assert "block" not in second.contents, (
+        f"after {how} gave up on it, the monitor thread called the next handler of the path "
+        f"[FL-12]")
+    fl.close()
+
+
+@pytest.mark.clause("RM-16")
+@pytest.mark.capability("resource_management")
+def test_runtime_close_waits_for_its_listener_once(rt, no_thread_leak, control_env, vclock,
+                                                   tmp_path, caplog) -> None:
+    caplog.set_level(logging.ERROR)
+    config = tmp_path / "gpu_config.json"
+    write_text(config, '{"perfControl": 100}')
+    ctx = rt.create_runtime(config_file=str(config), status_file=None, clock=vclock)
+    release, _ = blocked_handler(ctx.file_listener, vclock, tmp_path / "other.json")
+    try:
+        done, took = timed_call(ctx.close, "RuntimeContext.close")
+        assert done and took <= CLOSE_BOUND_S + TOLERANCE_S, (
+            f"RuntimeContext.close() while a handler of its listener did not return took "
+            f"{'more than ' if not done else ''}{took:.2f} s, expected at most "
+            f"{CLOSE_BOUND_S:g} s in all (+{TOLERANCE_S:g} s tolerance) [RM-16]")
+    finally:
+        release.set()
+    wait_until(lambda: not monitor_alive(), "the released monitor thread to end [RM-16]")
+
+
+# -- FL-2: any positive finite interval ---------------------------------------------------------
+@pytest.mark.clause("FL-2")
+def test_huge_poll_interval_keeps_the_thread(rt, no_thread_leak, tmp_path) -> None:
+    path = tmp_path / "gpu_config.json"
+    write_text(path, "v1")
+    fl = rt.FileListener(poll_interval_s=1e10)          # the real clock
+    cb = Calls()
+    fl.register_file_listener(str(path), "h", cb)
+    try:
+        time.sleep(0.5)                                  # the thread is in its first wait
+        assert fl.is_running() and monitor_alive(), \
+            "a poll interval of 1e10 s killed the monitor thread [FL-2]"
+        assert cb.contents == ["v1"], f"registration delivered {cb.contents} [FL-5]"
+    finally:
+        done, took = timed_call(fl.close, "close")
+    assert done and took <= CLOSE_BOUND_S + TOLERANCE_S, \
+        f"close() of a listener waiting 1e10 s took {took:.2f} s [CLK-3]"
+
+
+# -- API-8: a path that cannot name a file -------------------------------------------------------
+@pytest.mark.clause("API-8")
+@pytest.mark.parametrize("bad", ["gpu\x00config.json", "gpu\ud800config.json"])
+def test_register_rejects_a_path_that_cannot_name_a_file(rt, no_thread_leak, listener,
+                                                         tmp_path, bad) -> None:
+    path = os.path.join(str(tmp_path), bad)
+    expect_value_error(lambda: listener.register_file_listener(path, "h", Calls()),
+                       f"register_file_listener({bad!r})", "API-8")
+    assert not listener.is_running(), (
+        f"register_file_listener({bad!r}) raised ValueError but started the monitor thread: "
+        f"the path was registered before it was checked [API-8]")

@@ -1,0 +1,404 @@
+"""RM clauses under attack: config documents that are huge, deep, hostile or name no GPU.
+
+The documents come from ``fixtures/nemesis.py``. The reading bounds of RM-19 are checked
+through ``parse_manage_info_from_json``: CPU time of the calling thread (``thread_time``,
+which other processes on a loaded machine do not inflate) and the peak of the memory it
+allocates (``tracemalloc``, started after the document was built). The attacks are scaled
+to 4 MiB, where an unbounded reader already needs a few hundred MB and seconds (at the
+64 MiB the listener accepts it needs 4 GB and half a minute); the bounds are per MiB, so the
+scaled document checks the same clause.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import threading
+import time
+import tracemalloc
+
+import pytest
+
+from conformance.control_helpers import (MiB, bus_id, bytes_limit, control_env,  # noqa: F401
+                                         expect_value_error, gpus, joined, listener, poll,
+                                         run_in_thread,
+                                         runtime_records, runtimes, vclock, write_text)
+from fixtures import nemesis
+from fixtures.config_writer import config_document
+
+pytestmark = pytest.mark.capability("resource_management", "file_listener", "virtual_clock")
+
+BUS = "3b:00.0"
+ATTACK_MIB = 4
+MAX_VALUES = 100_000
+MAX_BUS_IDS = 256
+MAX_NAMED = 16
+MAX_MESSAGE = 8192
+GOOD = {"gpuConfigInfo": {BUS: {"maxDeviceMem": 8 * MiB}}, "perfControl": 40}
+
+
+def cpu_bound_s(mib: float) -> float:
+    return 0.5 + 0.05 * mib          # RM-19
+
+
+def memory_bound(mib: float) -> float:
+    return (2 * mib + 32) * MiB      # RM-19
+
+
+@pytest.fixture
+def config_path(tmp_path):
+    return tmp_path / "gpu_config.json"
+
+
+@pytest.fixture
+def managed(rt, control_env, vclock, listener, config_path):
+    """A GPUResourceManagement on ``config_path`` holding GOOD."""
+    rm = rt.GPUResourceManagement(str(config_path), clock=vclock, file_listener=listener)
+    assert rm.parse_manage_info_from_json(json.dumps(GOOD)), "[RM-2]"
+    yield rm
+    rm.close()
+
+
+def state(rm) -> tuple[int, dict[str, int]]:
+    return rm.perf_control, rm.memory_limits
+
+
+def measured_parse(rm, text: str) -> tuple[bool, float, int]:
+    """(result, CPU seconds, peak bytes allocated) of parsing ``text``; the CPU time is
+    taken without tracing (tracemalloc slows allocation), the memory in a second parse."""
+    start = time.thread_time()
+    ok = rm.parse_manage_info_from_json(text)
+    cpu = time.thread_time() - start
+    tracing = tracemalloc.is_tracing()
+    if not tracing:
+        tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        tracemalloc.reset_peak()
+        rm.parse_manage_info_from_json(text)
+        peak = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        if not tracing:
+            tracemalloc.stop()
+    return ok, cpu, peak
+
+
+# -- RM-19: bounds of the config reader ----------------------------------------------------
+N = ATTACK_MIB * MiB
+#: name -> (document of about ATTACK_MIB MiB, the state after it: None = the last good one)
+ATTACKS = {
+    "flat_array": (lambda: nemesis.flat_array_document(N), None),
+    "array_of_empty_strings": (lambda: '{"name": [' + '"",' * (N // 3) + '""]}', None),
+    "deep_brackets": (lambda: "[" * (N // 2) + "]" * (N // 2), None),
+    "many_members": (lambda: "{" + ",".join(f'"{i}":0' for i in range(N // 12)) + "}", None),
+    "long_string": (lambda: json.dumps({"name": "x" * N, "perfControl": 41}), 41),
+    "many_escapes": (lambda: json.dumps({"name": "\n" * (N // 2), "perfControl": 42}), 42),
+    "long_whitespace": (lambda: '{"perfControl": 43' + " " * N + "}", 43),
+    "long_literal": (lambda: '{"perfControl": 1' + "0" * N + "}", None),
+    "long_exact_fraction": (lambda: '{"perfControl": 44.' + "0" * N + "}", 44),
+}
+
+
+@pytest.mark.clause("RM-19")
+@pytest.mark.parametrize("attack", sorted(ATTACKS))
+def test_large_document_costs_are_bounded(rt, managed, attack) -> None:
+    make, perf_after = ATTACKS[attack]
+    text = make()
+    mib = len(text.encode("utf-8")) / MiB
+    ok, cpu, peak = measured_parse(managed, text)
+    expected = (perf_after, {BUS: 8 * MiB}) if perf_after is not None else (40, {BUS: 8 * MiB})
+    assert state(managed) == expected, \
+        f"{attack} ({mib:.1f} MiB): state became {state(managed)}, expected {expected} [RM-19]"
+    assert ok is (perf_after is not None), \
+        f"{attack}: parse_manage_info_from_json returned {ok} [RM-19]"
+    assert cpu <= cpu_bound_s(mib), (
+        f"{attack}: reading {mib:.1f} MiB took {cpu:.2f} s of CPU time, more than "
+        f"0.5 s + 0.05 s/MiB = {cpu_bound_s(mib):.2f} s [RM-19]")
+    assert peak <= memory_bound(mib), (
+        f"{attack}: reading {mib:.1f} MiB allocated {peak / MiB:.1f} MiB at its peak, more "
+        f"than 2 x size + 32 MiB = {memory_bound(mib) / MiB:.0f} MiB [RM-19]")
+
+
+def one_warning(caplog, rt, path, what: str, containing: str = "") -> str:
+    records = runtime_records(caplog, rt, logging.WARNING)
+    named = [r for r in records if str(path) in r.getMessage()]
+    assert len(records) == 1 and len(named) == 1 and containing in named[0].getMessage(), (
+        f"{what}: logged {[(r.levelname, r.getMessage()[:160]) for r in records]}, expected "
+        f"one warning naming {path}{f' and {containing!r}' if containing else ''} [RM-19]")
+    return named[0].getMessage()
+
+
+@pytest.mark.clause("RM-19")
+@pytest.mark.parametrize("depth", [63, 64, 65, 990, 99_000])
+def test_deep_value_costs_nothing_of_the_document(rt, managed, config_path, caplog,
+                                                  depth) -> None:
+    """A value ``depth`` arrays deep as perfControl, beside a new valid limit: perfControl is
+    rejected as an array, the limit applied, whatever the depth under the value bound.
+    Parsed on a new thread, whose stack is shallow (a recursive reader gets deep enough to
+    fail only past the point where it would return)."""
+    caplog.set_level(logging.WARNING)
+    doc = nemesis.nested_document(depth, beside={"gpuConfigInfo": {BUS: {"maxDeviceMem": MiB}}},
+                                  member="perfControl")
+    t, out = run_in_thread(lambda: managed.parse_manage_info_from_json(doc), "parse")
+    assert joined(t), "parse_manage_info_from_json did not return [RM-19]"
+    assert "error" not in out, (f"a value nested {depth} deep made parse_manage_info_from_json "
+                                f"raise {out.get('error')!r} [RM-19]")
+    assert out["result"] is False, \
+        f"an array as perfControl ({depth} deep) returned {out['result']} [RM-5]"
+    assert state(managed) == (40, {BUS: MiB}), (
+        f"a perfControl nested {depth} deep left {state(managed)}, expected the limit beside "
+        f"it applied and perfControl kept: (40, {{{BUS!r}: {MiB}}}) [RM-19]")
+    one_warning(caplog, rt, config_path, f"perfControl nested {depth} deep", "perfControl")
+
+
+@pytest.mark.clause("RM-19")
+@pytest.mark.parametrize("depth,accepted", [(99_000, True), (MAX_VALUES, False)])
+def test_deep_ignored_member_up_to_the_value_bound(rt, managed, config_path, caplog, depth,
+                                                  accepted) -> None:
+    caplog.set_level(logging.WARNING)
+    doc = nemesis.nested_document(depth, beside={"perfControl": 45}, member="metadata")
+    t, out = run_in_thread(lambda: managed.parse_manage_info_from_json(doc), "parse")
+    assert joined(t) and "error" not in out, \
+        f"a member nested {depth} deep made the parser raise {out.get('error')!r} [RM-19]"
+    assert (out["result"], managed.perf_control) == ((True, 45) if accepted else (False, 40)), (
+        f"an ignored member nested {depth} deep ({'under' if accepted else 'beyond'} the "
+        f"{MAX_VALUES}-value bound) returned {out['result']} and left perfControl "
+        f"{managed.perf_control} [RM-19]")
+    if not accepted:
+        one_warning(caplog, rt, config_path, f"a member nested {depth} deep", str(MAX_VALUES))
+
+
+@pytest.mark.clause("RM-19")
+def test_no_nesting_depth_makes_the_parser_raise(rt, managed, caplog) -> None:
+    """A recursive reader fails somewhere near the interpreter's recursion limit, and where
+    depends on the stack it is called from: every depth around it, each parsed on a new
+    thread (as the listener's), must be rejected cleanly."""
+    caplog.set_level(logging.CRITICAL)
+    raised: dict[int, str] = {}
+
+    def parse(depth: int) -> None:
+        doc = nemesis.nested_document(depth, member="perfControl",
+                                      beside={"gpuConfigInfo": {BUS: {"maxDeviceMem": MiB}}})
+        try:
+            managed.parse_manage_info_from_json(doc)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            raised[depth] = repr(exc)[:80]
+
+    for depth in range(800, 1201):
+        t = threading.Thread(target=parse, args=(depth,), name="parse")
+        t.start()
+        t.join()
+    assert not raised, (f"parse_manage_info_from_json raised for {len(raised)} nesting depths: "
+                        f"{dict(list(raised.items())[:3])} [RM-19]")
+    assert state(managed) == (40, {BUS: MiB}), \
+        f"documents nested 800 to 1200 deep left {state(managed)} [RM-19]"
+
+
+@pytest.mark.clause("RM-19")
+def test_deep_value_delivered_by_the_listener(rt, managed, config_path, vclock, caplog) -> None:
+    """The same attack through the listener thread (a shallow stack): no handler error."""
+    caplog.set_level(logging.WARNING)
+    doc = nemesis.nested_document(990, beside={"gpuConfigInfo": {BUS: {"maxDeviceMem": MiB}}},
+                                  member="perfControl")
+    vclock.wait_for_waiters(1)
+    write_text(config_path, doc)
+    poll(vclock)
+    errors = runtime_records(caplog, rt, logging.ERROR)
+    assert errors == [], (f"a document nested 990 deep made the handler fail: "
+                          f"{[r.getMessage()[:200] for r in errors]} [RM-19]")
+    assert state(managed) == (40, {BUS: MiB}), (
+        f"a perfControl nested 990 deep left {state(managed)}, expected the limit beside it "
+        f"applied [RM-19]")
+    one_warning(caplog, rt, config_path, "perfControl nested 990 deep", "perfControl")
+
+
+def padded(values: int) -> str:
+    """A document of exactly ``values`` JSON values: perfControl 45 and a padding array."""
+    zeros = values - 5          # root, "perfControl", 45, "pad", the array
+    return '{"perfControl": 45, "pad": [' + ",".join(["0"] * zeros) + "]}"
+
+
+@pytest.mark.clause("RM-19")
+@pytest.mark.parametrize("values,accepted", [(MAX_VALUES - 1, True), (MAX_VALUES, True),
+                                             (MAX_VALUES + 1, False)])
+def test_value_count_bound(rt, managed, config_path, caplog, values, accepted) -> None:
+    caplog.set_level(logging.WARNING)
+    ok = managed.parse_manage_info_from_json(padded(values))
+    assert (ok, managed.perf_control) == ((True, 45) if accepted else (False, 40)), (
+        f"a document of {values} values (bound {MAX_VALUES}) returned {ok} and left "
+        f"perfControl {managed.perf_control} [RM-19]")
+    if not accepted:
+        one_warning(caplog, rt, config_path, f"{values} values", str(MAX_VALUES))
+
+
+@pytest.mark.clause("RM-19", "RM-4")
+@pytest.mark.parametrize("literal,value", [
+    ("1e-99999999999999999999", None), ("1e99999999999999999999", None),
+    ("0e99999999999999999999", 0), ("-0e-99999999999999999999", 0),
+    ("1048576" + "0" * 5000 + "e-5000", MiB), ("1" + "0" * 5000, None)])
+def test_numbers_read_exactly_whatever_their_literal(rt, managed, literal, value) -> None:
+    doc = '{"gpuConfigInfo": {"%s": {"maxDeviceMem": %s}}}' % (BUS, literal)
+    t, out = run_in_thread(lambda: managed.parse_manage_info_from_json(doc), "parse")
+    assert joined(t) and "error" not in out, \
+        f"maxDeviceMem {literal[:40]} made the parser raise {out.get('error')!r} [RM-19]"
+    got = managed.memory_limits[BUS]
+    assert got == (value if value is not None else 8 * MiB), (
+        f"maxDeviceMem {literal[:40]}... ({len(literal)} characters) gave the limit {got}, "
+        f"expected {value if value is not None else 'the last good 8 MiB'} [RM-19]")
+
+
+# -- RM-20: unknown bus ids ---------------------------------------------------------------------
+@pytest.fixture
+def one_gpu(rt, runtimes, vclock, tmp_path):
+    config = tmp_path / "gpu_config.json"
+    ctx = runtimes(config_file=str(config), clock=vclock)
+    vclock.wait_for_waiters(1)
+    gpu = gpus(ctx)[0]
+    return ctx, config, gpu, bus_id(rt, gpu)
+
+
+def boundary(rt, ctx) -> None:
+    ctx.resource_management.run_action(rt.SessionRunActionOptions(
+        device_mgr=ctx.device_mgr, graph_id=1, sess_duration_us=1000))
+
+
+def deliver(clock, path, text: str) -> None:
+    write_text(path, text)
+    poll(clock)
+
+
+def unknown_ids(message: str) -> int:
+    return message.count("zz:")
+
+
+@pytest.mark.clause("RM-20")
+def test_unknown_bus_ids_are_forgotten_and_logged_in_one_line(rt, one_gpu, vclock,
+                                                              caplog) -> None:
+    """Scaled from 300 000 unknown ids per rewrite: 3 rewrites of 2000 fresh ones."""
+    ctx, config, gpu, bus = one_gpu
+    rm = ctx.resource_management
+    caplog.set_level(logging.WARNING)
+    for rewrite in range(3):
+        limit = (16 + rewrite) * MiB
+        doc = json.loads(nemesis.unknown_bus_ids_document(2000, start=rewrite * 2000))
+        doc["gpuConfigInfo"] = {bus: {"maxDeviceMem": limit}, **doc["gpuConfigInfo"]}
+        deliver(vclock, config, json.dumps(doc))
+        held = len(rm.memory_limits)
+        assert held <= MAX_BUS_IDS, \
+            f"rewrite {rewrite}: memory_limits holds {held} bus ids, more than 256 [RM-20]"
+        caplog.clear()
+        boundary(rt, ctx)
+        errors = runtime_records(caplog, rt, logging.ERROR)
+        assert len(errors) <= 1, (f"rewrite {rewrite}: one step boundary logged "
+                                  f"{len(errors)} errors for unknown bus ids, expected 1 [RM-20]")
+        assert errors and 1 <= unknown_ids(errors[0].getMessage()) <= MAX_NAMED, (
+            f"rewrite {rewrite}: the error names {unknown_ids(errors[0].getMessage()) if errors else 0} "
+            f"unknown bus ids, expected 1 to {MAX_NAMED} [RM-20]")
+        assert rm.memory_limits == {bus: limit}, (
+            f"rewrite {rewrite}: after the boundary memory_limits holds "
+            f"{len(rm.memory_limits)} bus ids, expected only the GPU's {bus!r} [RM-20]")
+        assert bytes_limit(gpu) == limit, \
+            f"rewrite {rewrite}: unknown bus ids kept the GPU's limit from applying [RM-8]"
+
+
+@pytest.mark.clause("RM-20")
+def test_unknown_bus_ids_are_logged_once_while_remembered(rt, one_gpu, vclock, caplog) -> None:
+    ctx, config, _, _ = one_gpu
+    caplog.set_level(logging.ERROR)
+    x = "ff:1f.7"
+
+    def named_after(doc: str) -> list[str]:
+        deliver(vclock, config, doc)
+        caplog.clear()
+        boundary(rt, ctx)
+        return [r.getMessage() for r in runtime_records(caplog, rt, logging.ERROR)]
+
+    first = named_after(json.dumps(config_document(limits={x: MiB}, perf=100)))
+    assert len(first) == 1 and x in first[0], f"an unknown bus id logged {first} [RM-20]"
+    again = named_after(json.dumps(config_document(limits={x: 2 * MiB}, perf=99)))
+    assert again == [], f"a remembered unknown bus id was logged again: {again} [RM-20]"
+    crowd = named_after(nemesis.unknown_bus_ids_document(MAX_BUS_IDS))
+    assert len(crowd) == 1 and unknown_ids(crowd[0]) == MAX_NAMED and "240" in crowd[0], (
+        f"256 new unknown bus ids logged {[m[:300] for m in crowd]}, expected one error naming "
+        f"16 and the number of the other 240 [RM-20]")
+    evicted = named_after(json.dumps(config_document(limits={x: 3 * MiB}, perf=98)))
+    assert len(evicted) == 1 and x in evicted[0], (
+        f"after 256 newer unknown bus ids, {x!r} is no longer remembered and must be logged "
+        f"again; logged {evicted} [RM-20]")
+
+
+@pytest.mark.clause("RM-20", "RM-5")
+def test_at_most_256_bus_ids_are_held(rt, managed, config_path, caplog) -> None:
+    caplog.set_level(logging.WARNING)
+    ok = managed.parse_manage_info_from_json(nemesis.unknown_bus_ids_document(300))
+    held = managed.memory_limits
+    assert len(held) == MAX_BUS_IDS and BUS in held, (
+        f"after a document naming 300 new bus ids memory_limits holds {len(held)} "
+        f"(the GPU's {BUS!r} {'kept' if BUS in held else 'lost'}), expected 256 [RM-20]")
+    assert ok is False, "a document with entries beyond the bound returned True [RM-5]"
+    message = one_warning(caplog, rt, config_path, "300 new bus ids")
+    assert re.search(r"\b45\b", message), \
+        f"the warning does not count the 45 entries ignored: {message[:300]} [RM-20]"
+
+
+# -- RM-21: log lines ---------------------------------------------------------------------------
+def assert_clean_log(caplog, rt, what: str) -> None:
+    for record in runtime_records(caplog, rt, logging.DEBUG):
+        message = record.getMessage()
+        bad = sorted({repr(c) for c in message if not c.isprintable()})
+        assert not bad, (f"{what}: a {record.levelname} log message holds the characters {bad} "
+                         f"as they are: {message[:200]!r} [RM-21]")
+        assert len(message) <= MAX_MESSAGE, (f"{what}: a {record.levelname} log message is "
+                                             f"{len(message)} characters long [RM-21]")
+
+
+@pytest.mark.clause("RM-21")
+@pytest.mark.parametrize("kind", sorted(nemesis.HOSTILE_TEXTS))
+def test_config_text_cannot_forge_or_flood_a_log_line(rt, one_gpu, vclock, caplog,
+                                                      kind) -> None:
+    ctx, config, _, bus = one_gpu
+    text = nemesis.HOSTILE_TEXTS[kind]
+    caplog.set_level(logging.DEBUG)
+    doc = {"gpuConfigInfo": {text: {"maxDeviceMem": MiB}, bus: {"maxDeviceMem": text},
+                             text + "2": [text]},
+           "perfControl": text, text: text}
+    deliver(vclock, config, json.dumps(doc))
+    boundary(rt, ctx)
+    ctx.resource_management.parse_manage_info_from_json(json.dumps(text))
+    assert runtime_records(caplog, rt, logging.WARNING), \
+        f"a config with {kind} texts logged nothing [RM-5]"
+    assert_clean_log(caplog, rt, f"a config with {kind} keys and values")
+
+
+@pytest.mark.clause("RM-21")
+def test_config_path_cannot_forge_a_log_line(rt, runtimes, vclock, tmp_path, caplog) -> None:
+    caplog.set_level(logging.DEBUG)
+    config = tmp_path / "gpu_config\n2026-01-01 CRITICAL forged.json"
+    write_text(config, '{"perfControl": "bad"}')
+    ctx = runtimes(config_file=str(config), clock=vclock)
+    vclock.wait_for_waiters(1)
+    deliver(vclock, config, '{"gpuConfigInfo": {"ff:1f.7": {"maxDeviceMem": 1}}}')
+    boundary(rt, ctx)
+    config.unlink()
+    config.mkdir()
+    poll(vclock)
+    assert len(runtime_records(caplog, rt, logging.WARNING)) >= 2, \
+        "the bad config and the directory were not reported [RM-5]"
+    assert_clean_log(caplog, rt, "a config path holding a newline")
+
+
+# -- API-8 ------------------------------------------------------------------------------------
+@pytest.mark.clause("API-8")
+@pytest.mark.parametrize("bad", ["gpu\x00config.json", "gpu\ud800config.json"])
+def test_config_path_that_cannot_name_a_file(rt, control_env, vclock, listener, tmp_path,
+                                             bad) -> None:
+    path = f"{tmp_path}/{bad}"
+    expect_value_error(lambda: rt.GPUResourceManagement(path, clock=vclock,
+                                                        file_listener=listener),
+                       f"GPUResourceManagement({bad!r})", "API-8")
+    assert not listener.is_running(), (f"GPUResourceManagement({bad!r}) raised but registered "
+                                       f"its handler first [API-8]")
+    expect_value_error(lambda: rt.create_runtime(config_file=path, status_file=None,
+                                                 clock=vclock),
+                       f"create_runtime(config_file={bad!r})", "API-8")

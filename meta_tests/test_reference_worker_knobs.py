@@ -1,0 +1,51 @@
+"""The reference worker's knobs (SPEC.md WORKER-3): a value it cannot use is replaced by its
+default with one line on standard error, before the hello record, never a crash (an
+``ANTMAN_WORKER_STEP_MS`` of ``1e308`` once overflowed before the hello record)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import reference_runtime
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_worker(tmp_path: Path, **knobs: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("ANTMAN_", "GPU_CONFIG", "GPU_STATUS", "PYTEST_"))}
+    env.update({"GPU_CONFIG_FILE": str(tmp_path / "sche2pai.json"),
+                "GPU_STATUS_FILE": str(tmp_path / "pai2sche.json"),
+                "ANTMAN_WORKER_MAX_STEPS": "2", **knobs})
+    stdin_r, stdin_w = os.pipe()                 # open until the worker exits (WORKER-4)
+    try:
+        return subprocess.run(reference_runtime.WORKER_COMMAND, cwd=ROOT, env=env, text=True,
+                              capture_output=True, stdin=stdin_r, timeout=120)
+    finally:
+        os.close(stdin_r)
+        os.close(stdin_w)
+
+
+@pytest.mark.parametrize("name,value,default", [
+    ("ANTMAN_WORKER_STEP_MS", "1e308", 50.0),
+    ("ANTMAN_WORKER_STEP_MS", "inf", 50.0),
+    ("ANTMAN_WORKER_POLL_INTERVAL_S", "1e10", 1.0),
+    ("ANTMAN_WORKER_SEED", "9" * 5000, 0),
+])
+def test_unusable_knob_falls_back_to_its_default(tmp_path: Path, name: str, value: str,
+                                                 default: float) -> None:
+    done = run_worker(tmp_path, **{name: value})
+    assert done.returncode == 0, done.stderr[-2000:]
+    hello, *steps = [json.loads(line) for line in done.stdout.splitlines()]
+    assert hello["type"] == "hello" and len(steps) == 2, done.stdout[-500:]
+    key = {"ANTMAN_WORKER_STEP_MS": "step_ms", "ANTMAN_WORKER_SEED": "seed"}.get(name)
+    got = hello["workload"][key] if key else hello["poll_interval_s"]
+    assert got == default, (name, got)
+    lines = [line for line in done.stderr.splitlines() if name in line]
+    assert len(lines) == 1 and "invalid" in lines[0], done.stderr[-1000:]

@@ -1,0 +1,196 @@
+"""A JSON reader with bounds on nesting and on the number of values (SPEC.md RM-19).
+
+The config file is written by another program, so its size is the only thing the runtime
+controls (FL-9). ``json.loads`` turns every value of a document into a Python object before
+the caller can look at it, recurses once per nesting level (a ``RecursionError`` past about
+a thousand) and has no limit of its own: a 63 MiB ``[1,1,...]`` becomes 33 million objects.
+``loads`` here reads the same grammar (``json.loads`` with ``strict=True``, without the
+``NaN``/``Infinity`` extensions) with an explicit stack instead of recursion, and stops at
+the first value beyond ``max_values``: a rejected document costs no more than one at the
+bound, whatever its size. A container nested beyond ``max_depth`` is read but not built
+(``JSONTooDeep`` stands for it), so that a deep value under a key the caller ignores, or
+next to the values it needs, costs nothing of the rest of the document.
+
+Strings and number literals are scanned by the standard library's own C scanners
+(``json.decoder.scanstring`` and the ``json.scanner`` number pattern). Numbers are returned
+as ``JSONNumber``, which keeps the literal: a caller converts only the values it reads, and
+exactly (``Decimal``), so that ``1e6`` and ``1048576.0`` stay integers and a 5000-digit
+literal costs nothing until it is looked at.
+"""
+
+from __future__ import annotations
+
+import json.decoder
+import json.scanner
+from decimal import Decimal
+from typing import Any
+
+__all__ = ["loads", "JSONNumber", "JSONTooDeep", "JSONBoundsError", "DEFAULT_MAX_DEPTH", "DEFAULT_MAX_VALUES"]
+
+DEFAULT_MAX_DEPTH = 64
+DEFAULT_MAX_VALUES = 100_000
+
+_WHITESPACE = json.decoder.WHITESPACE       # [ \t\n\r]*
+_NUMBER = json.scanner.NUMBER_RE            # -?(0|[1-9]\d*)(\.\d+)?([eE][-+]?\d+)?
+_scanstring = json.decoder.scanstring       # the C string scanner of json.loads
+_LITERALS = (("true", True), ("false", False), ("null", None))
+_EXCERPT = 20                               # characters of a long literal quoted in messages
+
+
+class JSONBoundsError(ValueError):
+    """The document holds more values than the reader accepts."""
+
+
+class JSONNumber:
+    """A JSON number, kept as its literal; converted exactly when read."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def to_decimal(self) -> Decimal:
+        return Decimal(self.text)
+
+    def __str__(self) -> str:
+        if len(self.text) <= 2 * _EXCERPT:
+            return self.text
+        return f"{self.text[:_EXCERPT]}...({len(self.text)} characters)"
+
+    def __repr__(self) -> str:
+        return f"JSONNumber({str(self)!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, JSONNumber) and other.text == self.text
+
+    def __hash__(self) -> int:
+        return hash(self.text)
+
+
+class JSONTooDeep:
+    """Stands for a value nested more than ``max_depth`` levels deep: the reader checked its
+    syntax and counted its values but built none of it."""
+
+    __slots__ = ("depth",)
+
+    def __init__(self, depth: int) -> None:
+        self.depth = depth
+
+    def __repr__(self) -> str:
+        return f"JSONTooDeep(depth={self.depth})"
+
+
+def _error(message: str, text: str, pos: int) -> json.JSONDecodeError:
+    return json.JSONDecodeError(message, text, pos)
+
+
+def _too_many(max_values: int, pos: int) -> JSONBoundsError:
+    return JSONBoundsError(f"more than {max_values} values (the value at character {pos} is "
+                           f"one too many)")
+
+
+def loads(text: str, *, max_depth: int = DEFAULT_MAX_DEPTH,
+          max_values: int = DEFAULT_MAX_VALUES) -> Any:
+    """Parse ``text`` as one JSON value (dict, list, str, JSONNumber, bool or None).
+
+    An array or object inside ``max_depth`` others is read (its syntax checked, its values
+    counted) but not built: it is returned as a ``JSONTooDeep`` in its parent, so that the
+    rest of the document stays usable. Raises ``json.JSONDecodeError`` for text that is not
+    JSON and ``JSONBoundsError`` at the value (a member name counts as one) beyond the
+    ``max_values``-th; both are ``ValueError``. Reading stops there, so the work and memory
+    spent are bounded by the bounds, not by the text.
+    """
+    count = 0
+    # Each open container: [the container (None when too deep to build), the key awaiting
+    # its value, True for an object].
+    stack: list[list[Any]] = []
+    end = len(text)
+    pos = _WHITESPACE.match(text, 0).end()
+    while True:
+        # -- one value at ``pos`` -----------------------------------------------------------
+        count += 1
+        if count > max_values:
+            raise _too_many(max_values, pos)
+        if pos >= end:
+            raise _error("Expecting value", text, pos)
+        c = text[pos]
+        value: Any
+        if c == '"':
+            value, pos = _scanstring(text, pos + 1, True)
+        elif c == "{" or c == "[":
+            is_object = c == "{"
+            deep = len(stack) >= max_depth
+            container: Any = None if deep else {} if is_object else []
+            pos = _WHITESPACE.match(text, pos + 1).end()
+            if pos < end and text[pos] == ("}" if is_object else "]"):
+                pos += 1                                   # empty: a complete value
+                value = JSONTooDeep(len(stack) + 1) if deep else container
+            else:
+                stack.append([container, None, is_object])
+                if is_object:
+                    pos = _member_name(text, pos, stack[-1])
+                    count += 1
+                    if count > max_values:
+                        raise _too_many(max_values, pos)
+                continue                                   # its first element follows
+        else:
+            m = _NUMBER.match(text, pos)
+            if m is not None:
+                # Inside a container too deep to build, only the syntax matters.
+                value = JSONNumber(m.group()) if not stack or stack[-1][0] is not None \
+                    else None
+                pos = m.end()
+            else:
+                for word, constant in _LITERALS:
+                    if text.startswith(word, pos):
+                        value, pos = constant, pos + len(word)
+                        break
+                else:
+                    raise _error("Expecting value", text, pos)
+        # -- the value is complete: store it, then close containers ------------------------
+        while True:
+            if not stack:
+                pos = _WHITESPACE.match(text, pos).end()
+                if pos != end:
+                    raise _error("Extra data", text, pos)
+                return value
+            top = stack[-1]
+            container, is_object = top[0], top[2]
+            if container is None:
+                pass                                       # too deep: nothing is kept
+            elif is_object:
+                container[top[1]] = value
+            else:
+                container.append(value)
+            pos = _WHITESPACE.match(text, pos).end()
+            c = text[pos] if pos < end else ""
+            if c == ",":
+                pos = _WHITESPACE.match(text, pos + 1).end()
+                if is_object:
+                    pos = _member_name(text, pos, top)
+                    count += 1
+                    if count > max_values:
+                        raise _too_many(max_values, pos)
+                break                                      # the next element follows
+            if c == ("}" if is_object else "]"):
+                stack.pop()
+                pos += 1
+                if container is not None:
+                    value = container
+                elif not stack or stack[-1][0] is not None:
+                    value = JSONTooDeep(len(stack) + 1)    # the outermost container too deep
+                else:
+                    value = None
+                continue                                   # the container is complete
+            raise _error("Expecting ',' delimiter", text, pos)
+
+
+def _member_name(text: str, pos: int, top: list[Any]) -> int:
+    """Read ``"name" :`` at ``pos`` into ``top[1]``; returns the position of the value."""
+    if pos >= len(text) or text[pos] != '"':
+        raise _error("Expecting property name enclosed in double quotes", text, pos)
+    top[1], pos = _scanstring(text, pos + 1, True)
+    pos = _WHITESPACE.match(text, pos).end()
+    if pos >= len(text) or text[pos] != ":":
+        raise _error("Expecting ':' delimiter", text, pos)
+    return _WHITESPACE.match(text, pos + 1).end()
