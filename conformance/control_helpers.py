@@ -137,9 +137,9 @@ class RuntimeRecords(list):
 def runtime_records(caplog: pytest.LogCaptureFixture, rt: types.ModuleType,
                     level: int = logging.WARNING, *, containing: str | None = None
                     ) -> RuntimeRecords:
-    """Log records of the runtime's loggers (named ``rt.__name__`` or under it, SPEC.md
-    API-1) at ``level`` or above, optionally with ``containing`` in the message."""
-    namespace = rt.__name__
+    """Log records of the runtime's loggers (named after its top-level package, or under it,
+    SPEC.md API-1) at ``level`` or above, optionally with ``containing`` in the message."""
+    namespace = rt.__name__.split(".")[0]
 
     def wanted(r: logging.LogRecord) -> bool:
         return r.levelno >= level and (containing is None or containing in r.getMessage())

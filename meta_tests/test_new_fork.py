@@ -101,7 +101,7 @@ def test_an_absolute_import_of_the_reference_is_found(tmp_path: Path) -> None:
 
 def test_a_runtime_logging_under_another_name_is_told_which_namespace_was_searched(
         caplog: pytest.LogCaptureFixture) -> None:
-    rt = types.ModuleType("my_fork")
+    rt = types.ModuleType("my_fork.runtime")         # a runtime module inside its package
     with caplog.at_level(logging.WARNING):
         logging.getLogger("reference_runtime.env").error("bad value")
         logging.getLogger("my_fork_other.x").error("not ours either")
