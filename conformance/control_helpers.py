@@ -112,14 +112,42 @@ def pool_bytes(device: Any) -> int:
     return device_bfc(device).memory_map().total_region_allocated_bytes
 
 
+class RuntimeRecords(list):
+    """The runtime's log records a test looked for; its repr (shown in a failed assertion's
+    explanation) names the logger namespace searched and the records seen elsewhere, so
+    that a runtime logging under another name is told why none was found."""
+
+    def __init__(self, records: list[logging.LogRecord], namespace: str, level: int,
+                 elsewhere: list[logging.LogRecord]) -> None:
+        super().__init__(records)
+        self.namespace, self.level, self.elsewhere = namespace, level, elsewhere
+
+    def __repr__(self) -> str:
+        found = [f"{r.name} {r.levelname}: {r.getMessage()[:120]}" for r in self]
+        text = (f"RuntimeRecords({found!r}, from loggers {self.namespace!r} and "
+                f"'{self.namespace}.*' at {logging.getLevelName(self.level)} or above")
+        if not self and self.elsewhere:
+            others = sorted({f"{r.name} ({r.levelname})" for r in self.elsewhere})
+            text += (f"; none found there, but {len(self.elsewhere)} such record(s) came from "
+                     f"other loggers: {', '.join(others[:5])}: a runtime logs under its own "
+                     f"package name (SPEC.md API-1)")
+        return text + ")"
+
+
 def runtime_records(caplog: pytest.LogCaptureFixture, rt: types.ModuleType,
                     level: int = logging.WARNING, *, containing: str | None = None
-                    ) -> list[logging.LogRecord]:
-    """Log records of the runtime's loggers at ``level`` or above (optionally with text)."""
-    prefix = rt.__name__.split(".")[0]
-    return [r for r in caplog.records
-            if r.name.startswith(prefix) and r.levelno >= level
-            and (containing is None or containing in r.getMessage())]
+                    ) -> RuntimeRecords:
+    """Log records of the runtime's loggers (named after its top-level package, or under it,
+    SPEC.md API-1) at ``level`` or above, optionally with ``containing`` in the message."""
+    namespace = rt.__name__.split(".")[0]
+
+    def wanted(r: logging.LogRecord) -> bool:
+        return r.levelno >= level and (containing is None or containing in r.getMessage())
+
+    ours = [r for r in caplog.records
+            if r.name == namespace or r.name.startswith(namespace + ".")]
+    others = [r for r in caplog.records if r not in ours and wanted(r)]
+    return RuntimeRecords([r for r in ours if wanted(r)], namespace, level, others)
 
 
 def run_in_thread(fn: Callable[[], Any], name: str = "test-step") -> tuple[threading.Thread, dict]:

@@ -20,12 +20,61 @@ CAPABILITIES = frozenset({
 })
 
 
+#: The public names each capability requires (API-1: "the names listed in API-3 to API-7 for
+#: every capability it declares"). Checked when a run starts (conformance/plugin.py) and by
+#: conformance/test_api.py. ``cuda`` adds no name (GPU-1: the ``cuda`` backend).
+CAPABILITY_NAMES: dict[str, tuple[str, ...]] = {
+    # API-3
+    "bfc": ("AllocationAttributes", "AllocatorStats", "Allocator", "SubAllocator",
+            "InvalidPointerError", "SimulatedDeviceMemory", "SimulatedHostMemory",
+            "BFCAllocator", "MemoryMap", "RegionInfo", "ChunkInfo", "BinDebugInfo",
+            "GPUBFCAllocator", "rounded_bytes", "bin_num_for_size", "AllocatorRetry"),
+    "env": ("read_bool_from_env_var", "read_int64_from_env_var", "get_allow_growth_value",
+            "get_garbage_collection_value"),
+    "vmem": ("GPUVMemAllocator", "maybe_create_gpu_vmem_allocator"),
+    "adjustable": ("GPUAdjustableAllocator", "MemPoolStats"),
+    # API-5
+    "session_run_actions": ("Grouping", "SessionRunAction", "SessionRunActionOptions",
+                            "SessionRunActionRegistry", "global_registry",
+                            "register_session_run_action"),
+    "file_listener": ("FileListener", "global_file_listener"),
+    "resource_management": ("GPUResourceManagement", "GPUUsageAdjustment", "create_runtime"),
+    "statistics": ("GPUStatistics",),
+    # API-6 and API-7; DirectSession and the errors its run() raises are listed in API-5
+    # but belong to the session, which the executor capability provides (SESS clauses);
+    # SimBackend is named by DEVICE-7 beside API-6's select_backend.
+    "executor": ("Graph", "GraphError", "OpRegistry", "KernelDef", "DirectSession",
+                 "OpError", "InvalidArgumentError", "ResourceExhaustedError",
+                 "FailedPreconditionError", "CancelledError", "UnknownError",
+                 "DeviceAttributes", "Device", "CPUDevice", "GPUDevice", "DeviceMgr",
+                 "get_pci_bus_id", "select_backend", "SimBackend", "create_runtime",
+                 "RuntimeContext"),
+    "gpu_op_manager": ("create_runtime",),
+    "workload": ("MLPWorkload",),
+    "virtual_clock": ("create_runtime",),
+    "worker": ("WORKER_COMMAND",),
+    "cuda": (),
+}
+
+#: The submodule a runtime package must have for a capability, run as ``python -m``
+#: (API-1): E2E-1 runs ``python -m <runtime>.workload``.
+CAPABILITY_SUBMODULES: dict[str, str] = {"workload": "workload"}
+
+
 @dataclass(frozen=True)
 class Clause:
     id: str
     title: str
     area: str
     withdrawn: bool = False
+    text: str = ""      # the normative text, without the heading and the Source: line
+    line: int = 0       # line of the heading in SPEC.md (1-based)
+
+    @property
+    def anchor(self) -> str:
+        """The heading's anchor as Markdown renderers (GitHub) make it."""
+        words = re.sub(r"[^\w\- ]", "", f"{self.id} {self.title}".lower())
+        return words.replace(" ", "-")
 
 
 @lru_cache(maxsize=None)
@@ -39,9 +88,14 @@ def load_clauses(path: Path = SPEC_PATH) -> dict[str, Clause]:
         cid = m["id"]
         if cid in clauses:
             raise ValueError(f"{path.name}: clause {cid} is defined twice")
-        body = next((l for l in lines[i + 1:] if l.strip()), "")
+        body = []
+        for following in lines[i + 1:]:
+            if following.startswith("#") or following.startswith("Source:"):
+                break
+            body.append(following)
+        text = "\n".join(body).strip()
         clauses[cid] = Clause(cid, m["title"], cid.split("-")[0],
-                              withdrawn=body.strip().startswith("Withdrawn"))
+                              withdrawn=text.startswith("Withdrawn"), text=text, line=i + 1)
     return clauses
 
 

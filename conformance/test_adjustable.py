@@ -48,7 +48,7 @@ def three_regions(rt, limit: int = 64 * MiB):
     a = bfc.allocate_raw(256, MiB)
     b = bfc.allocate_raw(256, 2 * MiB)
     c = bfc.allocate_raw(256, 4 * MiB)
-    assert sim.alloc_calls == [MiB, 2 * MiB, 4 * MiB] and a < b < c
+    assert sim.alloc_calls == [MiB, 2 * MiB, 4 * MiB] and a < b < c, "[BFC-8]"
     bfc.deallocate_raw(a)
     bfc.deallocate_raw(c)
     return bfc, sim, a, b, c
@@ -81,11 +81,11 @@ def test_new_limit_governs_growth(rt):
     adj = rt.GPUAdjustableAllocator()
     bfc, sim = make(rt, 2 * MiB)
     bfc.allocate_raw(256, MiB)                       # region 1 MiB, next 2 MiB
-    assert bfc.allocate_raw(256, 2 * MiB) is None    # available 1 MiB
-    assert adj.adjust_memory_limit(3 * MiB, bfc) == 3 * MiB
+    assert bfc.allocate_raw(256, 2 * MiB) is None, "[BFC-9]"    # available 1 MiB
+    assert adj.adjust_memory_limit(3 * MiB, bfc) == 3 * MiB, "[ADJ-1]"
     assert bfc.allocate_raw(256, 2 * MiB) is not None, (
         "allocate_raw(256, 2 MiB) after growing the limit to 3 MiB [ADJ-1]")
-    assert adj.adjust_memory_limit(3 * MiB + 300, bfc) == 3 * MiB + 300
+    assert adj.adjust_memory_limit(3 * MiB + 300, bfc) == 3 * MiB + 300, "[ADJ-1]"
     calls = len(sim.alloc_calls)
     # available = floor256(300) = 256: one 256-byte region fits, nothing more
     assert bfc.allocate_raw(256, 256) is not None and sim.alloc_calls[calls:] == [256], (
@@ -101,12 +101,14 @@ def test_shrink_frees_free_regions_in_address_order(rt):
     bfc, sim, a, b, c = three_regions(rt)
     got = rt.GPUAdjustableAllocator().adjust_memory_limit(4 * MiB, bfc)
     # to free 3 MiB: R1 (1 MiB) then, R2 being in use, R3 (4 MiB) → pool 2 MiB <= 4 MiB
-    assert got == 4 * MiB, f"adjust_memory_limit(4 MiB) returned {got} [ADJ-2]"
     assert sim.free_calls == [(a, MiB), (c, 4 * MiB)], (
         f"released {sim.free_calls}, expected R1 then R3 in address order [ADJ-3]")
-    assert state(bfc) == (4 * MiB, 4 * MiB, 2 * MiB, next_after_shrink(4 * MiB, 2 * MiB)), (
-        f"(limit, bytes_limit, pool, next) = {state(bfc)} [ADJ-2, ADJ-4]")
-    assert [r.ptr for r in bfc.memory_map().regions] == [b]
+    assert got == 4 * MiB, f"adjust_memory_limit(4 MiB) returned {got} [ADJ-2]"
+    assert state(bfc)[:3] == (4 * MiB, 4 * MiB, 2 * MiB), (
+        f"(limit, bytes_limit, pool) = {state(bfc)[:3]} [ADJ-2]")
+    assert state(bfc)[3] == next_after_shrink(4 * MiB, 2 * MiB), (
+        f"next = {state(bfc)[3]} [ADJ-4]")
+    assert [r.ptr for r in bfc.memory_map().regions] == [b], "[ADJ-3]"
     assert_bfc_valid(bfc, sim)
 
 
@@ -127,25 +129,26 @@ def test_shrink_overshoots_with_whole_regions(rt):
     bfc, sim, a, b, c = three_regions(rt)
     bfc.deallocate_raw(b)
     b2 = bfc.allocate_raw(256, 256)       # R1 (1 MiB) is the best fit; R2 becomes free
-    assert b2 == a
+    assert b2 == a, "[ADJ-3]"
     got = rt.GPUAdjustableAllocator().adjust_memory_limit(6 * MiB + 512 * KiB, bfc)
     # to free 512 KiB: R1 in use, R2 (2 MiB) free → released; pool 5 MiB (overshoot)
     assert got == 6 * MiB + 512 * KiB and sim.free_calls == [(b, 2 * MiB)], (
         f"returned {got}, released {sim.free_calls} [ADJ-3]")
-    assert state(bfc)[2:] == (5 * MiB, next_after_shrink(6 * MiB + 512 * KiB, 5 * MiB))
-    assert state(bfc)[3] == MiB
+    assert state(bfc)[2:] == (5 * MiB, next_after_shrink(6 * MiB + 512 * KiB, 5 * MiB)), "[ADJ-3]"
+    assert state(bfc)[3] == MiB, "[ADJ-3]"
 
 
 @pytest.mark.clause("ADJ-2", "ADJ-4")
 def test_shrink_that_falls_short(rt):
     bfc, sim, a, b, c = three_regions(rt)
     got = rt.GPUAdjustableAllocator().adjust_memory_limit(MiB, bfc)
+    assert sim.free_calls == [(a, MiB), (c, 4 * MiB)], (
+        f"released {sim.free_calls}, expected every free region [ADJ-3]")
     assert got == 2 * MiB, (f"adjust_memory_limit(1 MiB) with 2 MiB in use returned {got}, "
                             f"expected the remaining pool 2 MiB [ADJ-2]")
-    assert state(bfc) == (2 * MiB, 2 * MiB, 2 * MiB, MiB), (
-        f"(limit, bytes_limit, pool, next) = {state(bfc)}; a shortfall wraps next to 1 MiB "
-        f"[ADJ-2, ADJ-4]")
-    assert sim.free_calls == [(a, MiB), (c, 4 * MiB)]
+    assert state(bfc)[:3] == (2 * MiB, 2 * MiB, 2 * MiB), (
+        f"(limit, bytes_limit, pool) = {state(bfc)[:3]} [ADJ-2]")
+    assert state(bfc)[3] == MiB, f"next = {state(bfc)[3]}; a shortfall wraps it to 1 MiB [ADJ-4]"
     assert bfc.allocate_raw(256, 256) is None, (
         "allocate_raw(256, 256) with limit == pool and no free chunk must fail [ADJ-2]")
 
@@ -155,8 +158,8 @@ def test_shrink_to_zero_releases_everything_free(rt):
     bfc, sim = make(rt)
     p = bfc.allocate_raw(256, MiB)
     bfc.deallocate_raw(p)
-    assert rt.GPUAdjustableAllocator().adjust_memory_limit(0, bfc) == 0
-    assert state(bfc) == (0, 0, 0, 256) and sim.free_calls == [(p, MiB)], f"{state(bfc)}"
+    assert rt.GPUAdjustableAllocator().adjust_memory_limit(0, bfc) == 0, "[ADJ-2]"
+    assert state(bfc) == (0, 0, 0, 256) and sim.free_calls == [(p, MiB)], f"{state(bfc)} [ADJ-3]"
     assert bfc.allocate_raw(256, 256) is None, "allocation with limit 0 [ADJ-2]"
 
 
@@ -181,7 +184,7 @@ def test_next_region_size_after_shrink(rt, gap):
         f"{bfc.memory_map().next_region_size}, expected {expected_next} [ADJ-4]")
     if pool == 2 * MiB:                    # no free chunk left: the next growth uses it
         calls = len(sim.alloc_calls)
-        assert bfc.allocate_raw(256, 2 * MiB) is not None
+        assert bfc.allocate_raw(256, 2 * MiB) is not None, "[BFC-8]"
         size = expected_next
         while size < 2 * MiB:
             size *= 2
@@ -195,7 +198,8 @@ def test_free_empty_memory_at_or_above_the_pool(rt):
     adj = rt.GPUAdjustableAllocator()
     for target in (7 * MiB, 100 * MiB):
         got = adj.free_empty_memory(target, bfc)
-        assert got == 7 * MiB, f"free_empty_memory({target}) returned {got}, expected the pool"
+        assert got == 7 * MiB, (
+            f"free_empty_memory({target}) returned {got}, expected the pool [ADJ-3]")
     assert sim.free_calls == [] and state(bfc) == (64 * MiB, 64 * MiB, 7 * MiB, 8 * MiB), (
         f"free_empty_memory(target >= pool) changed state: {state(bfc)} [ADJ-3]")
 
@@ -210,8 +214,8 @@ def test_free_empty_memory_keeps_partly_used_regions_and_the_limit(rt):
     assert got == MiB and sim.free_calls == [(q, 2 * MiB)], (
         f"free_empty_memory(0): returned {got}, released {sim.free_calls}; the partly used "
         f"region must stay [ADJ-3]")
-    assert bfc.memory_map().memory_limit == 64 * MiB, "free_empty_memory changed the limit"
-    assert bfc.allocated_size(p) == 256
+    assert bfc.memory_map().memory_limit == 64 * MiB, "free_empty_memory changed the limit [ADJ-3]"
+    assert bfc.allocated_size(p) == 256, "[ADJ-3]"
     assert_bfc_valid(bfc, sim)
 
 
@@ -225,7 +229,7 @@ def test_region_with_a_free_first_chunk_and_a_live_chunk_is_kept(rt):
     b = bfc.allocate_raw(256, 256)            # R1: [a 256][b 256][free]
     bfc.deallocate_raw(a)                     # R1: [free 256][b in use][free]: no merge
     (region,) = bfc.memory_map().regions
-    assert [c.in_use for c in region.chunks] == [False, True, False], region
+    assert [c.in_use for c in region.chunks] == [False, True, False], f"{region} [BFC-5]"
     adj = rt.GPUAdjustableAllocator()
     got = adj.free_empty_memory(0, bfc)
     assert got == MiB and sim.free_calls == [], (
@@ -235,7 +239,7 @@ def test_region_with_a_free_first_chunk_and_a_live_chunk_is_kept(rt):
     got = adj.adjust_memory_limit(0, bfc)
     assert got == MiB and sim.free_calls == [], (
         f"adjust_memory_limit(0): returned {got}, released {sim.free_calls}; expected the "
-        f"remaining pool 1 MiB and nothing released [ADJ-2, ADJ-3]")
+        f"remaining pool 1 MiB and nothing released [ADJ-3]")
     assert bfc.allocated_size(b) == 256 and bfc.allocation_id(b) > 0, \
         "the live chunk must survive the shrink [ADJ-3]"
     bfc.deallocate_raw(b)
@@ -247,7 +251,7 @@ def test_mem_pool_stats(rt):
     adj = rt.GPUAdjustableAllocator()
     bfc, sim = make(rt)
     assert (adj.get_mem_pool_stats(bfc).pool_bytes,
-            adj.get_mem_pool_stats(bfc).stable_bytes) == (0, 0)
+            adj.get_mem_pool_stats(bfc).stable_bytes) == (0, 0), "[ADJ-5]"
     a = bfc.allocate_raw(256, MiB)            # R1 1 MiB, fully used
     b = bfc.allocate_raw(256, 256)            # R2 2 MiB, 256 used
     c = bfc.allocate_raw(256, 4 * MiB)        # R3 4 MiB
@@ -257,8 +261,9 @@ def test_mem_pool_stats(rt):
         f"get_mem_pool_stats: ({s.pool_bytes}, {s.stable_bytes}), expected (7 MiB, 3 MiB) "
         f"[ADJ-5]")
     released = 7 * MiB - adj.free_empty_memory(0, bfc)
-    assert released == s.pool_bytes - s.stable_bytes, "pool - stable is what can be released"
-    assert a is not None and b is not None
+    assert released == s.pool_bytes - s.stable_bytes, (
+        "pool - stable is what can be released [ADJ-5]")
+    assert a is not None and b is not None, "[ADJ-5]"
 
 
 @pytest.mark.clause("ADJ-5", "BFC-17")
@@ -296,7 +301,7 @@ def test_mem_pool_stats_is_a_consistent_snapshot(rt):
         stop.set()
         assert joined(t, 10), "the churn thread did not stop [BFC-17]"
     assert "error" not in out, f"the churn thread raised {out.get('error')!r} [BFC-17]"
-    assert iterations[0] >= 1, "the churn thread never completed an iteration"
+    assert iterations[0] >= 1, "the churn thread never completed an iteration [BFC-17]"
     bad = [s for s in seen if s not in states]
     assert not bad, (f"get_mem_pool_stats returned (pool, stable) pairs {sorted(set(bad))[:3]} "
                      f"that the allocator never held; states held: {sorted(states)} [ADJ-5]")

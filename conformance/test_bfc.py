@@ -102,7 +102,7 @@ def no_retry(rt):
 def test_requests_round_up_to_256(rt, n):
     bfc, _ = make(rt, 64 * MiB)
     p = bfc.allocate_raw(256, n)
-    assert p is not None, f"allocate_raw(256, {n}) returned None"
+    assert p is not None, f"allocate_raw(256, {n}) returned None [BFC-1]"
     assert bfc.allocated_size(p) == rounded(n), (
         f"allocated_size(allocate_raw(256, {n})) = {bfc.allocated_size(p)}, expected "
         f"RoundedBytes = {rounded(n)} [BFC-1]")
@@ -126,10 +126,12 @@ def test_zero_bytes_returns_none_at_once(rt):
     clock = VirtualClock()  # manual: a retry wait would block this test
     bfc, sim = make(rt, MiB, clock=clock, timeout_us=T_10S)
     assert bfc.allocate_raw(256, 0) is None, "allocate_raw(256, 0) is not None [BFC-1]"
-    assert sim.alloc_calls == [], f"allocate_raw(256, 0) called the sub-allocator: {sim.alloc_calls}"
-    assert clock.records == [], f"allocate_raw(256, 0) waited: {clock.records}"
+    assert sim.alloc_calls == [], (
+        f"allocate_raw(256, 0) called the sub-allocator: {sim.alloc_calls} [BFC-1]")
+    assert clock.records == [], f"allocate_raw(256, 0) waited: {clock.records} [BFC-12]"
     stats = bfc.get_stats()
-    assert (stats.num_allocs, stats.bytes_in_use) == (0, 0), f"stats after 0-byte request: {stats}"
+    assert (stats.num_allocs, stats.bytes_in_use) == (0, 0), (
+        f"stats after 0-byte request: {stats} [BFC-1]")
     p = bfc.allocate_raw(256, 1)
     assert bfc.allocation_id(p) == 1, "a 0-byte request consumed an allocation id [BFC-1]"
 
@@ -147,7 +149,7 @@ def test_bad_sizes_raise_value_error(rt, bad):
         f"allocate_raw(256, {bad!r}) error {info.value!r} does not name the allocator [BFC-1]")
     assert (bfc.memory_map(), bfc.get_stats()) == before, (
         f"allocate_raw(256, {bad!r}) changed the allocator's state [BFC-1]")
-    assert clock.records == [] and keep is not None
+    assert clock.records == [] and keep is not None, "[BFC-1]"
 
 
 @pytest.mark.clause("BFC-1")
@@ -165,12 +167,13 @@ def test_sizes_beyond_size_t_return_none_at_once(rt, huge):
 @pytest.mark.parametrize("huge", [MiB + 1, 2**63, 2**64 - 1])
 def test_sizes_above_the_limit_fail_without_a_region(rt, huge):
     bfc, sim = make(rt, MiB, timeout_us=0)
-    assert bfc.allocate_raw(256, huge) is None, f"allocate_raw(256, {huge}) is not None"
-    assert bfc.allocate_raw(256, huge, no_retry(rt)) is None
+    assert bfc.allocate_raw(256, huge) is None, f"allocate_raw(256, {huge}) is not None [BFC-9]"
+    assert bfc.allocate_raw(256, huge, no_retry(rt)) is None, "[BFC-9]"
     assert sim.alloc_calls == [], (
         f"allocate_raw(256, {huge}) with limit 1 MiB called the sub-allocator "
         f"{sim.alloc_calls} [BFC-9]")
-    assert bfc.allocate_raw(256, 256) is not None, "allocator unusable after a huge request"
+    assert bfc.allocate_raw(256, 256) is not None, (
+        "allocator unusable after a huge request [BFC-1]")
 
 
 @pytest.mark.clause("BFC-1")
@@ -194,7 +197,7 @@ def test_bin_num_for_size_boundaries(rt):
         for n in (size, size + 255, 2 * size - 1):
             assert rt.bin_num_for_size(n) == b, f"bin_num_for_size({n}) != {b} [BFC-2]"
         if b < 20:
-            assert rt.bin_num_for_size(2 * size) == b + 1, f"bin_num_for_size({2 * size})"
+            assert rt.bin_num_for_size(2 * size) == b + 1, f"bin_num_for_size({2 * size}) [BFC-2]"
     for n in (0, 1, 255):
         assert rt.bin_num_for_size(n) == 0, f"bin_num_for_size({n}) != 0 [BFC-2]"
     assert rt.bin_num_for_size(1 << 40) == 20, "bin_num_for_size(2^40) != 20 [BFC-2]"
@@ -215,7 +218,7 @@ def test_free_chunks_sit_in_their_bins(rt):
     for p in ptrs:
         bfc.deallocate_raw(p)
     infos = bfc.get_bin_debug_info()
-    assert len(infos) == 21, f"get_bin_debug_info() has {len(infos)} entries, expected 21"
+    assert len(infos) == 21, f"get_bin_debug_info() has {len(infos)} entries, expected 21 [BFC-16]"
     by_ptr = {c.ptr: c for r in bfc.memory_map().regions for c in r.chunks}
     for ptr, size in layout:
         c = by_ptr[ptr]
@@ -237,7 +240,7 @@ def _holes(rt):
     d = bfc.allocate_raw(256, 256)
     e = bfc.allocate_raw(256, 1024)
     f = bfc.allocate_raw(256, 256)
-    assert [b - a, c - b, d - c, e - d, f - e] == [1024, 256, 2048, 256, 1024]
+    assert [b - a, c - b, d - c, e - d, f - e] == [1024, 256, 2048, 256, 1024], "[BFC-3]"
     for p in (a, c, e):
         bfc.deallocate_raw(p)
     return bfc, sim, a, c, e
@@ -250,9 +253,10 @@ def test_best_fit_smallest_then_lowest_address(rt):
     got = bfc.allocate_raw(256, 1000)
     assert got == a, f"allocate_raw(256, 1000) = {got:#x}, expected lowest 1024 hole {a:#x} [BFC-3]"
     got = bfc.allocate_raw(256, 769)
-    assert got == e, f"allocate_raw(256, 769) = {got:#x}, expected the other 1024 hole {e:#x}"
+    assert got == e, (
+        f"allocate_raw(256, 769) = {got:#x}, expected the other 1024 hole {e:#x} [BFC-3]")
     got = bfc.allocate_raw(256, 1025)
-    assert got == c, f"allocate_raw(256, 1025) = {got:#x}, expected the 2048 hole {c:#x}"
+    assert got == c, f"allocate_raw(256, 1025) = {got:#x}, expected the 2048 hole {c:#x} [BFC-3]"
     assert sim.alloc_calls == calls, "best fit grew the pool although a chunk fitted [BFC-3]"
 
 
@@ -263,7 +267,7 @@ def test_no_split_below_twice_the_request(rt):
     assert p == c and bfc.allocated_size(p) == 2048, (
         f"allocate_raw(256, 1025) from a 2048 hole: allocated_size {bfc.allocated_size(p)}, "
         f"expected the whole 2048-byte chunk [BFC-4]")
-    assert bfc.requested_size(p) == 1025
+    assert bfc.requested_size(p) == 1025, "[BFC-4]"
 
 
 @pytest.mark.clause("BFC-4")
@@ -272,7 +276,7 @@ def test_split_at_exactly_twice_the_request(rt):
     p = bfc.allocate_raw(256, 1024)  # a: 1024 hole, exact
     p2 = bfc.allocate_raw(256, 1024)  # e
     p3 = bfc.allocate_raw(256, 1024)  # c: 2048 >= 2*1024 → split
-    assert (p, p2, p3) == (a, e, c), f"got {(p, p2, p3)}, expected {(a, e, c)}"
+    assert (p, p2, p3) == (a, e, c), f"got {(p, p2, p3)}, expected {(a, e, c)} [BFC-4]"
     assert bfc.allocated_size(p3) == 1024, (
         f"allocate_raw(256, 1024) from a 2048 chunk: allocated_size "
         f"{bfc.allocated_size(p3)}, expected 1024 (split) [BFC-4]")
@@ -293,12 +297,13 @@ def test_128_mib_split_rule(rt, request_bytes, expect_split):
     p = bfc.allocate_raw(256, request_bytes)
     r = rounded(request_bytes)
     expected = r if (GiB >= 2 * r or GiB - r >= 128 * MiB) else GiB
-    assert expect_split == (expected == r)
+    assert expect_split == (expected == r), "[BFC-4]"
     assert bfc.allocated_size(p) == expected, (
         f"allocate_raw(256, {request_bytes}) from a 1 GiB chunk: allocated_size "
         f"{bfc.allocated_size(p)}, expected {expected} [BFC-4]")
     if expected == r:
-        assert chunks(bfc)[1] == (p + r, GiB - r, False), f"remainder chunk {chunks(bfc)[1:]}"
+        assert chunks(bfc)[1] == (p + r, GiB - r, False), (
+            f"remainder chunk {chunks(bfc)[1:]} [BFC-4]")
 
 
 @pytest.mark.clause("BFC-4")
@@ -322,7 +327,7 @@ def test_coalescing_next_then_prev(rt):
     base = a
     bfc.deallocate_raw(b)
     assert chunks(bfc) == [(base, 256, True), (base + 256, 256, False), (base + 512, 256, True),
-                           (base + 768, MiB - 768, False)], f"after free(b): {chunks(bfc)}"
+                           (base + 768, MiB - 768, False)], f"after free(b): {chunks(bfc)} [BFC-5]"
     bfc.deallocate_raw(a)   # merges with its free next (b)
     assert chunks(bfc)[:2] == [(base, 512, False), (base + 512, 256, True)], (
         f"free(a) with a free next chunk: {chunks(bfc)} [BFC-5]")
@@ -344,8 +349,9 @@ def test_deallocate_none_is_a_no_op(rt):
     p = bfc.allocate_raw(256, 256)
     before = (bfc.memory_map(), bfc.get_stats())
     bfc.deallocate_raw(None)
-    assert (bfc.memory_map(), bfc.get_stats()) == before, "deallocate_raw(None) changed state"
-    assert p is not None
+    assert (bfc.memory_map(), bfc.get_stats()) == before, (
+        "deallocate_raw(None) changed state [BFC-5]")
+    assert p is not None, "[BFC-5]"
 
 
 @pytest.mark.clause("BFC-5")
@@ -354,7 +360,7 @@ def test_adjacent_regions_never_merge(rt):
     bfc = rt.BFCAllocator(sub, 64 * MiB, True, "GPU_0_bfc", retry_timeout_us=0)
     p = bfc.allocate_raw(256, MiB)          # region 1: 1 MiB, whole
     q = bfc.allocate_raw(256, 2 * MiB)      # region 2: 2 MiB, adjacent
-    assert q == p + MiB, "the test sub-allocator should give adjacent regions"
+    assert q == p + MiB, "the test sub-allocator should give adjacent regions [BFC-5]"
     bfc.deallocate_raw(p)
     bfc.deallocate_raw(q)
     mm = bfc.memory_map()
@@ -385,8 +391,9 @@ def test_invalid_pointers_raise_and_change_nothing(rt):
                 f"{name}({ptr!r}) error {info.value!r} does not name the allocator [BFC-6]")
     with pytest.raises(rt.InvalidPointerError):
         bfc.deallocate_raw(q)   # double free (q's chunk merged with the free tail)
-    assert (bfc.memory_map(), bfc.get_stats()) == before, "an invalid pointer changed state"
-    assert issubclass(rt.InvalidPointerError, ValueError)
+    assert (bfc.memory_map(), bfc.get_stats()) == before, (
+        "an invalid pointer changed state [BFC-6]")
+    assert issubclass(rt.InvalidPointerError, ValueError), "[BFC-6]"
 
 
 @pytest.mark.clause("BFC-6")
@@ -420,7 +427,7 @@ def test_construction(rt, total, growth, expected_next):
             mm.regions) == (total, 0, expected_next, ()), (
         f"BFCAllocator(total={total}, allow_growth={growth}): memory_map {mm}, expected "
         f"limit {total}, pool 0, next {expected_next}, no region [BFC-7]")
-    assert bfc.get_stats().bytes_limit == total and bfc.name == "GPU_0_bfc"
+    assert bfc.get_stats().bytes_limit == total and bfc.name == "GPU_0_bfc", "[BFC-7]"
 
 
 @pytest.mark.clause("BFC-7")
@@ -440,7 +447,7 @@ def test_region_growth_doubles(rt):
     bfc, sim = make(rt, GiB)
     nexts = []
     for n in (MiB, 2 * MiB, 4 * MiB):
-        assert bfc.allocate_raw(256, n) is not None, f"allocate_raw(256, {n})"
+        assert bfc.allocate_raw(256, n) is not None, f"allocate_raw(256, {n}) [BFC-8]"
         nexts.append(bfc.memory_map().next_region_size)
     assert sim.alloc_calls == [MiB, 2 * MiB, 4 * MiB], (
         f"regions for requests 1, 2, 4 MiB: {sim.alloc_calls}, expected [1, 2, 4] MiB [BFC-8]")
@@ -458,8 +465,9 @@ def test_forced_doubling_is_not_doubled_again(rt):
         f"expected {4 * MiB} [BFC-8]")
     bfc.allocate_raw(256, 5 * MiB)         # 4 → 8 MiB
     bfc.allocate_raw(256, 8 * MiB)         # 8 MiB, not increased → next 16 MiB
-    assert sim.alloc_calls == [MiB, 4 * MiB, 8 * MiB, 8 * MiB], f"regions {sim.alloc_calls}"
-    assert bfc.memory_map().next_region_size == 16 * MiB
+    assert sim.alloc_calls == [MiB, 4 * MiB, 8 * MiB, 8 * MiB], (
+        f"regions {sim.alloc_calls} [BFC-8]")
+    assert bfc.memory_map().next_region_size == 16 * MiB, "[BFC-8]"
 
 
 @pytest.mark.clause("BFC-8", "BFC-9")
@@ -469,8 +477,8 @@ def test_region_is_capped_by_the_limit(rt):
     b = bfc.allocate_raw(256, MiB)               # region min(next 2, available 2) MiB
     assert sim.alloc_calls == [MiB, 2 * MiB], f"regions {sim.alloc_calls} [BFC-8]"
     c = bfc.allocate_raw(256, MiB)               # the 1 MiB left in region 2
-    assert None not in (a, b, c)
-    assert bfc.allocate_raw(256, 256, no_retry(rt)) is None, "allocation beyond the limit"
+    assert None not in (a, b, c), "[BFC-9]"
+    assert bfc.allocate_raw(256, 256, no_retry(rt)) is None, "allocation beyond the limit [BFC-9]"
     assert sim.alloc_calls == [MiB, 2 * MiB], (
         f"a request beyond floor256(limit - pool) = 0 called the sub-allocator "
         f"{sim.alloc_calls[2:]} [BFC-9]")
@@ -479,9 +487,9 @@ def test_region_is_capped_by_the_limit(rt):
 @pytest.mark.clause("BFC-9")
 def test_limit_not_multiple_of_256(rt):
     bfc, sim = make(rt, 1000, growth=False)
-    assert bfc.memory_map().next_region_size == 1024
-    assert bfc.allocate_raw(256, 800) is None, "allocate_raw(256, 800) with limit 1000"
-    assert sim.alloc_calls == [], f"request 800 > floor256(1000) called {sim.alloc_calls}"
+    assert bfc.memory_map().next_region_size == 1024, "[BFC-9]"
+    assert bfc.allocate_raw(256, 800) is None, "allocate_raw(256, 800) with limit 1000 [BFC-9]"
+    assert sim.alloc_calls == [], f"request 800 > floor256(1000) called {sim.alloc_calls} [BFC-9]"
     p = bfc.allocate_raw(256, 700)
     assert sim.alloc_calls == [768] and bfc.allocated_size(p) == 768, (
         f"limit 1000: region {sim.alloc_calls}, chunk {bfc.allocated_size(p)}, expected one "
@@ -529,11 +537,12 @@ def test_backpedal_sequence(rt):
     bfc, sim = make(rt, MiB, growth=False, capacity=capacity)
     p = bfc.allocate_raw(256, 256)
     expected = _backpedal_calls(MiB, 256, capacity)
-    assert expected[:4] == [1048576, 943872, 849664, 764928]
+    assert expected[:4] == [1048576, 943872, 849664, 764928], "[BFC-10]"
     assert sim.alloc_calls == expected, (
         f"sub-allocator calls with capacity {capacity}: {sim.alloc_calls}, expected "
         f"{expected} [BFC-10]")
-    assert p is not None and bfc.memory_map().total_region_allocated_bytes == expected[-1]
+    assert p is not None and bfc.memory_map().total_region_allocated_bytes == expected[-1], (
+        "[BFC-10]")
 
 
 @pytest.mark.clause("BFC-10")
@@ -543,10 +552,10 @@ def test_backpedal_uses_float32(rt):
     double = [GiB]
     for _ in range(4):
         double.append(rounded(int(double[-1] * 0.9)))
-    assert expected[4] == 704482304 and double[4] == 704482560 != expected[4]
+    assert expected[4] == 704482304 and double[4] == 704482560 != expected[4], "[BFC-10]"
     capacity = expected[4] + 100          # float32's 5th size fits, double's does not
     bfc, sim = make(rt, GiB, growth=False, capacity=capacity)
-    assert bfc.allocate_raw(256, 256) is not None
+    assert bfc.allocate_raw(256, 256) is not None, "[BFC-10]"
     assert sim.alloc_calls == expected, (
         f"backpedal from 1 GiB: {sim.alloc_calls}, expected the float32 sequence "
         f"{expected} [BFC-10]")
@@ -555,12 +564,12 @@ def test_backpedal_uses_float32(rt):
 @pytest.mark.clause("BFC-10")
 def test_backpedal_only_once_per_lifetime(rt):
     bfc, sim = make(rt, GiB)
-    assert bfc.allocate_raw(256, 256) is not None          # region 1 MiB, next 2 MiB
+    assert bfc.allocate_raw(256, 256) is not None, "[BFC-10]"          # region 1 MiB, next 2 MiB
     sim.fail = True
-    assert bfc.allocate_raw(256, 2 * MiB, no_retry(rt)) is None
+    assert bfc.allocate_raw(256, 2 * MiB, no_retry(rt)) is None, "[BFC-10]"
     first = sim.alloc_calls[1:]
-    assert first == _backpedal_calls(2 * MiB, 2 * MiB, 0), f"first refusal: {first}"
-    assert bfc.allocate_raw(256, MiB + 256, no_retry(rt)) is None
+    assert first == _backpedal_calls(2 * MiB, 2 * MiB, 0), f"first refusal: {first} [BFC-10]"
+    assert bfc.allocate_raw(256, MiB + 256, no_retry(rt)) is None, "[BFC-10]"
     later = sim.alloc_calls[1 + len(first):]
     assert later == [2 * MiB], (f"a refusal after the one backpedal made calls {later}, "
                                 f"expected one call of {2 * MiB} [BFC-10]")
@@ -571,14 +580,14 @@ def test_backpedal_only_once_per_lifetime(rt):
 def test_backpedal_terminates_for_tiny_sizes(rt, limit):
     bfc, sim = make(rt, limit, growth=False)
     sim.fail = True
-    assert bfc.allocate_raw(256, 256, no_retry(rt)) is None
+    assert bfc.allocate_raw(256, 256, no_retry(rt)) is None, "[BFC-10]"
     first = min(rounded(limit), floor256(limit))   # min(next, available)
     expected = _backpedal_calls(first, 256, 0)
     assert sim.alloc_calls == expected, (
         f"limit {limit}, sub-allocator always refusing: calls {sim.alloc_calls}, expected "
         f"{expected}; the loop must stop when the size stops shrinking [BFC-10]")
     sim.fail = False
-    assert bfc.allocate_raw(256, 256) is not None
+    assert bfc.allocate_raw(256, 256) is not None, "[BFC-10]"
 
 
 # --- BFC-11 ------------------------------------------------------------------------------
@@ -624,8 +633,8 @@ def test_gc_releases_every_free_region(rt):
         f"(R2, 2 MiB)], not only enough of them [BFC-11]")
     assert sim.alloc_calls == [MiB, 2 * MiB, 4 * MiB, 4 * MiB + 512 * 1024], (
         f"regions {sim.alloc_calls}: after releasing every free region the new region is "
-        f"min(next, available) = 4.5 MiB [BFC-11, BFC-8]")
-    assert bfc.memory_map().total_region_allocated_bytes == 8 * MiB + 512 * 1024
+        f"min(next, available) = 4.5 MiB [BFC-11]")
+    assert bfc.memory_map().total_region_allocated_bytes == 8 * MiB + 512 * 1024, "[BFC-11]"
     bfc.deallocate_raw(p)
     bfc.deallocate_raw(c)
     assert_bfc_valid(bfc, sim)
@@ -635,15 +644,15 @@ def test_gc_releases_every_free_region(rt):
 def test_gc_feasibility_check(rt):
     bfc, sim, a, b = _gc_setup(rt, gc=True)
     # 2 MiB + 256 > limit - pool + F = 2 MiB → nothing released
-    assert bfc.allocate_raw(256, 2 * MiB + 256, no_retry(rt)) is None
+    assert bfc.allocate_raw(256, 2 * MiB + 256, no_retry(rt)) is None, "[BFC-11]"
     assert sim.free_calls == [], f"infeasible GC released {sim.free_calls} [BFC-11]"
-    assert bfc.memory_map().total_region_allocated_bytes == 3 * MiB
+    assert bfc.memory_map().total_region_allocated_bytes == 3 * MiB, "[BFC-11]"
 
 
 @pytest.mark.clause("BFC-11")
 def test_gc_off_releases_nothing(rt):
     bfc, sim, a, b = _gc_setup(rt, gc=False)
-    assert bfc.allocate_raw(256, 2 * MiB, no_retry(rt)) is None, "GC off: expected None"
+    assert bfc.allocate_raw(256, 2 * MiB, no_retry(rt)) is None, "GC off: expected None [BFC-11]"
     assert sim.free_calls == [], f"GC off released {sim.free_calls} [BFC-11]"
 
 
@@ -661,8 +670,8 @@ def test_gc_releases_all_free_regions(rt):
     assert sorted(sim.free_calls) == sorted([(a, MiB), (b, 2 * MiB)]), (
         f"released {sim.free_calls}, expected both free regions [BFC-11]")
     assert p is not None and bfc.allocated_size(p) == 4 * MiB, (
-        f"allocated_size after GC: {p and bfc.allocated_size(p)}, expected {4 * MiB}")
-    assert bfc.memory_map().next_region_size == 16 * MiB and c is not None
+        f"allocated_size after GC: {p and bfc.allocated_size(p)}, expected {4 * MiB} [BFC-11]")
+    assert bfc.memory_map().next_region_size == 16 * MiB and c is not None, "[BFC-11]"
 
 
 @pytest.mark.clause("BFC-11", "BFC-8")
@@ -680,9 +689,10 @@ def test_gc_only_after_extend_fails(rt):
 def _refusing(rt, clock, timeout_us):
     """Allocator whose sub-allocator refuses every region after the first; backpedal spent."""
     bfc, sim = make(rt, GiB, clock=clock, timeout_us=timeout_us)
-    assert bfc.allocate_raw(256, 256) is not None      # region 1 MiB, next 2 MiB
+    assert bfc.allocate_raw(256, 256) is not None, "[BFC-12]"      # region 1 MiB, next 2 MiB
     sim.fail = True
-    assert bfc.allocate_raw(256, 2 * MiB, no_retry(rt)) is None   # spends the backpedal
+    # spends the backpedal
+    assert bfc.allocate_raw(256, 2 * MiB, no_retry(rt)) is None, "[BFC-12]"
     return bfc, sim, len(sim.alloc_calls)
 
 
@@ -690,7 +700,7 @@ def _refusing(rt, clock, timeout_us):
 def test_no_retry_makes_one_attempt(rt):
     clock = VirtualClock()
     bfc, sim, n = _refusing(rt, clock, T_10S)
-    assert bfc.allocate_raw(256, 2 * MiB, no_retry(rt)) is None
+    assert bfc.allocate_raw(256, 2 * MiB, no_retry(rt)) is None, "[BFC-12]"
     assert sim.alloc_calls[n:] == [2 * MiB] and clock.records == [], (
         f"no_retry_on_failure: calls {sim.alloc_calls[n:]}, waits {clock.records}, expected "
         f"one attempt and no wait [BFC-12]")
@@ -702,18 +712,18 @@ def test_retry_with_zero_timeout_makes_three_attempts(rt):
     bfc, sim, n = _refusing(rt, clock, 0)
     for attrs in (None, rt.AllocationAttributes()):
         start = len(sim.alloc_calls)
-        assert bfc.allocate_raw(256, 2 * MiB, attrs) is None
+        assert bfc.allocate_raw(256, 2 * MiB, attrs) is None, "[BFC-12]"
         assert sim.alloc_calls[start:] == [2 * MiB] * 3, (
             f"allocate_raw(256, 2 MiB, {attrs}) with retry_timeout_us=0: calls "
             f"{sim.alloc_calls[start:]}, expected 3 attempts [BFC-12]")
-    assert clock.records == [] or all(r.duration_us <= 0 for r in clock.records)
+    assert clock.records == [] or all(r.duration_us <= 0 for r in clock.records), "[BFC-12]"
 
 
 @pytest.mark.clause("BFC-12")
 def test_retry_waits_exactly_the_timeout(rt):
     clock = VirtualClock(auto_advance=True)
     bfc, sim, n = _refusing(rt, clock, T_10S)
-    assert bfc.allocate_raw(256, 2 * MiB) is None
+    assert bfc.allocate_raw(256, 2 * MiB) is None, "[BFC-12]"
     assert sim.alloc_calls[n:] == [2 * MiB] * 4, (
         f"allocate_raw(256, 2 MiB) with a 10 s retry and no frees: calls "
         f"{sim.alloc_calls[n:]}, expected 4 attempts [BFC-12]")
@@ -738,14 +748,15 @@ def test_free_wakes_the_waiter_without_the_lock_held(rt):
     try:
         clock.wait_for_waiters(1)
         # the lock is free while the waiter waits
-        assert bfc.get_stats().bytes_in_use == MiB
-        assert bfc.allocation_id(p) == 1
-        assert bfc.allocate_raw(256, 256, no_retry(rt)) is None
+        assert bfc.get_stats().bytes_in_use == MiB, "[BFC-17]"
+        assert bfc.allocation_id(p) == 1, "[BFC-17]"
+        assert bfc.allocate_raw(256, 256, no_retry(rt)) is None, "[BFC-17]"
         bfc.deallocate_raw(p)
         t.join(5)
         assert not t.is_alive(), "deallocate_raw did not wake the retrying allocation [BFC-12]"
         assert out == [p], f"woken allocation returned {out}, expected {p:#x} [BFC-12]"
-        assert clock.now_us() == 0, f"the wake needed the clock to advance ({clock.now_us()})"
+        assert clock.now_us() == 0, (
+            f"the wake needed the clock to advance ({clock.now_us()}) [BFC-12]")
     finally:
         clock.advance(T_10S)
         t.join(5)
@@ -765,7 +776,7 @@ def test_retry_deadline_on_virtual_clock(rt):
         clock.advance(1)
         t.join(5)
         assert not t.is_alive() and out == [None], f"after the deadline: {out} [BFC-12]"
-        assert [r.duration_us for r in clock.records] == [T_10S]
+        assert [r.duration_us for r in clock.records] == [T_10S], "[BFC-12]"
     finally:
         clock.advance(2 * T_10S)
         t.join(5)
@@ -785,7 +796,7 @@ def test_stats_count_chunk_sizes(rt):
     assert (s.num_allocs, s.bytes_in_use, s.peak_bytes_in_use, s.largest_alloc_size) == (
         7, 768 + 2048, 4864, 2048), f"get_stats() after allocate_raw(256, 1025): {s} [BFC-13]"
     bfc.deallocate_raw(p)
-    assert bfc.get_stats().bytes_in_use == 768
+    assert bfc.get_stats().bytes_in_use == 768, "[BFC-13]"
     assert (s.bytes_limit, s.bytes_reserved, s.peak_bytes_reserved,
             s.bytes_reservable_limit) == (MiB, 0, 0, None), f"other fields {s} [BFC-13]"
 
@@ -795,9 +806,9 @@ def test_failed_allocations_change_no_stats(rt):
     bfc, _ = make(rt, MiB, growth=False)
     bfc.allocate_raw(256, 4096)
     before = bfc.get_stats()
-    assert bfc.allocate_raw(256, MiB) is None
+    assert bfc.allocate_raw(256, MiB) is None, "[BFC-13]"
     assert bfc.get_stats() == before, f"a failed allocation changed stats [BFC-13]"
-    assert bfc.get_stats() is not bfc.get_stats(), "get_stats() must return a new object"
+    assert bfc.get_stats() is not bfc.get_stats(), "get_stats() must return a new object [BFC-13]"
 
 
 @pytest.mark.clause("BFC-14", "BFC-15")
@@ -818,13 +829,13 @@ def test_clear_stats(rt):
 @pytest.mark.clause("BFC-15")
 def test_allocation_ids_and_sizes(rt):
     bfc, _ = make(rt, 64 * MiB)
-    assert bfc.tracks_allocation_sizes() is True
+    assert bfc.tracks_allocation_sizes() is True, "[BFC-15]"
     sizes = [1, 300, 256, 70000, 5]
     ptrs = [bfc.allocate_raw(256, n) for n in sizes]
     for i, (p, n) in enumerate(zip(ptrs, sizes), start=1):
         assert (bfc.allocation_id(p), bfc.requested_size(p), bfc.allocated_size(p)) == (
             i, n, rounded(n)), f"queries of allocation {i} ({n} bytes) [BFC-15]"
-    assert bfc.allocate_raw(256, GiB) is None        # failures consume no id
+    assert bfc.allocate_raw(256, GiB) is None, "[BFC-15]"        # failures consume no id
     bfc.deallocate_raw(ptrs[1])
     q = bfc.allocate_raw(256, 300)
     assert q == ptrs[1] and bfc.allocation_id(q) == 6, (
@@ -847,7 +858,7 @@ def test_memory_map_and_bin_debug_info(rt):
     mm = bfc.memory_map()
     assert (mm.memory_limit, mm.total_region_allocated_bytes, mm.next_region_size) == (
         64 * MiB, MiB, 2 * MiB), f"memory_map header {mm} [BFC-16]"
-    assert len(mm.regions) == 1 and (mm.regions[0].ptr, mm.regions[0].size) == (a, MiB)
+    assert len(mm.regions) == 1 and (mm.regions[0].ptr, mm.regions[0].size) == (a, MiB), "[BFC-16]"
     got = mm.regions[0].chunks
     assert len(got) == len(layout), f"chunks {got} [BFC-16]"
     for chunk, (ptr, size, req, in_use, aid) in zip(got, layout):
@@ -855,7 +866,7 @@ def test_memory_map_and_bin_debug_info(rt):
         assert (chunk.ptr, chunk.size, chunk.in_use, chunk.allocation_id, chunk.bin_num) == (
             ptr, size, in_use, aid, expected_bin), f"chunk {chunk} [BFC-16]"
         if in_use:
-            assert chunk.requested_size == req
+            assert chunk.requested_size == req, "[BFC-16]"
     expected = [[0, 0, 0, 0, 0] for _ in range(21)]
     for ptr, size, req, in_use, _ in layout:
         e = expected[bin_num(size)]
@@ -867,8 +878,8 @@ def test_memory_map_and_bin_debug_info(rt):
             e[3] += 1
     got_bins = [[i.total_bytes_in_use, i.total_bytes_in_bin, i.total_requested_bytes_in_use,
                  i.total_chunks_in_use, i.total_chunks_in_bin] for i in bfc.get_bin_debug_info()]
-    assert got_bins == expected, f"get_bin_debug_info() {got_bins}, expected {expected}"
-    assert c is not None
+    assert got_bins == expected, f"get_bin_debug_info() {got_bins}, expected {expected} [BFC-16]"
+    assert c is not None, "[BFC-16]"
 
 
 @pytest.mark.clause("BFC-16")
@@ -932,7 +943,7 @@ def test_concurrent_allocations_do_not_overlap(rt):
     assert not errors, f"concurrent allocations overlap: {errors[:3]} [BFC-17]"
     assert sum(out["result"] for _, out in runs) > 0, \
         "no allocation succeeded in either worker: nothing was checked [BFC-17]"
-    assert bfc.get_stats().bytes_in_use == 0
+    assert bfc.get_stats().bytes_in_use == 0, "[BFC-17]"
     assert_bfc_valid(bfc, sim)
 
 
@@ -957,11 +968,11 @@ def test_injected_faults_leave_a_valid_allocator(rt, fault):
             if p is not None:
                 live.append(p)
         assert_bfc_valid(bfc, sim)
-    assert sub.refused, f"the {fault} injection never refused a call"
+    assert sub.refused, f"the {fault} injection never refused a call [BFC-10]"
     sub.reset()
     for p in live:
         bfc.deallocate_raw(p)
-    assert bfc.get_stats().bytes_in_use == 0
+    assert bfc.get_stats().bytes_in_use == 0, "[BFC-13]"
     assert_bfc_valid(bfc, sim)
 
 
@@ -1027,7 +1038,7 @@ def test_gpu_bfc_allow_growth_from_env(rt, tf_env, growth_env, option, growth):
         tf_env.set("TF_FORCE_GPU_ALLOW_GROWTH", growth_env)
     bfc = rt.GPUBFCAllocator(rt.SimulatedDeviceMemory(GiB), 4 * MiB, "GPU_0_bfc",
                              allow_growth=option, retry_timeout_us=0)
-    assert isinstance(bfc, rt.BFCAllocator) and bfc.name == "GPU_0_bfc"
+    assert isinstance(bfc, rt.BFCAllocator) and bfc.name == "GPU_0_bfc", "[BFC-18]"
     expected = MiB if growth else 4 * MiB
     assert bfc.memory_map().next_region_size == expected, (
         f"GPUBFCAllocator(allow_growth={option}) with TF_FORCE_GPU_ALLOW_GROWTH="
@@ -1048,7 +1059,7 @@ def test_gpu_bfc_garbage_collection_from_env(rt, tf_env, gc_env, gc):
     assert served == gc, (
         f"TF_ENABLE_GPU_GARBAGE_COLLECTION={gc_env!r}: the request that needs GC was "
         f"{'served' if served else 'refused'}, expected GC {'on' if gc else 'off'} [BFC-18]")
-    assert (len(sim.free_calls) == 1) == gc
+    assert (len(sim.free_calls) == 1) == gc, "[BFC-18]"
 
 
 # --- simulated memory (API-3) ----------------------------------------------------------------
@@ -1059,21 +1070,22 @@ def test_simulated_memory(rt, kind):
     mem = getattr(rt, kind)(10 * KiB)
     p = mem.alloc(256, 4096)
     q = mem.alloc(256, 4096)
-    assert p % 256 == 0 and q % 256 == 0, f"{kind}.alloc returned {p:#x}, {q:#x}: not 256-aligned"
+    assert p % 256 == 0 and q % 256 == 0, (
+        f"{kind}.alloc returned {p:#x}, {q:#x}: not 256-aligned [API-3]")
     assert q >= p + 4096 + 1 or p >= q + 4096 + 1, (
         f"{kind}: regions {p:#x} and {q:#x} of 4096 bytes are adjacent or overlap [API-3]")
-    assert mem.alloc(256, 4096) is None, f"{kind}: alloc beyond capacity 10 KiB"
-    assert mem.alloc_calls == [4096, 4096, 4096] and mem.bytes_in_use == 8192
-    assert mem.live_regions == {p: 4096, q: 4096}
+    assert mem.alloc(256, 4096) is None, f"{kind}: alloc beyond capacity 10 KiB [API-3]"
+    assert mem.alloc_calls == [4096, 4096, 4096] and mem.bytes_in_use == 8192, "[API-3]"
+    assert mem.live_regions == {p: 4096, q: 4096}, "[API-3]"
     mem.free(p, 4096)
-    assert mem.free_calls == [(p, 4096)] and mem.bytes_in_use == 4096
+    assert mem.free_calls == [(p, 4096)] and mem.bytes_in_use == 4096, "[API-3]"
     mem.fail = True
-    assert mem.alloc(256, 256) is None, f"{kind}.alloc with fail=True"
+    assert mem.alloc(256, 256) is None, f"{kind}.alloc with fail=True [API-3]"
     mem.fail = False
     mem.capacity = 4096
-    assert mem.alloc(256, 256) is None, f"{kind}.alloc above a lowered capacity"
+    assert mem.alloc(256, 256) is None, f"{kind}.alloc above a lowered capacity [API-3]"
     mem.capacity = 8192
-    assert mem.alloc(256, 256) is not None
+    assert mem.alloc(256, 256) is not None, "[API-3]"
 
 
 @pytest.mark.clause("API-3")

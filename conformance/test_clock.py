@@ -39,10 +39,10 @@ def test_real_clock_waits(rt) -> None:
     clock = real_clock(rt)
     ev = threading.Event()
     assert clock.wait(ev, 1000) is False, "wait(unset, 1000) did not time out with False [CLK-1]"
-    assert clock.wait(ev, 0) is False and clock.wait(ev, -5) is False
+    assert clock.wait(ev, 0) is False and clock.wait(ev, -5) is False, "[CLK-1]"
     ev.set()
     assert clock.wait(ev, 600_000_000) is True, "wait(set event) did not return True [CLK-1]"
-    assert clock.wait(ev, 0) is True
+    assert clock.wait(ev, 0) is True, "[CLK-1]"
     assert clock.sleep_us(100) is True, "sleep_us(100) did not report completion [CLK-1]"
     clock.sleep_us(0)
     clock.sleep_us(-1)
@@ -90,7 +90,7 @@ def test_statistics_timestamps_from_the_clock(rt, runtimes, tmp_path) -> None:
     path.unlink()
     p = ctx.device_mgr.lookup_device("GPU:0").get_allocator().allocate_raw(256, MiB)
     stats.run_action(opts)
-    assert not path.exists()
+    assert not path.exists(), "[CLK-2]"
     clock.advance(10_000_000)
     stats.run_action(opts)
     assert path.exists(), "10 virtual seconds did not open the next check: real time used [CLK-2]"
@@ -106,7 +106,7 @@ def test_listener_close_ends_its_wait(rt, no_thread_leak, tmp_path) -> None:
     clock.wait_for_waiters(1)
     closer, out = run_in_thread(fl.close, name="closer")
     assert joined(closer), "FileListener.close() did not end the poll wait [CLK-3]"
-    assert "error" not in out
+    assert "error" not in out, "[CLK-3]"
 
 
 @pytest.mark.clause("CLK-3", "DEVICE-8")

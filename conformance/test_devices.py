@@ -25,7 +25,7 @@ def test_names_and_order(rt, runtimes) -> None:
     names = [d.name for d in devices]
     assert names == [PREFIX + "CPU:0", PREFIX + "GPU:0", PREFIX + "GPU:1"], \
         f"list_devices() names {names} [DEVICE-1]"
-    assert [d.device_type for d in devices] == ["CPU", "GPU", "GPU"]
+    assert [d.device_type for d in devices] == ["CPU", "GPU", "GPU"], "[DEVICE-1]"
     for d in devices:
         a = d.attributes
         assert isinstance(a, rt.DeviceAttributes) and a.name == d.name \
@@ -66,9 +66,12 @@ def test_gpu_allocator_stack(rt, runtimes) -> None:
         assert isinstance(a, rt.GPUVMemAllocator) and a.name == f"GPUVMem_{i}_bfc", \
             f"GPU:{i} allocator {a!r} [DEVICE-3]"
         assert isinstance(a.device_allocator, rt.GPUBFCAllocator) \
-            and a.device_allocator.name == f"GPU_{i}_bfc", f"GPU:{i} device side {a.device_allocator!r}"
-        assert a.device_allocator.get_stats().bytes_limit == 32 * MiB == g.attributes.memory_limit
-    assert g0.get_allocator().device_allocator is not g1.get_allocator().device_allocator
+            and a.device_allocator.name == f"GPU_{i}_bfc", \
+            f"GPU:{i} device side {a.device_allocator!r} [DEVICE-3]"
+        assert a.device_allocator.get_stats().bytes_limit == 32 * MiB \
+            == g.attributes.memory_limit, "[DEVICE-3]"
+    assert g0.get_allocator().device_allocator is not g1.get_allocator().device_allocator, (
+        "[DEVICE-3]")
     p = g0.get_allocator().allocate_raw(256, 256)
     assert pool_bytes(g0) == 32 * MiB, "without growth the first region is not the whole limit [DEVICE-3]"
     assert pool_bytes(g1) == 0, "an allocation on GPU:0 reached GPU:1 [DEVICE-3]"
@@ -101,7 +104,7 @@ def test_gpu_description(rt, runtimes) -> None:
         buses.append(m[3].lower())
     assert buses == ["0000:3b:00.0", "0000:3c:00.0", "0000:3d:00.0"], \
         f"simulated bus ids {buses} [DEVICE-4]"
-    assert [bus_id(rt, g) for g in gpus(ctx)] == ["3b:00.0", "3c:00.0", "3d:00.0"]
+    assert [bus_id(rt, g) for g in gpus(ctx)] == ["3b:00.0", "3c:00.0", "3d:00.0"], "[DEVICE-4]"
 
 
 @pytest.mark.clause("DEVICE-4")
@@ -146,8 +149,8 @@ def test_cpu_device_pool_and_allocator(rt, no_thread_leak, runtimes) -> None:
     assert all(n.startswith("antman-cpu-0") for n in names), f"CPU pool threads {names} [DEVICE-6]"
     a = cpu.get_allocator()
     p = a.allocate_raw(64, 1000)
-    assert a.tracks_allocation_sizes() and a.requested_size(p) == 1000
-    assert a.get_stats().bytes_in_use == 1000
+    assert a.tracks_allocation_sizes() and a.requested_size(p) == 1000, "[DEVICE-6]"
+    assert a.get_stats().bytes_in_use == 1000, "[DEVICE-6]"
     a.deallocate_raw(p)
     cpu.close()
     cpu.close()
@@ -186,11 +189,11 @@ def test_runtime_context_lifecycle(rt, no_thread_leak, control_env, tmp_path) ->
     cfg.write_text('{"perfControl": 100}')
     with rt.create_runtime(num_gpus=1, gpu_memory_bytes=16 * MiB, config_file=str(cfg),
                            status_file=str(tmp_path / "s.json"), poll_interval_s=0.05) as ctx:
-        assert isinstance(ctx.file_listener, rt.FileListener)
-        assert ctx.file_listener.is_running()
+        assert isinstance(ctx.file_listener, rt.FileListener), "[DEVICE-8]"
+        assert ctx.file_listener.is_running(), "[DEVICE-8]"
         cpu = ctx.device_mgr.lookup_device("CPU:0")
         cpu.schedule(lambda: None).result(10)
-        assert ctx.resource_management is not None and ctx.statistics is not None
+        assert ctx.resource_management is not None and ctx.statistics is not None, "[DEVICE-8]"
     ctx.close()
     with pytest.raises(RuntimeError):
         ctx.new_session(None)

@@ -109,9 +109,9 @@ def test_workload_graph_and_api(rt) -> None:
                           "SoftmaxCrossEntropyWithLogits", "Mean", "ApplyGradientDescent"}, \
             f"cost_us set on {sorted(costed)} [E2E-1]"
         loss = wl.step()
-        assert isinstance(loss, float) and np.isfinite(loss), f"step() returned {loss!r}"
-        assert isinstance(wl.evaluate(), float)
-        assert wl.param_bytes == 4 * (6 * 12 + 12 + 12 * 12 + 12 + 12 * 4 + 4)
+        assert isinstance(loss, float) and np.isfinite(loss), f"step() returned {loss!r} [E2E-1]"
+        assert isinstance(wl.evaluate(), float), "[E2E-1]"
+        assert wl.param_bytes == 4 * (6 * 12 + 12 + 12 * 12 + 12 + 12 * 4 + 4), "[E2E-1]"
         big = rt.MLPWorkload.sized_for(ctx, 4 * MiB, layers=2, batch=64, input_dim=32)
         assert big.param_bytes + big.step_bytes <= 4 * MiB, "sized_for overshoots [E2E-1]"
         wider = rt.MLPWorkload(ctx, batch=64, input_dim=32, hidden=big.hidden + 1, layers=2)
@@ -132,7 +132,7 @@ def test_workload_command_line(rt) -> None:
     assert proc.returncode == 0, f"workload CLI failed: {proc.stderr[-2000:]} [E2E-1]"
     steps = [json.loads(line) for line in proc.stdout.splitlines() if '"step"' in line]
     assert [s["step"] for s in steps] == [0, 1, 2], f"CLI output {proc.stdout!r} [E2E-1]"
-    assert all(isinstance(s["loss"], float) and "duration_us" in s for s in steps)
+    assert all(isinstance(s["loss"], float) and "duration_us" in s for s in steps), "[E2E-1]"
 
 
 @pytest.mark.clause("E2E-2")
@@ -166,11 +166,11 @@ def test_shrink_mid_run_uses_host_fallback_and_keeps_learning(rt, managed_factor
         wl.step()
     pool_before = pools.get_mem_pool_stats(bfc).pool_bytes
     assert pool_before > MiB and alloc.host_allocator.get_stats().peak_bytes_in_use == 0, \
-        f"the workload must fit on the GPU first (pool {pool_before})"
+        f"the workload must fit on the GPU first (pool {pool_before}) [E2E-3]"
     virtual_clock.advance(11_000_000)
     wl.step()
     info = m.status_doc()["gpuUsageInfo"][m.bus_id]
-    assert info["deviceMemPoolSize"] == pool_before and info["hostMemUsedMax"] == 0
+    assert info["deviceMemPoolSize"] == pool_before and info["hostMemUsedMax"] == 0, "[STAT-5]"
 
     m.writer.write_in_place(config_document(limits={m.bus_id: MiB}, perf=100))
     wait_until(lambda: m.rm.memory_limits.get(m.bus_id) == MiB, "the 1 MiB limit to arrive")
@@ -181,10 +181,10 @@ def test_shrink_mid_run_uses_host_fallback_and_keeps_learning(rt, managed_factor
     assert pool_after <= MiB < pool_before, \
         f"pool {pool_before} -> {pool_after} bytes, expected at most {MiB} [E2E-3]"
     losses = [wl.step() for _ in range(10)]
-    assert all(np.isfinite(losses))
+    assert all(np.isfinite(losses)), "[E2E-3]"
     assert alloc.host_allocator.get_stats().peak_bytes_in_use > 0, \
         "steps beyond the device limit must use host fallback [E2E-3]"
-    assert pools.get_mem_pool_stats(bfc).pool_bytes <= MiB, "the pool grew past the limit"
+    assert pools.get_mem_pool_stats(bfc).pool_bytes <= MiB, "the pool grew past the limit [E2E-3]"
     eval_after = wl.evaluate()
     assert eval_after < eval_at_shrink, \
         f"loss {eval_at_shrink:.3f} -> {eval_after:.3f} over 10 steps after the shrink [E2E-3]"

@@ -14,15 +14,16 @@ MiB = 1 << 20
 VAR = "TF_ANTMAN_SUITE_TEST_VAR"
 
 
-def assert_one_error(caplog, rt, call: str) -> None:
+def assert_one_error(caplog, rt, call: str, clause: str) -> None:
     errors = runtime_records(caplog, rt, logging.ERROR)
     assert len(errors) == 1, (f"{call} logged {len(errors)} error records, expected exactly 1 "
-                              f"[{[r.getMessage() for r in errors]}]")
+                              f"({[r.getMessage() for r in errors]}) [{clause}]")
 
 
-def assert_no_error(caplog, rt, call: str) -> None:
+def assert_no_error(caplog, rt, call: str, clause: str) -> None:
     errors = runtime_records(caplog, rt, logging.ERROR)
-    assert not errors, f"{call} logged errors {[r.getMessage() for r in errors]}, expected none"
+    assert not errors, (f"{call} logged errors {[r.getMessage() for r in errors]}, expected "
+                        f"none [{clause}]")
 
 
 # --- ENV-1 -----------------------------------------------------------------------------
@@ -33,8 +34,8 @@ def assert_no_error(caplog, rt, call: str) -> None:
 def test_bool_unset_gives_default(rt, tf_env, caplog, default):
     tf_env.unset(VAR)
     got = rt.read_bool_from_env_var(VAR, default)
-    assert got is default, f"read_bool_from_env_var({VAR!r}, {default}) unset = {got!r}"
-    assert_no_error(caplog, rt, "read_bool_from_env_var(unset)")
+    assert got is default, f"read_bool_from_env_var({VAR!r}, {default}) unset = {got!r} [ENV-1]"
+    assert_no_error(caplog, rt, "read_bool_from_env_var(unset)", "ENV-1")
 
 
 @pytest.mark.clause("ENV-1")
@@ -49,7 +50,7 @@ def test_bool_values_are_case_insensitive(rt, tf_env, caplog, value, expected):
         got = rt.read_bool_from_env_var(VAR, default)
         assert got is expected, (f"read_bool_from_env_var({VAR}={value!r}, {default}) = "
                                  f"{got!r}, expected {expected} [ENV-1]")
-    assert_no_error(caplog, rt, f"read_bool_from_env_var({value!r})")
+    assert_no_error(caplog, rt, f"read_bool_from_env_var({value!r})", "ENV-1")
 
 
 @pytest.mark.clause("ENV-1")
@@ -61,7 +62,7 @@ def test_bool_bad_value_logs_and_keeps_default(rt, tf_env, caplog, value, defaul
     got = rt.read_bool_from_env_var(VAR, default)
     assert got is default, (f"read_bool_from_env_var({VAR}={value!r}, {default}) = {got!r}, "
                             f"expected the default [ENV-1]")
-    assert_one_error(caplog, rt, f"read_bool_from_env_var({VAR}={value!r})")
+    assert_one_error(caplog, rt, f"read_bool_from_env_var({VAR}={value!r})", "ENV-1")
 
 
 # --- ENV-2 -----------------------------------------------------------------------------
@@ -78,7 +79,7 @@ def test_int64_accepted_values(rt, tf_env, caplog, value, expected):
     got = rt.read_int64_from_env_var(VAR, 123)
     assert got == expected, (f"read_int64_from_env_var({VAR}={value!r}, 123) = {got!r}, "
                              f"expected {expected} [ENV-2]")
-    assert_no_error(caplog, rt, f"read_int64_from_env_var({value!r})")
+    assert_no_error(caplog, rt, f"read_int64_from_env_var({value!r})", "ENV-2")
 
 
 @pytest.mark.clause("ENV-2")
@@ -89,15 +90,15 @@ def test_int64_bad_value_logs_and_keeps_default(rt, tf_env, caplog, value):
     got = rt.read_int64_from_env_var(VAR, 65536)
     assert got == 65536, (f"read_int64_from_env_var({VAR}={value!r}, 65536) = {got!r}, "
                           f"expected the default [ENV-2]")
-    assert_one_error(caplog, rt, f"read_int64_from_env_var({VAR}={value!r})")
+    assert_one_error(caplog, rt, f"read_int64_from_env_var({VAR}={value!r})", "ENV-2")
 
 
 @pytest.mark.clause("ENV-2")
 @pytest.mark.capability("env")
 def test_int64_unset_gives_default(rt, tf_env, caplog):
     tf_env.unset(VAR)
-    assert rt.read_int64_from_env_var(VAR, -7) == -7, "read_int64_from_env_var(unset, -7)"
-    assert_no_error(caplog, rt, "read_int64_from_env_var(unset)")
+    assert rt.read_int64_from_env_var(VAR, -7) == -7, "read_int64_from_env_var(unset, -7) [ENV-2]"
+    assert_no_error(caplog, rt, "read_int64_from_env_var(unset)", "ENV-2")
 
 
 # --- ENV-3 -----------------------------------------------------------------------------
@@ -107,8 +108,8 @@ def test_int64_unset_gives_default(rt, tf_env, caplog):
 @pytest.mark.parametrize("option", [True, False])
 def test_allow_growth_unset_uses_option(rt, tf_env, caplog, option):
     got = rt.get_allow_growth_value(option)
-    assert got is option, f"get_allow_growth_value({option}) unset = {got!r}"
-    assert_no_error(caplog, rt, "get_allow_growth_value(unset)")
+    assert got is option, f"get_allow_growth_value({option}) unset = {got!r} [ENV-3]"
+    assert_no_error(caplog, rt, "get_allow_growth_value(unset)", "ENV-3")
 
 
 @pytest.mark.clause("ENV-3")
@@ -120,7 +121,7 @@ def test_allow_growth_exact_values_override(rt, tf_env, caplog, value, expected,
     got = rt.get_allow_growth_value(option)
     assert got is expected, (f"get_allow_growth_value({option}) with "
                              f"TF_FORCE_GPU_ALLOW_GROWTH={value!r} = {got!r} [ENV-3]")
-    assert_no_error(caplog, rt, f"get_allow_growth_value({value!r})")
+    assert_no_error(caplog, rt, f"get_allow_growth_value({value!r})", "ENV-3")
 
 
 @pytest.mark.clause("ENV-3")
@@ -133,7 +134,7 @@ def test_allow_growth_bad_value_uses_option(rt, tf_env, caplog, value, option):
     assert got is option, (f"get_allow_growth_value({option}) with "
                            f"TF_FORCE_GPU_ALLOW_GROWTH={value!r} = {got!r}, expected the "
                            f"option [ENV-3]")
-    assert_one_error(caplog, rt, f"get_allow_growth_value({value!r})")
+    assert_one_error(caplog, rt, f"get_allow_growth_value({value!r})", "ENV-3")
 
 
 # --- ENV-4 -----------------------------------------------------------------------------
@@ -147,7 +148,7 @@ def test_garbage_collection_values(rt, tf_env, caplog, value, expected):
     got = rt.get_garbage_collection_value()
     assert got is expected, (f"get_garbage_collection_value() with "
                              f"TF_ENABLE_GPU_GARBAGE_COLLECTION={value!r} = {got!r} [ENV-4]")
-    assert_no_error(caplog, rt, "get_garbage_collection_value()")
+    assert_no_error(caplog, rt, "get_garbage_collection_value()", "ENV-4")
 
 
 @pytest.mark.clause("ENV-4")
@@ -158,7 +159,7 @@ def test_garbage_collection_bad_value_is_true(rt, tf_env, caplog, value):
     got = rt.get_garbage_collection_value()
     assert got is True, (f"get_garbage_collection_value() with "
                          f"TF_ENABLE_GPU_GARBAGE_COLLECTION={value!r} = {got!r} [ENV-4]")
-    assert_one_error(caplog, rt, f"get_garbage_collection_value({value!r})")
+    assert_one_error(caplog, rt, f"get_garbage_collection_value({value!r})", "ENV-4")
 
 
 # --- ENV-5 -----------------------------------------------------------------------------
@@ -203,7 +204,7 @@ def test_vmem_variables_read_per_call(rt, tf_env):
         gpu, host_sub_allocator=rt.SimulatedHostMemory(MiB), clock=VirtualClock())
     tf_env.set("TF_CUDA_HOST_MEM_LIMIT_IN_MB", "5")
     assert first is gpu, "maybe_create_gpu_vmem_allocator with TF_GPU_VMEM='false' [ENV-5]"
-    assert second is not gpu, "maybe_create_gpu_vmem_allocator with TF_GPU_VMEM='true'"
+    assert second is not gpu, "maybe_create_gpu_vmem_allocator with TF_GPU_VMEM='true' [ENV-5]"
     limit = second.host_allocator.memory_map().memory_limit
     assert limit == 3 * MiB, (f"host limit {limit} after TF_CUDA_HOST_MEM_LIMIT_IN_MB changed "
                               f"from '3' to '5' after creation, expected {3 * MiB} [ENV-5]")

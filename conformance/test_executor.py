@@ -303,7 +303,7 @@ def test_variables_and_constants_are_session_owned(rt, ctx) -> None:
         assert alloc.get_stats().bytes_in_use == held, "run(['s']) leaked [EXEC-6]"
     s.close()
     assert alloc.get_stats().bytes_in_use == start, \
-        "close() must deallocate variables and constants [EXEC-5, SESS-8]"
+        "close() must deallocate variables and constants [EXEC-5]"
 
 
 @pytest.mark.clause("EXEC-5")
@@ -323,7 +323,7 @@ def test_host_fallback_buffers_compute_correctly(rt, tf_env) -> None:
             "360 KB tensors on a 256 KiB GPU must use host fallback [EXEC-5]"
         np.testing.assert_allclose(out, np.maximum(a.astype(np.float64) @ a, 0).sum(axis=1),
                                    rtol=1e-4, err_msg="host-fallback MatMul [EXEC-5]")
-        assert alloc.get_stats().bytes_in_use == 0
+        assert alloc.get_stats().bytes_in_use == 0, "[EXEC-5]"
 
 
 # -- EXEC-7, EXEC-8, EXEC-9 ------------------------------------------------------------------
@@ -343,7 +343,7 @@ def test_allocation_failure_names_device_node_and_bytes(rt, tf_env, auto_clock) 
         with pytest.raises(rt.ResourceExhaustedError) as info:
             s.run(["r", "after"], feeds)
         e = info.value
-        assert isinstance(e, rt.OpError)
+        assert isinstance(e, rt.OpError), "[EXEC-7]"
         assert e.node_name == "big" and e.num_bytes == 1 << 21 and "GPU:0" in e.device, (
             f"OOM error fields node_name={e.node_name!r} num_bytes={e.num_bytes} "
             f"device={e.device!r} [EXEC-7]")
@@ -525,7 +525,7 @@ def test_gpu_nodes_are_never_expensive(rt, ctx) -> None:
     idents = {ident for _, _, ident in log.snapshot()}
     assert order == ["root", "g1", "g2", "g3"] and len(idents) == 1, (
         f"GPU nodes (expensive kernels) must all run inline on one thread in edge order: "
-        f"{log.snapshot()} [EXEC-11, EXEC-3]")
+        f"{log.snapshot()} [EXEC-11]")
 
 
 @pytest.mark.clause("EXEC-11", "SESS-7")
@@ -612,7 +612,7 @@ def test_no_allocator_or_thread_leak_over_1000_steps(rt, ctx) -> None:
             failures += 1
         else:
             s.run(["maybe_fail"], {"x": x}, ["upd"])
-    assert failures == 10
+    assert failures == 10, "[EXEC-13]"
     assert gpu.get_stats().bytes_in_use == base_bytes, (
         f"after 1000 steps {gpu.get_stats().bytes_in_use} bytes in use on GPU:0, "
         f"{base_bytes} after the first [EXEC-13]")

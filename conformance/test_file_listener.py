@@ -40,8 +40,20 @@ class Calls:
         return [c for _, c in self.calls]
 
 
+#: Monitor threads alive when the running test started: an earlier test's listener (one a
+#: broken runtime left deadlocked, say) is not this test's evidence.
+_EARLIER: set[threading.Thread] = set()
+
+
+@pytest.fixture(autouse=True)
+def _monitor_threads_of_earlier_tests() -> None:
+    _EARLIER.clear()
+    _EARLIER.update(t for t in antman_threads() if t.name == THREAD)
+
+
 def monitor_threads() -> list[threading.Thread]:
-    return [t for t in antman_threads() if t.name == THREAD]
+    """The monitor threads started since the running test began."""
+    return [t for t in antman_threads() if t.name == THREAD and t not in _EARLIER]
 
 
 def register(fl, clock, path, name="h", cb=None):
@@ -54,7 +66,7 @@ def register(fl, clock, path, name="h", cb=None):
 @pytest.mark.clause("FL-1")
 def test_one_thread_for_all_paths(rt, no_thread_leak, listener, vclock, tmp_path) -> None:
     assert not listener.is_running(), "FileListener runs a thread before any registration [FL-1]"
-    assert monitor_threads() == []
+    assert monitor_threads() == [], "[FL-1]"
     for i in range(3):
         listener.register_file_listener(str(tmp_path / f"f{i}.json"), f"h{i}", Calls())
     wait_for_poller(vclock)
@@ -171,7 +183,7 @@ def test_delete_and_recreate(rt, listener, vclock, tmp_path) -> None:
     write_text(path, "same")
     poll(vclock, 7)
     assert cb.contents == ["same"], \
-        f"re-creating with the same content delivered {cb.contents[1:]} [FL-4]"
+        f"re-creating with the same content delivered {cb.contents[1:]} [FL-3]"
     path.unlink()
     poll(vclock)
     write_text(path, "different")
@@ -250,7 +262,7 @@ def test_handler_may_register_and_unregister(rt, no_thread_leak, listener, vcloc
     write_text(path, "go")
     poll(vclock)                      # settle() fails if the monitor thread deadlocked
     assert other_cb.calls == [(THREAD, "other")], \
-        f"registering a new path from a handler delivered {other_cb.calls} [FL-5, FL-6]"
+        f"registering a new path from a handler delivered {other_cb.calls} [FL-6]"
     write_text(path, "next")
     poll(vclock)
     assert late.contents == ["next"], f"handler registered from a handler got {late.contents} [FL-6]"
@@ -321,7 +333,7 @@ def test_unregister_while_a_handler_uses_the_listener(rt, no_thread_leak, listen
     register(listener, vclock, path, "h", handler)
     write_text(path, "trigger")
     vclock.advance(1_000_000)
-    assert in_handler.wait(5), "the change was not delivered"
+    assert in_handler.wait(5), "the change was not delivered [FL-7]"
     t = threading.Thread(target=listener.unregister_file_listener, args=(str(path), "h"),
                          name="unregistering", daemon=True)
     t.start()
@@ -334,7 +346,7 @@ def test_unregister_while_a_handler_uses_the_listener(rt, no_thread_leak, listen
         probe, answer = run_in_thread(listener.is_running, "is-running-probe")
         assert joined(probe), ("is_running() blocked while unregister_file_listener joined "
                                "the monitor thread: the join holds the listener lock [FL-7]")
-        assert "error" not in answer, f"is_running() raised {answer.get('error')!r}"
+        assert "error" not in answer, f"is_running() raised {answer.get('error')!r} [FL-7]"
         return not answer["result"]
 
     wait_until(stopped,
@@ -351,7 +363,7 @@ def test_restart_after_stop(rt, no_thread_leak, listener, vclock, tmp_path) -> N
     write_text(path, "v1")
     register(listener, vclock, path, "h")
     listener.unregister_file_listener(str(path), "h")
-    assert not listener.is_running()
+    assert not listener.is_running(), "[FL-8]"
     cb = register(listener, vclock, path, "h2")
     assert listener.is_running(), "registering after a stop did not restart [FL-8]"
     assert cb.contents == ["v1"], \
@@ -371,7 +383,7 @@ def test_directory_at_path(rt, listener, vclock, config_writer, caplog) -> None:
     warnings = runtime_records(caplog, rt, containing=str(config_writer.path))
     assert len(warnings) == 1, \
         f"a directory at the path logged {len(warnings)} warnings, expected 1 [FL-9]"
-    assert listener.is_running()
+    assert listener.is_running(), "[FL-9]"
     config_writer.delete()
     text = config_writer.write(perf=30)
     poll(vclock)
@@ -413,7 +425,7 @@ def test_file_above_the_size_limit(rt, vclock, config_writer, caplog) -> None:
         config_writer.write_large(perf=50, size=8192)
         poll(vclock, 2)
         assert len(cb.calls) == 1, "a file above max_file_bytes was delivered [FL-9]"
-        assert len(runtime_records(caplog, rt, containing=str(config_writer.path))) == 1
+        assert len(runtime_records(caplog, rt, containing=str(config_writer.path))) == 1, "[FL-9]"
         text = config_writer.write_large(perf=60, size=4096)
         poll(vclock)
         assert cb.contents[1:] == [text], "a file at the limit was not delivered [FL-9]"

@@ -150,7 +150,7 @@ def blocked_handler(listener, clock, path):
     wait_for_poller(clock)
     write_text(path, "block")
     clock.advance(1_000_000)
-    assert entered.wait(BLOCKED_S), "the change was not delivered"
+    assert entered.wait(BLOCKED_S), "the change was not delivered [FL-6]"
     return release, second
 
 
@@ -158,7 +158,7 @@ def timed_call(fn, name: str) -> tuple[bool, float]:
     start = time.monotonic()
     t, out = run_in_thread(fn, name)
     done = joined(t, CLOSE_BOUND_S + TOLERANCE_S + BLOCKED_S)
-    assert "error" not in out, f"{name} raised {out.get('error')!r}"
+    assert "error" not in out, f"{name} raised {out.get('error')!r} [FL-12]"
     return done, time.monotonic() - start
 
 

@@ -83,7 +83,8 @@ def gpu0(ctx: Any) -> Any:
 
 def host_bfc(device: Any) -> Any:
     host = getattr(device.get_allocator(), "host_allocator", None)
-    assert host is not None, f"{device.name}: no host fallback allocator (TF_GPU_VMEM off?)"
+    assert host is not None, (
+        f"{device.name}: no host fallback allocator (TF_GPU_VMEM off?) [VMEM-1]")
     return host
 
 
@@ -128,18 +129,18 @@ def cpu_reference(rt: types.ModuleType, steps: int, **shape: Any) -> tuple[list[
 
 
 def assert_matches_reference(losses: list[float], variables: list | None,
-                             ref: tuple[list[float], list], what: str) -> None:
+                             ref: tuple[list[float], list], what: str, clause: str) -> None:
     ref_losses, ref_vars = ref
-    assert len(losses) == len(ref_losses), (what, losses, ref_losses)
+    assert len(losses) == len(ref_losses), f"{what}: {losses} against {ref_losses} [{clause}]"
     for i, (got, want) in enumerate(zip(losses, ref_losses)):
         assert np.isfinite(got) and rel_err(got, want) <= REL_TOL, (
             f"{what}: loss of step {i + 1} = {got!r}, CPU reference {want!r} "
-            f"(relative error {rel_err(got, want):.2e} > {REL_TOL}) [GPU]")
+            f"(relative error {rel_err(got, want):.2e} > {REL_TOL}) [{clause}]")
     if variables is not None:
         for name, got, want in zip(VARIABLES, variables, ref_vars):
             err = rel_err(got, want)
             assert err <= REL_TOL, (f"{what}: variable {name} after {len(losses)} steps differs "
-                                    f"from the CPU reference by {err:.2e} > {REL_TOL} [GPU]")
+                                    f"from the CPU reference by {err:.2e} > {REL_TOL} [{clause}]")
 
 
 def shrink_to_variables(rt: types.ModuleType, bfc: Any) -> int:
@@ -156,10 +157,11 @@ def test_cuda_backend_builds_gpu_i_over_cuda_device_i(rt, cuda_runtimes, cupy) -
     ctx = cuda_runtimes(num_gpus=count, gpu_memory_bytes=64 * MiB)
     devices = gpus(ctx)
     assert [d.name.rsplit("/", 1)[-1] for d in devices] == [
-        f"device:GPU:{i}" for i in range(count)], f"create_runtime(backend='cuda') {devices}"
+        f"device:GPU:{i}" for i in range(count)], (
+        f"create_runtime(backend='cuda') {devices} [GPU-1]")
     for i, device in enumerate(devices):
         ptr = device.get_allocator().allocate_raw(256, MiB)
-        assert ptr is not None, f"{device.name}.allocate_raw(256, 1 MiB) returned None"
+        assert ptr is not None, f"{device.name}.allocate_raw(256, 1 MiB) returned None [GPU-1]"
         try:
             kind = pointer_kind(cupy, ptr)
             assert kind == (2, i), (f"{device.name}.allocate_raw(256, 1 MiB) = {ptr:#x} is "
@@ -200,7 +202,8 @@ def test_gpu_descriptions_carry_the_real_pci_bus_ids(rt, cuda_runtimes, nvml, cu
             f"pci bus id: {cupy.cuda.runtime.deviceGetPCIBusId(i)}")
         assert key == cuda_key, (f"{device.name}: get_pci_bus_id(desc) = {key!r}, but CUDA "
                                  f"device {i} is at {cuda_key!r} [GPU-2]")
-        assert key in nvml_keys, f"{device.name}: {key!r} is not a GPU NVML sees {nvml_keys}"
+        assert key in nvml_keys, (
+            f"{device.name}: {key!r} is not a GPU NVML sees {nvml_keys} [GPU-2]")
         keys.append(key)
     assert len(set(keys)) == len(keys), f"bus ids {keys} are not distinct [GPU-2]"
 
@@ -215,11 +218,11 @@ def test_device_regions_are_device_memory_nvml_sees(rt, cuda_runtimes, nvml, cup
     size = 256 * MiB
     before, pool_before = process_memory(nvml, cupy, key), pool_of(rt, bfc)
     ptr = bfc.allocate_raw(256, size)
-    assert ptr is not None, "GPU_0_bfc.allocate_raw(256, 256 MiB) returned None"
+    assert ptr is not None, "GPU_0_bfc.allocate_raw(256, 256 MiB) returned None [GPU-3]"
     try:
         grown = process_memory(nvml, cupy, key) - before
         region = pool_of(rt, bfc) - pool_before
-        assert region >= size
+        assert region >= size, "[GPU-3]"
         assert grown >= region - SLACK, (
             f"allocate_raw(256, {size}) obtained a {region}-byte region but NVML process "
             f"memory grew by {grown} [GPU-3]")
@@ -235,7 +238,7 @@ def test_shrink_releases_memory_that_nvml_sees(rt, cuda_runtimes, nvml, cupy) ->
     device = gpu0(ctx)
     key, bfc, vmem = bus_id(rt, device), device_bfc(device), device.get_allocator()
     ptrs = [vmem.allocate_raw(256, s) for s in (100 * MiB, 300 * MiB, 500 * MiB)]
-    assert None not in ptrs
+    assert None not in ptrs, "[GPU-4]"
     keep = vmem.allocate_raw(256, MiB)                  # a region that stays in use
     for p in ptrs:
         vmem.deallocate_raw(p)
@@ -245,7 +248,8 @@ def test_shrink_releases_memory_that_nvml_sees(rt, cuda_runtimes, nvml, cupy) ->
         limit = rt.GPUAdjustableAllocator().adjust_memory_limit(64 * MiB, bfc)
         nvml_after = process_memory(nvml, cupy, key)
         released = pool_before - pool_of(rt, bfc)
-        assert released >= 512 * MiB, f"adjust_memory_limit(64 MiB) released only {released}"
+        assert released >= 512 * MiB, (
+            f"adjust_memory_limit(64 MiB) released only {released} [GPU-4]")
         drop = nvml_before - nvml_after
         figures("GPU-4", pool_before=pool_before, released=released, limit=limit,
                 nvml_before=nvml_before, nvml_after=nvml_after, nvml_drop=drop,
@@ -270,15 +274,15 @@ def test_growing_again_returns_allocations_to_the_device(rt, cuda_runtimes, nvml
     size = 256 * MiB
     on_host = vmem.allocate_raw(256, size)
     assert on_host is not None and pointer_kind(cupy, on_host)[0] == 1, (
-        "under a 16 MiB limit a 256 MiB allocation should fall back to host memory (VMEM)")
+        "under a 16 MiB limit a 256 MiB allocation should fall back to host memory (VMEM) [GPU-5]")
     vmem.deallocate_raw(on_host)
     host_in_use = host.get_stats().bytes_in_use
     adj.adjust_memory_limit(2 * GiB, bfc)                # grow again
     free, _ = cupy.cuda.runtime.memGetInfo()
-    assert free >= size + 64 * MiB
+    assert free >= size + 64 * MiB, "[GPU-5]"
     ptr = vmem.allocate_raw(256, size)
     try:
-        assert ptr is not None
+        assert ptr is not None, "[GPU-5]"
         assert pointer_kind(cupy, ptr) == (2, 0), (
             f"after adjust_memory_limit(2 GiB) allocate_raw(256, {size}) = {ptr:#x} is not "
             f"device memory [GPU-5]")
@@ -296,7 +300,7 @@ def test_host_fallback_is_pinned_mapped_memory_kernels_use_in_place(rt, cuda_run
     vmem = device.get_allocator()
     n = 1 << 20
     ptr = vmem.allocate_raw(256, 4 * n)
-    assert ptr is not None
+    assert ptr is not None, "[GPU-6]"
     try:
         kind = pointer_kind(cupy, ptr)
         assert kind[0] == 1, f"host fallback address {ptr:#x} has memory type {kind} [GPU-6]"
@@ -328,7 +332,7 @@ def test_every_gpu_buffer_of_a_step_is_placed_by_the_allocator(rt, cuda_runtimes
     for _ in range(5):
         wl.step()
         outside.append(process_memory(nvml, cupy, key) - pool_of(rt, bfc))
-    assert bfc.get_stats().peak_bytes_in_use >= 256 * MiB
+    assert bfc.get_stats().peak_bytes_in_use >= 256 * MiB, "[GPU-7]"
     growth = max(outside) - outside[0]
     figures("GPU-7", outside_after_each_step=outside, growth=growth,
             peak=bfc.get_stats().peak_bytes_in_use)
@@ -345,11 +349,11 @@ def test_real_oom_falls_back_to_host_and_computes_the_cpu_values(rt, cuda_runtim
     bfc, host = device_bfc(device), host_bfc(device)
     wl = rt.MLPWorkload(ctx, **BIG)
     losses = [wl.step() for _ in range(WARM_STEPS)]       # on the device; kernels loaded
-    assert host.get_stats().peak_bytes_in_use == 0
+    assert host.get_stats().peak_bytes_in_use == 0, "[GPU-8]"
     kept = shrink_to_variables(rt, bfc)
     tenant = cotenant(bus_id(rt, device))
     hold = tenant.leave(COTENANT_LEAVES)
-    assert hold.free <= COTENANT_LEAVES + SLACK, hold
+    assert hold.free <= COTENANT_LEAVES + SLACK, f"{hold} [GPU-8]"
     rt.GPUAdjustableAllocator().adjust_memory_limit(2 * GiB, bfc)
     losses += [wl.step(), wl.step()]
     variables = wl.session.run(VARIABLES)
@@ -359,7 +363,7 @@ def test_real_oom_falls_back_to_host_and_computes_the_cpu_values(rt, cuda_runtim
         f"with {hold.free} bytes free on the GPU and a {kept}-byte pool the steps did not use "
         f"host memory [GPU-8]")
     assert_matches_reference(losses, variables, cpu_reference(rt, len(losses)),
-                             "real OOM, VMem on")
+                             "real OOM, VMem on", "GPU-8")
 
 
 @gpu_marks("GPU-9")
@@ -371,7 +375,7 @@ def test_without_vmem_oom_is_a_clean_error_and_the_next_step_succeeds(rt, cuda_r
     ctx = cuda_runtimes(clock=clock)
     device = gpu0(ctx)
     bfc = device.get_allocator()
-    assert not hasattr(bfc, "host_allocator"), "TF_GPU_VMEM=false still built VMem"
+    assert not hasattr(bfc, "host_allocator"), "TF_GPU_VMEM=false still built VMem [GPU-9]"
     wl = rt.MLPWorkload(ctx, **BIG)
     losses = [wl.step() for _ in range(WARM_STEPS)]
     shrink_to_variables(rt, bfc)
@@ -393,7 +397,8 @@ def test_without_vmem_oom_is_a_clean_error_and_the_next_step_succeeds(rt, cuda_r
             f"bytes, {in_use} before it [GPU-9]") from exc
     tenant.release()
     losses += [wl.step(), wl.step()]
-    assert_matches_reference(losses, None, cpu_reference(rt, len(losses)), "after a clean OOM")
+    assert_matches_reference(losses, None, cpu_reference(rt, len(losses)), "after a clean OOM",
+                             "GPU-9")
 
 
 @gpu_marks("GPU-10")
@@ -430,7 +435,8 @@ def test_a_cotenant_taking_memory_mid_run_does_not_break_the_job(rt, cuda_runtim
     adj = rt.GPUAdjustableAllocator()
     deadline = time.monotonic() + 60.0
     while pool_of(rt, bfc) > full // 2 and trainer.is_alive():
-        assert time.monotonic() < deadline, "no moment with free regions to release in 60 s"
+        assert time.monotonic() < deadline, (
+            "no moment with free regions to release in 60 s [GPU-10]")
         adj.adjust_memory_limit(0, bfc)                   # AntMan shrinks the running job ...
         time.sleep(0.0002)
     tenant.leave(COTENANT_LEAVES)                         # ... and another job takes the GPU
@@ -443,10 +449,11 @@ def test_a_cotenant_taking_memory_mid_run_does_not_break_the_job(rt, cuda_runtim
     trainer.join(timeout=600)
     assert not trainer.is_alive() and not errors, f"training failed: {errors!r} [GPU-10]"
     assert len(losses) >= grabbed_at + 3, (
-        f"only {len(losses) - grabbed_at} steps ran while the co-tenant held the GPU")
-    assert host.get_stats().peak_bytes_in_use > 0, "the co-tenant never pushed the job to host"
+        f"only {len(losses) - grabbed_at} steps ran while the co-tenant held the GPU [GPU-10]")
+    assert host.get_stats().peak_bytes_in_use > 0, (
+        "the co-tenant never pushed the job to host [GPU-10]")
     ref_losses, _ = cpu_reference(rt, len(losses))
-    assert_matches_reference(losses, None, (ref_losses, []), "co-tenant mid-run")
+    assert_matches_reference(losses, None, (ref_losses, []), "co-tenant mid-run", "GPU-10")
 
 
 # --- GPU-11: the end-to-end config scenario on the GPU --------------------------------------
@@ -466,7 +473,7 @@ def test_end_to_end_config_scenario_on_the_gpu(rt, cuda_runtimes, nvml, cupy,
     wl = rt.MLPWorkload(ctx, **BIG)
     losses = [wl.step() for _ in range(3)]
     doc = json.loads(status.read_text())
-    assert validate_status(doc) == [], validate_status(doc)
+    assert validate_status(doc) == [], f"{validate_status(doc)} [GPU-11]"
     assert set(doc["gpuUsageInfo"]) == {key}, (
         f"gpuUsageInfo keys {sorted(doc['gpuUsageInfo'])}, expected the GPU's {key!r} [GPU-11]")
 
@@ -477,7 +484,7 @@ def test_end_to_end_config_scenario_on_the_gpu(rt, cuda_runtimes, nvml, cupy,
     losses.append(wl.step())                              # the shrink happens at its end
     pool_after, nvml_after = pool_of(rt, bfc), process_memory(nvml, cupy, key)
     assert bfc.get_stats().bytes_limit == limit, "maxDeviceMem not in force [GPU-11]"
-    assert pool_after <= limit < pool_before, (pool_before, pool_after)
+    assert pool_after <= limit < pool_before, f"pool {pool_before} -> {pool_after} [GPU-11]"
     drop = nvml_before - nvml_after
     figures("GPU-11", pool_before=pool_before, pool_after=pool_after, nvml_before=nvml_before,
             nvml_after=nvml_after, nvml_drop=drop)
@@ -486,14 +493,15 @@ def test_end_to_end_config_scenario_on_the_gpu(rt, cuda_runtimes, nvml, cupy,
         f"memory dropped by {drop} [GPU-11]")
 
     losses += [wl.step() for _ in range(3)]               # on host memory beyond the limit
-    assert host.get_stats().peak_bytes_in_use > 0
+    assert host.get_stats().peak_bytes_in_use > 0, "[GPU-11]"
     clock.tick(11_000_000)                                # past the 10 s dump interval
     losses.append(wl.step())
     doc = json.loads(status.read_text())
-    assert validate_status(doc) == [], validate_status(doc)
+    assert validate_status(doc) == [], f"{validate_status(doc)} [GPU-11]"
     usage = doc["gpuUsageInfo"][key]
-    assert usage["deviceMemPoolSize"] == pool_of(rt, bfc) <= limit, (usage, pool_of(rt, bfc))
-    assert usage["hostMemUsedMax"] > 0 and usage["swapReason"] != "", usage
+    assert usage["deviceMemPoolSize"] == pool_of(rt, bfc) <= limit, (
+        f"{usage}, pool {pool_of(rt, bfc)} [GPU-11]")
+    assert usage["hostMemUsedMax"] > 0 and usage["swapReason"] != "", f"{usage} [GPU-11]"
     assert all(np.isfinite(losses)) and np.mean(losses[-3:]) < np.mean(losses[:3]), (
         f"the loss did not fall through the scenario: {losses} [GPU-11]")
     wl.close()
@@ -506,7 +514,7 @@ def _limits_apply_to_their_gpu(rt: types.ModuleType, ctx: Any, config: ConfigWri
     """``config`` named GPU:1 before the runtime started: applied at the first step boundary
     (the workloads' init). A rewrite naming two GPUs is applied after one listener poll."""
     devices = gpus(ctx)
-    assert len(devices) >= 2
+    assert len(devices) >= 2, "[GPU-12]"
     keys = [bus_id(rt, d) for d in devices]
     initial = device_bfc(devices[0]).get_stats().bytes_limit
     wls = [rt.MLPWorkload(ctx, device=d.name, seed=i) for i, d in enumerate(devices)]

@@ -36,7 +36,7 @@ class Managed:
 
     def throttle(self, perf: int, idle_us: int) -> None:
         assert self.rm.parse_manage_info_from_json(f'{{"perfControl": {perf}}}') or \
-            self.rm.perf_control == perf
+            self.rm.perf_control == perf, "[RM-3]"
         self.rm.set_estimated_idle_time(idle_us)
 
     def close(self) -> None:
@@ -98,6 +98,9 @@ def run_into_idle_slot(rt, m: Managed, log: Log, idle_us: int):
     m.throttle(50, idle_us)
     runner, out = run_in_thread(lambda: s.run(["op1"]), "test-managed-run")
     wait_for_idle_slot(m.clock)
+    assert log.snapshot() == [], (
+        f"{log.snapshot()} launched while the first idle slot was still running: the slot "
+        f"comes before the launch [OPM-4]")
     return s, runner, out
 
 
@@ -110,7 +113,7 @@ def assert_queued_launches(log: Log, names: list[str], t0: int, slot_us: int,
     gpu = [e for e in events if e[0] in names]
     assert [e[0] for e in gpu] == names, (
         f"launch order {[e[0] for e in gpu]}, expected the queue order {names}: GPU ops are "
-        f"queued and launched first in, first out [OPM-2, OPM-3]")
+        f"queued and launched first in, first out [OPM-2]")
     assert [e[1] - t0 for e in gpu] == np.cumsum([slot_us] * len(names)).tolist(), \
         f"launch times {[e[1] - t0 for e in gpu]} [OPM-4]"
     assert all(e[3].startswith(OP_MANAGER_PREFIX) for e in gpu), \
@@ -133,7 +136,7 @@ def test_idle_slot_before_each_launch(rt, managed, n: int, idle: int) -> None:
     s.run([f"op{n - 1}"])
     slots = expected_slots(idle, n)
     got = log.snapshot()
-    assert [e[0] for e in got] == [f"op{i}" for i in range(n)]
+    assert [e[0] for e in got] == [f"op{i}" for i in range(n)], "[OPM-3]"
     launch = [e[1] - t0 for e in got]
     spent = np.cumsum(slots).tolist()
     assert launch == spent, (
@@ -187,7 +190,7 @@ def test_slot_deducts_the_idle_time_it_took(rt, managed_manual) -> None:
         wait_for_idle_slot(clock)
         clock.tick(advance)
     runner.join(10)
-    assert not runner.is_alive() and "error" not in out, f"run() hung or failed: {out}"
+    assert not runner.is_alive() and "error" not in out, f"run() hung or failed: {out} [OPM-4]"
     got = log.snapshot()
     assert [(e[0], e[1] - t0, e[2]) for e in got] == [
         ("op0", 400, 600), ("op1", 600, 400), ("op2", 1300, 0), ("op3", 1300, 0)], (
@@ -242,8 +245,9 @@ def test_synchronous_gpu_kernels_are_queued_too(rt, managed) -> None:
     log = Log()
     clock, rm = managed.clock, managed.rm
     g = rt.Graph()
-    g.add_node("x", "Placeholder", device=GPU, dtype="float32")
-    g.add_node("mm", "MatMul", ["x", "x"], device=GPU)
+    # Their simulated compute time (EXEC-12) is waited on the thread that runs their kernel.
+    g.add_node("x", "Placeholder", device=GPU, dtype="float32", cost_us=5)
+    g.add_node("mm", "MatMul", ["x", "x"], device=GPU, cost_us=7)
     g.add_node("p", "PyFunc", ["mm"], device=GPU, func=probe(log, "p", clock, rm))
     g.add_node("c", "PyFunc", ["p"], device=CPU, func=probe(log, "c", clock, rm))
     s = managed.ctx.new_session(g)
@@ -251,11 +255,16 @@ def test_synchronous_gpu_kernels_are_queued_too(rt, managed) -> None:
     t0 = clock.now_us()
     s.run(["c"], {"x": np.eye(2, dtype=np.float32)})
     (p, c) = log.snapshot()
-    assert p[1] - t0 == 300 and p[2] == 0, (
+    waits = clock.sleeps_of(OP_MANAGER_PREFIX)
+    assert 5 in waits and 7 in waits and p[3].startswith(OP_MANAGER_PREFIX), (
+        f"manager thread waits {waits}, 'p' ran on {p[3]}: the Placeholder (5 µs), the MatMul "
+        f"(7 µs) and the PyFunc must be queued, their kernels run by the manager thread "
+        f"[OPM-2]")
+    slots = [w for w in waits if w not in (5, 7)]
+    assert slots == [100, 100, 100], f"idle slots {slots}: E=300 over 3 queued ops [OPM-4]"
+    assert p[1] - t0 == 312 and p[2] == 0, (
         f"the Placeholder and MatMul must be queued with slots of 100 µs each: 'p' launched "
-        f"at {p[1] - t0} µs with E={p[2]}, expected 300 and 0 [OPM-2, OPM-4]")
-    assert clock.sleeps_of(OP_MANAGER_PREFIX) == [100, 100, 100], \
-        f"manager waits {clock.sleeps_of(OP_MANAGER_PREFIX)} [OPM-2]"
+        f"at {p[1] - t0} µs with E={p[2]}, expected 300 + 5 + 7 and 0 [OPM-4]")
     assert c[3].startswith(INTER_OP_PREFIX), f"the CPU node ran on {c[3]} [OPM-2]"
 
 
@@ -283,7 +292,7 @@ def test_no_queueing_when_not_managed(rt, managed, perf: int, idle: int, device:
     assert [e[2] for e in got] == [idle] * 3, "E must not change inside the step [OPM-1]"
     assert not any(e[3].startswith(OP_MANAGER_PREFIX) for e in got) and alive == [[]], \
         f"perf={perf}, E={idle}: a GpuOpManager thread existed: {alive} [OPM-1]"
-    assert clock.sleeps_of(OP_MANAGER_PREFIX) == []
+    assert clock.sleeps_of(OP_MANAGER_PREFIX) == [], "[OPM-1]"
 
 
 # -- OPM-6, OPM-7 ----------------------------------------------------------------------------
@@ -356,7 +365,8 @@ def test_run_joins_the_manager_thread(rt, managed, last: str) -> None:
                 f"run() returned while the step's manager thread was alive: "
                 f"{manager_threads()} (the step ended on the "
                 f"{'manager' if last == 'gpu' else 'inter-op'} thread) [OPM-6]")
-    assert len(hooked) == 3, f"expected one manager thread per managed step, saw {len(hooked)}"
+    assert len(hooked) == 3, (
+        f"expected one manager thread per managed step, saw {len(hooked)} [OPM-6]")
 
 
 @pytest.mark.clause("OPM-7", "OPM-6", "EXEC-9")
@@ -365,8 +375,11 @@ def test_failure_elsewhere_interrupts_the_idle_slot(rt, managed_manual) -> None:
     clock = m.clock
     log = Log()
 
+    launched_in_slot: list = []
+
     def fail_while_slot_waits():
         wait_for_idle_slot(clock)
+        launched_in_slot.extend(log.snapshot())
         raise RuntimeError("failure elsewhere")
 
     g = rt.Graph()
@@ -382,6 +395,9 @@ def test_failure_elsewhere_interrupts_the_idle_slot(rt, managed_manual) -> None:
     assert not runner.is_alive(), "run() hung: the idle slot was not interrupted [OPM-7]"
     assert isinstance(out.get("error"), rt.OpError) and "failure elsewhere" in str(out["error"]), \
         f"run() must raise the step's first error, got {out} [OPM-7]"
+    assert launched_in_slot == [], (
+        f"{launched_in_slot} launched while its idle slot was still running: the slot comes "
+        f"before the launch [OPM-4]")
     assert log.snapshot() == [], "a queued op was launched after the step failed [OPM-7]"
     waits = [r for r in clock.records if r.thread.startswith(OP_MANAGER_PREFIX)]
     assert waits and all(r.interrupted for r in waits) and clock.now_us() == t0, \
@@ -464,6 +480,11 @@ def test_idle_slot_starts_once_the_steps_gpus_have_drained(rt, auto_clock, idle:
                 e -= slot
         expected.append((f"op{i}", t, e))
     expected += [("synchronize", t), ("synchronize", t + SYNC_US)]   # EXEC-14
+    left = [ev[2] for ev in got if ev[0] != "synchronize"]
+    want = [x[2] for x in expected if x[0] != "synchronize"]
+    assert left == want, (
+        f"E={idle}: E left at each launch {left}, expected {want}: each GPU op's slot is "
+        f"floor(E_i / N_i), spent before its launch [OPM-4]")
     times, seen, indices = iter(sync_times), [], []
     for ev in got:                       # (synchronize, index) → (synchronize, clock µs)
         if ev[0] == "synchronize":
@@ -477,7 +498,7 @@ def test_idle_slot_starts_once_the_steps_gpus_have_drained(rt, auto_clock, idle:
     assert seen == expected, (
         f"E={idle}: launches (op, clock µs, E left) {[x for x in seen if x[0] != 'synchronize']}"
         f", expected {[x for x in expected if x[0] != 'synchronize']}: each slot starts after "
-        f"the GPUs drained and only the slot is deducted from E [OPM-8, OPM-4]")
+        f"the GPUs drained and only the slot is deducted from E [OPM-8]")
     pairs = [sorted(indices[j:j + 2]) for j in range(0, len(indices), 2)]
     assert all(p == [0, 1] for p in pairs), (
         f"E={idle}: synchronize indices {indices}: each drain synchronizes GPU:0 and GPU:1 "

@@ -79,10 +79,10 @@ def test_disabled_changes_nothing(rt, control_env, vclock, listener, path) -> No
     rm = rt.GPUResourceManagement(path, clock=vclock, file_listener=listener)
     try:
         assert os.environ.get("TF_GPU_VMEM") == "false", "a disabled instance set TF_GPU_VMEM [RM-1]"
-        assert "TF_FORCE_GPU_ALLOW_GROWTH" not in os.environ
+        assert "TF_FORCE_GPU_ALLOW_GROWTH" not in os.environ, "[RM-1]"
         assert not listener.is_running(), "a disabled instance registered a file handler [RM-1]"
         rm.run_action(post(rt))
-        assert rm.perf_control == 100 and vclock.records == []
+        assert rm.perf_control == 100 and vclock.records == [], "[RM-1]"
     finally:
         rm.close()
 
@@ -136,7 +136,7 @@ def test_startup_config_in_effect_when_constructed(rt, control_env, vclock, list
 def test_after_close_content_is_ignored(rt, managed, vclock, listener) -> None:
     rm, writer = managed
     deliver(lambda: writer.write(perf=40), vclock)
-    assert rm.perf_control == 40
+    assert rm.perf_control == 40, "[RM-2]"
     rm.close()
     rm.close()
     assert not listener.is_running(), "close() left the file handler registered [RM-16]"
@@ -158,10 +158,10 @@ def test_layout_and_ignored_keys(rt, managed, vclock) -> None:
            "perfControl": 70}
     assert rm.parse_manage_info_from_json(json.dumps(doc)) is True, \
         "parse_manage_info_from_json(good doc) returned False [RM-3]"
-    assert rm.perf_control == 70
+    assert rm.perf_control == 70, "[RM-3]"
     assert rm.memory_limits == {BUS: MiB, "3B:00.0": 2 * MiB}, \
         f"keys must be exact: {rm.memory_limits} [RM-3]"
-    assert rm.parse_manage_info_from_json(b'{"perfControl": 71}') is True
+    assert rm.parse_manage_info_from_json(b'{"perfControl": 71}') is True, "[RM-3]"
     assert rm.perf_control == 71, "bytes content was not parsed [RM-3]"
 
 
@@ -174,7 +174,7 @@ def test_missing_members_change_nothing(rt, managed, doc) -> None:
     rm, _ = managed
     rm.parse_manage_info_from_json(json.dumps(
         {"gpuConfigInfo": {BUS: {"maxDeviceMem": 4 * MiB}}, "perfControl": 40}))
-    assert rm.parse_manage_info_from_json(json.dumps(doc)) is True
+    assert rm.parse_manage_info_from_json(json.dumps(doc)) is True, "[RM-3]"
     assert (rm.perf_control, rm.memory_limits) == (40, {BUS: 4 * MiB}), \
         f"{doc} changed the state to {(rm.perf_control, rm.memory_limits)} [RM-3]"
 
@@ -206,10 +206,23 @@ def test_integer_forms_accepted_for_perf_control(rt, managed, text, value) -> No
 GOOD = {"name": "good", "gpuConfigInfo": {BUS: {"maxDeviceMem": 8 * MiB}}, "perfControl": 40}
 
 
-def assert_kept(rm, what: str) -> None:
+def assert_kept(rm, what: str, clause: str = "RM-5") -> None:
     state = (rm.perf_control, rm.memory_limits)
-    assert state == (40, {BUS: 8 * MiB}), \
-        f"{what}: state became {state}, expected the last good (40, {{{BUS!r}: {8 * MiB}}}) [RM-5]"
+    assert state == (40, {BUS: 8 * MiB}), (
+        f"{what}: state became {state}, expected the last good (40, {{{BUS!r}: {8 * MiB}}}) "
+        f"[{clause}]")
+
+
+#: perfControl values out of range (RM-6); other rejected values of a field break RM-4.
+PERF_OUT_OF_RANGE = frozenset({"perf_negative", "perf_101", "perf_150", "perf_2_31",
+                               "perf_2_32", "perf_2_64"})
+
+
+def rejection_clause(kind: str) -> str:
+    """The clause that rejects the bad value ``kind`` of BAD_TYPES (RM-4, RM-5, RM-6)."""
+    if kind in PERF_OUT_OF_RANGE:
+        return "RM-6"
+    return "RM-4" if kind.startswith(("mem_", "perf_")) else "RM-5"
 
 
 def one_warning(caplog, rt, path, what: str) -> None:
@@ -218,18 +231,20 @@ def one_warning(caplog, rt, path, what: str) -> None:
                             f"{[r.getMessage()[:120] for r in recs]} [RM-5]")
 
 
-def bad_config_is_rejected(rt, managed, vclock, caplog, kind: str, content: str) -> None:
+def bad_config_is_rejected(rt, managed, vclock, caplog, kind: str, content: str,
+                           clause: str = "RM-5") -> None:
     """After a good config, the fault ``kind`` (whose content is ``content``) is written:
-    the last good state stays, one warning names the file, and parsing it returns False."""
+    the last good state stays and parsing it returns False (``clause``: the clause that
+    rejects it), and one warning names the file (RM-5)."""
     rm, writer = managed
     deliver(lambda: writer.write(GOOD), vclock)
     caplog.set_level(logging.WARNING)
     caplog.clear()
     deliver(lambda: writer.write_malformed(kind), vclock)
-    assert_kept(rm, f"config {kind!r}")
+    assert_kept(rm, f"config {kind!r}", clause)
     one_warning(caplog, rt, writer.path, f"config {kind!r}")
     assert rm.parse_manage_info_from_json(content) is False, \
-        f"parse_manage_info_from_json({kind!r}) returned True [RM-5]"
+        f"parse_manage_info_from_json({kind!r}) returned True [{clause}]"
 
 
 @pytest.mark.clause("RM-5")
@@ -244,7 +259,8 @@ def test_malformed_document_changes_nothing(rt, managed, vclock, caplog, kind) -
 @pytest.mark.clause("RM-5", "RM-4", "RM-6")
 @pytest.mark.parametrize("kind", sorted(BAD_TYPES))
 def test_wrong_type_keeps_last_good_value(rt, managed, vclock, caplog, kind) -> None:
-    bad_config_is_rejected(rt, managed, vclock, caplog, kind, BAD_TYPES[kind])
+    bad_config_is_rejected(rt, managed, vclock, caplog, kind, BAD_TYPES[kind],
+                           rejection_clause(kind))
 
 
 @pytest.mark.clause("RM-5")
@@ -289,7 +305,7 @@ def test_non_utf8_and_deleted_and_directory_keep_state(rt, managed, vclock) -> N
     assert_kept(rm, "a directory at the config path")
     deliver(writer.delete, vclock)
     deliver(lambda: writer.write(perf=45), vclock)
-    assert rm.perf_control == 45
+    assert rm.perf_control == 45, "[RM-5]"
 
 
 @pytest.mark.clause("RM-5", "FL-9")
@@ -305,7 +321,7 @@ def test_rapid_rewrites_apply_the_last(rt, managed, vclock) -> None:
     rm, writer = managed
     deliver(lambda: writer.rapid_rewrites(
         [config_document(perf=p, limits={BUS: p * MiB}) for p in range(1, 60)]), vclock)
-    assert (rm.perf_control, rm.memory_limits) == (59, {BUS: 59 * MiB})
+    assert (rm.perf_control, rm.memory_limits) == (59, {BUS: 59 * MiB}), "[RM-5]"
 
 
 @pytest.mark.clause("RM-5")
@@ -328,7 +344,7 @@ def test_bad_input_keeps_the_job_running(rt, runtimes, vclock, config_writer) ->
 def test_perf_control_out_of_range_is_rejected(rt, managed, value) -> None:
     rm, _ = managed
     rm.parse_manage_info_from_json('{"perfControl": 40}')
-    assert rm.parse_manage_info_from_json(f'{{"perfControl": {value}}}') is False
+    assert rm.parse_manage_info_from_json(f'{{"perfControl": {value}}}') is False, "[RM-6]"
     assert rm.perf_control == 40, \
         f"perfControl {value} changed the value to {rm.perf_control}, expected 40 kept [RM-6]"
 
@@ -396,7 +412,7 @@ def test_short_shrink_is_retried_until_reached(rt, rt_managed, vclock) -> None:
     short = bytes_limit(g0)
     assert MiB < short <= pool, f"the shrink with 8 MiB live set the limit {short} [ADJ-2]"
     rm.run_action(post(rt, ctx))
-    assert bytes_limit(g0) == short
+    assert bytes_limit(g0) == short, "[RM-9]"
     alloc.deallocate_raw(live)
     rm.run_action(post(rt, ctx))
     assert bytes_limit(g0) == MiB, (f"after the live chunk was freed the next boundary left the "
@@ -531,14 +547,15 @@ def run_model(rt, rm, clock, steps) -> None:
         before = len(clock.records)
         rm.run_action(rt.SessionRunActionOptions(sess_duration_us=d))
         sleeps = [r.duration_us for r in clock.records[before:]]
+        # at perfControl 100 the model's state is the reset of RM-11, else RM-10's arithmetic
         assert sleeps == ([expected] if expected else []), (
             f"step perf={perf} d={d} after {spent} µs of in-step idle slept {sleeps}, "
-            f"expected [{expected}] [RM-10]")
+            f"expected [{expected}] [{'RM-11' if perf == 100 else 'RM-10'}]")
         assert (rm.get_estimated_idle_time(), rm.in_step_idle, rm.total_time_slot) == \
             (model.est, 0, model.slot), (
             f"after the step E = {rm.get_estimated_idle_time()}, in-step idle "
             f"{rm.in_step_idle}, S = {rm.total_time_slot}; expected {model.est}, 0, "
-            f"{model.slot} [RM-10]")
+            f"{model.slot} [{'RM-11' if perf == 100 else 'RM-10'}]")
 
 
 @pytest.mark.clause("RM-10")
@@ -549,17 +566,17 @@ def test_in_step_idle_time_is_deducted(rt, control_env) -> None:
 
 def in_step_idle(rm) -> None:
     rm.parse_manage_info_from_json('{"perfControl": 50}')
-    assert rm.do_sleep_or_suspend(1000) == 950
+    assert rm.do_sleep_or_suspend(1000) == 950, "[RM-10]"
     rm.set_estimated_idle_time(950)             # a budget; the executor spends 600 µs of it
-    assert rm.spend_idle_time(600) == 350
+    assert rm.spend_idle_time(600) == 350, "[RM-14]"
     # consumed = 600; actual = 1600 - 600 = 1000; total = 2000; sleep = 2000 - 1600 - 50
     assert rm.do_sleep_or_suspend(1600) == 350, "in-step idle time not deducted [RM-10]"
     assert rm.get_estimated_idle_time() == 350, \
         f"E = {rm.get_estimated_idle_time()}: the throttle changed the idle budget [RM-10]"
     rm.spend_idle_time(350)                     # 350 µs in-step; d = 300 < consumed
     # consumed = 350; actual = 1; total = 2 <= 350 -> no sleep, S = 0
-    assert rm.do_sleep_or_suspend(300) == 0
-    assert (rm.get_estimated_idle_time(), rm.total_time_slot) == (0, 0)
+    assert rm.do_sleep_or_suspend(300) == 0, "[RM-10]"
+    assert (rm.get_estimated_idle_time(), rm.total_time_slot) == (0, 0), "[RM-10]"
 
 
 @pytest.mark.clause("RM-10", "RM-14")
@@ -568,7 +585,7 @@ def test_idle_spent_beyond_the_budget_counts_as_idle(rt, control_env) -> None:
     with throttled(rt, VirtualClock(auto_advance=True)) as rm:
         rm.parse_manage_info_from_json('{"perfControl": 50}')
         rm.set_estimated_idle_time(400)
-        assert rm.spend_idle_time(300) == 100 and rm.spend_idle_time(250) == 0
+        assert rm.spend_idle_time(300) == 100 and rm.spend_idle_time(250) == 0, "[RM-14]"
         assert rm.in_step_idle == 550, \
             f"in-step idle {rm.in_step_idle} after 300 + 250 µs spent, expected 550 [RM-14]"
         # consumed = 550 (not the 400 of the budget); actual = 1550 - 550 = 1000;
@@ -592,7 +609,8 @@ def test_oversleep_shortens_the_next_sleep(rt, control_env) -> None:
             if late_by is not None:
                 clock.wait_for_waiters(1)
                 clock.advance(clock.records[before].duration_us + late_by)
-            assert joined(t) and "error" not in out, f"run_action(d={d}) hung or raised {out}"
+            assert joined(t) and "error" not in out, (
+                f"run_action(d={d}) hung or raised {out} [RM-10]")
             return [r.duration_us for r in clock.records[before:]]
 
         # total = 1000 * 100 // 50 = 2000 > 1050: sleep 950, which ends 70 µs late.
@@ -601,7 +619,7 @@ def test_oversleep_shortens_the_next_sleep(rt, control_env) -> None:
         # The executor spends E = 950 in-step: consumed 950, actual 1000, total 2000 = d + 50:
         # no sleep, and the oversleep waits for the next sleep.
         rm.spend_idle_time(950)
-        assert step(1950, None) == [] and rm.oversleep == 70
+        assert step(1950, None) == [] and rm.oversleep == 70, "[RM-10]"
         # consumed 0, total 2000: sleep 2000 - 1000 - 50 - 70 = 880, ending on time.
         got = step(1000, 0)
         assert got == [880] and rm.total_time_slot == 880 and rm.oversleep == 0, (
@@ -615,7 +633,7 @@ def test_oversleep_shortens_the_next_sleep(rt, control_env) -> None:
             and rm.total_time_slot == 0 and rm.oversleep == 0, \
             f"E = {rm.get_estimated_idle_time()}, oversleep {rm.oversleep} [RM-10]"
         # perfControl 100 clears an oversleep not compensated yet (RM-11).
-        assert step(1000, 30) == [950] and rm.oversleep == 30
+        assert step(1000, 30) == [950] and rm.oversleep == 30, "[RM-10]"
         rm.parse_manage_info_from_json('{"perfControl": 100}')
         assert step(1000, None) == [] and rm.oversleep == 0, \
             f"oversleep {rm.oversleep} after a step at perfControl 100, expected 0 [RM-11]"
@@ -631,7 +649,7 @@ def test_return_to_100_resets_the_throttle(rt, control_env) -> None:
 def reset_at_100(rt, rm2, clock) -> None:
     rm2.parse_manage_info_from_json('{"perfControl": 20}')
     rm2.run_action(rt.SessionRunActionOptions(sess_duration_us=1000))
-    assert rm2.total_time_slot == 3950
+    assert rm2.total_time_slot == 3950, "[RM-10]"
     rm2.set_estimated_idle_time(500)            # an idle budget, 200 µs of it spent
     rm2.spend_idle_time(200)
     rm2.parse_manage_info_from_json('{"perfControl": 100}')
@@ -655,11 +673,11 @@ def test_zero_suspends_until_non_zero(rt, no_thread_leak, managed, vclock, liste
     for _ in range(3):
         vclock.tick(100_000)
         assert t.is_alive(), "the step did not stay suspended at perfControl 0 [RM-12]"
-    assert rm.get_estimated_idle_time() == 0
+    assert rm.get_estimated_idle_time() == 0, "[RM-12]"
     writer.write(perf=50)
     poll(vclock)
     assert joined(t), "a non-zero perfControl did not resume the step [RM-12]"
-    assert "error" not in out, f"the suspended step raised {out.get('error')!r}"
+    assert "error" not in out, f"the suspended step raised {out.get('error')!r} [RM-12]"
     step_waits = [r.duration_us for r in vclock.records if r.thread == "step"]
     assert step_waits and all(w <= 100_000 for w in step_waits), \
         f"suspension waits {step_waits}: not through the clock, or rechecks > 100000 µs [RM-12]"
@@ -703,7 +721,7 @@ def test_limits_applied_before_suspending(rt, rt_managed, vclock) -> None:
     vclock.wait_for_waiters(2)
     assert bytes_limit(g0) == 4 * MiB, "a suspended boundary did not apply the pending limit [RM-12]"
     rm.parse_manage_info_from_json('{"perfControl": 100}')
-    assert joined(t)
+    assert joined(t), "[RM-12]"
 
 
 @pytest.mark.clause("RM-13")
@@ -740,9 +758,9 @@ def read_once(rt, rm2, clock) -> None:
 @pytest.mark.clause("RM-14")
 def test_idle_time_bookkeeping(rt, managed) -> None:
     rm, _ = managed
-    assert rm.get_estimated_idle_time() == 0
+    assert rm.get_estimated_idle_time() == 0, "[RM-14]"
     rm.set_estimated_idle_time(1000)
-    assert rm.get_estimated_idle_time() == 1000
+    assert rm.get_estimated_idle_time() == 1000, "[RM-14]"
     rm.set_estimated_idle_time(-5)
     assert rm.get_estimated_idle_time() == 0, "set_estimated_idle_time(-5) did not store 0 [RM-14]"
 
@@ -751,15 +769,15 @@ def test_idle_time_bookkeeping(rt, managed) -> None:
 def test_spend_idle_time_counts_all_of_it(rt, managed) -> None:
     rm, _ = managed
     rm.set_estimated_idle_time(1000)
-    assert rm.spend_idle_time(300) == 700 and rm.in_step_idle == 300
+    assert rm.spend_idle_time(300) == 700 and rm.in_step_idle == 300, "[RM-14]"
     assert rm.spend_idle_time(-5) == 700 and rm.in_step_idle == 300, \
         "spend_idle_time(-5) must count as 0 [RM-14]"
     assert rm.spend_idle_time(1000) == 0 and rm.in_step_idle == 1300, (
         f"spend_idle_time(1000) with E = 700: E = {rm.get_estimated_idle_time()}, in-step "
         f"idle {rm.in_step_idle}, expected 0 and 1300 [RM-14]")
     rm.set_estimated_idle_time(10)
-    assert rm.spend_idle_time(25) == 0 and rm.in_step_idle == 1325
-    assert rm.oversleep == 0 and rm.total_time_slot == 0
+    assert rm.spend_idle_time(25) == 0 and rm.in_step_idle == 1325, "[RM-14]"
+    assert rm.oversleep == 0 and rm.total_time_slot == 0, "[RM-14]"
 
 
 @pytest.mark.clause("RM-14")
@@ -777,7 +795,7 @@ def test_spend_idle_time_is_atomic_under_threads(rt, managed) -> None:
     for t in threads:
         t.start()
     for t in threads:
-        assert joined(t)
+        assert joined(t), "[RM-14]"
     assert (rm.get_estimated_idle_time(), rm.in_step_idle) == (0, 10000), (
         f"10000 concurrent spend_idle_time(1) from E = 8000 left E = "
         f"{rm.get_estimated_idle_time()}, in-step idle {rm.in_step_idle}; expected 0, 10000 "
@@ -788,14 +806,14 @@ def test_spend_idle_time_is_atomic_under_threads(rt, managed) -> None:
 def test_queued_op_high_water_mark(rt, managed) -> None:
     rm, _ = managed
     key, other = object(), ("executor", 2)
-    assert rm.get_executor_queued_op_num(key) == 0
+    assert rm.get_executor_queued_op_num(key) == 0, "[RM-15]"
     rm.set_executor_queued_op_num(key, 5)
     rm.set_executor_queued_op_num(key, 3)
     rm.set_executor_queued_op_num(other, 1)
     assert rm.get_executor_queued_op_num(key) == 5, "the high-water mark decreased [RM-15]"
-    assert rm.get_executor_queued_op_num(other) == 1
+    assert rm.get_executor_queued_op_num(other) == 1, "[RM-15]"
     rm.set_executor_queued_op_num(key, 9)
-    assert rm.get_executor_queued_op_num(key) == 9
+    assert rm.get_executor_queued_op_num(key) == 9, "[RM-15]"
 
 
 @pytest.mark.clause("RM-16", "CLK-3")
@@ -818,12 +836,12 @@ def test_adjustment_finds_the_gpu_by_bus_id(rt, runtimes, caplog) -> None:
     ctx = runtimes(num_gpus=2)
     g0, g1 = gpus(ctx)
     adj = rt.GPUUsageAdjustment()
-    assert adj.adjust_mem_limit(bus_id(rt, g1), 8 * MiB, ctx.device_mgr) is True
+    assert adj.adjust_mem_limit(bus_id(rt, g1), 8 * MiB, ctx.device_mgr) is True, "[RM-17]"
     assert (bytes_limit(g0), bytes_limit(g1)) == (64 * MiB, 8 * MiB), \
         "adjust_mem_limit changed the wrong GPU [RM-17]"
     caplog.set_level(logging.ERROR)
-    assert adj.adjust_mem_limit("ff:00.0", MiB, ctx.device_mgr) is False
-    assert adj.adjust_mem_limit(bus_id(rt, g0), MiB, None) is False
+    assert adj.adjust_mem_limit("ff:00.0", MiB, ctx.device_mgr) is False, "[RM-17]"
+    assert adj.adjust_mem_limit(bus_id(rt, g0), MiB, None) is False, "[RM-17]"
     assert len(runtime_records(caplog, rt, logging.ERROR)) == 2, \
         "a GPU not found did not log one error per call [RM-17]"
     assert adj.adjust_mem_limit(bus_id(rt, g0), MiB, ctx.device_mgr) is True, \
@@ -835,9 +853,10 @@ def test_adjustment_without_vmem_uses_the_bfc(rt, runtimes, control_env) -> None
     control_env.setenv("TF_GPU_VMEM", "false")
     ctx = runtimes()
     g0 = gpus(ctx)[0]
-    assert not hasattr(g0.get_allocator(), "device_allocator")
-    assert rt.GPUUsageAdjustment().adjust_mem_limit(bus_id(rt, g0), 2 * MiB, ctx.device_mgr)
-    assert bytes_limit(g0) == 2 * MiB
+    assert not hasattr(g0.get_allocator(), "device_allocator"), "[RM-17]"
+    assert rt.GPUUsageAdjustment().adjust_mem_limit(bus_id(rt, g0), 2 * MiB, ctx.device_mgr), (
+        "[RM-17]")
+    assert bytes_limit(g0) == 2 * MiB, "[RM-17]"
 
 
 @pytest.mark.clause("RM-17")
@@ -858,16 +877,16 @@ def test_clamp_and_return_values(rt, runtimes) -> None:
     assert adj.adjust_mem_limit(bus, 128 * MiB, mgr) is False, \
         "a request clamped to the current limit returned True [RM-18]"
     assert bytes_limit(g0) == 64 * MiB, f"a request above the initial limit set {bytes_limit(g0)} [RM-18]"
-    assert adj.adjust_mem_limit(bus, 16 * MiB, mgr) is True
+    assert adj.adjust_mem_limit(bus, 16 * MiB, mgr) is True, "[RM-18]"
     assert adj.adjust_mem_limit(bus, 16 * MiB, mgr) is False, "a repeated limit returned True [RM-18]"
-    assert adj.adjust_mem_limit(bus, UINT64_MAX, mgr) is True
+    assert adj.adjust_mem_limit(bus, UINT64_MAX, mgr) is True, "[RM-18]"
     assert bytes_limit(g0) == 64 * MiB, "2^64-1 was not clamped to the initial limit [RM-18]"
     alloc = g0.get_allocator()
     p = alloc.allocate_raw(256, 8 * MiB)
     assert adj.adjust_mem_limit(bus, MiB, mgr) is False, "a shrink that fell short returned True [RM-18]"
     short = bytes_limit(g0)
-    assert short > MiB
+    assert short > MiB, "[RM-18]"
     alloc.deallocate_raw(p)
     assert adj.adjust_mem_limit(bus, MiB, mgr) is True, \
         "after a short shrink the same request was not applied again [RM-18]"
-    assert bytes_limit(g0) == MiB
+    assert bytes_limit(g0) == MiB, "[RM-18]"

@@ -55,7 +55,7 @@ def config_path(tmp_path):
 def managed(rt, control_env, vclock, listener, config_path):
     """A GPUResourceManagement on ``config_path`` holding GOOD."""
     rm = rt.GPUResourceManagement(str(config_path), clock=vclock, file_listener=listener)
-    assert rm.parse_manage_info_from_json(json.dumps(GOOD))
+    assert rm.parse_manage_info_from_json(json.dumps(GOOD)), "[RM-2]"
     yield rm
     rm.close()
 

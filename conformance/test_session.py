@@ -60,7 +60,7 @@ def test_construction_validates_and_new_session_uses_the_context(rt, ctx) -> Non
     s.run(["out"], FEED)
     (_, _, _, session, device_mgr), = log.snapshot()
     assert session is s and device_mgr is ctx.device_mgr, \
-        "new_session() must use the context's registry and device_mgr [SESS-1, SESS-4]"
+        "new_session() must use the context's registry and device_mgr [SESS-1]"
 
 
 @pytest.mark.clause("SESS-2")
@@ -72,7 +72,7 @@ def test_fetch_order_targets_and_copies(rt, ctx) -> None:
     np.testing.assert_array_equal(out, [2.0, 0.0], err_msg="run(['out']) [SESS-2]")
     np.testing.assert_array_equal(out2, out, err_msg="a fetch listed twice [SESS-2]")
     np.testing.assert_array_equal(x, FEED["x"], err_msg="fetching a fed node [SESS-2]")
-    assert all(isinstance(v, np.ndarray) for v in (out, double, out2, x))
+    assert all(isinstance(v, np.ndarray) for v in (out, double, out2, x)), "[SESS-2]"
     log.clear()
     assert s.run([], FEED, ["double"]) == [], "a target-only run returns [] [SESS-2]"
     assert kinds(log) == ["step"], "the target node must run [SESS-2]"
@@ -112,7 +112,7 @@ def test_bad_names_and_missing_feeds(rt, ctx) -> None:
                                                       "tensor 'x'"):
         s.run(["out"])
     (ok,) = s.run(["use_shaped"], {"shaped": np.zeros((5, 2))})
-    assert ok.shape == (5, 2)
+    assert ok.shape == (5, 2), "[SESS-2]"
     with pytest.raises(rt.InvalidArgumentError):
         s.run(["use_shaped"], {"shaped": np.zeros((5, 3))})
 
@@ -189,7 +189,7 @@ def test_statistics_before_resource_management_on_every_step(rt, tmp_path, tf_en
             log.clear()
             s.run(["out"], FEED)
             assert kinds(log) == ["step", "after-statistics", "after-resource-management"], \
-                f"step {step}: {kinds(log)} [SESS-4, REG-10]"
+                f"step {step}: {kinds(log)} [SESS-4]"
         assert (tmp_path / "status.json").exists(), \
             "GPUStatistics (POST/1) did not run at the step boundary [SESS-4]"
 
@@ -274,7 +274,7 @@ def test_concurrent_runs_are_separate_steps(rt, ctx) -> None:
                 x = np.array([k, i], np.float32)
                 (out,) = s.run(["out"], {"x": x})
                 if not np.array_equal(out, x * 2):
-                    raise AssertionError(f"thread {k} step {i}: {out} != {x * 2}")
+                    raise AssertionError(f"thread {k} step {i}: {out} != {x * 2} [SESS-6]")
         except BaseException as exc:  # noqa: BLE001
             errors.append(exc)
 
@@ -310,7 +310,7 @@ def test_close_frees_joins_and_refuses_runs(rt, ctx) -> None:
     g.add_node("r", "Relu", ["v"], device=GPU)
     with ctx.new_session(g) as s:
         s.run(["r"])
-        assert gpu.get_stats().bytes_in_use > start_bytes
+        assert gpu.get_stats().bytes_in_use > start_bytes, "[SESS-8]"
     assert s.closed is True, "closed after the with block [SESS-8]"
     assert gpu.get_stats().bytes_in_use == start_bytes, "close() must free variables [SESS-8]"
     left = {n for n in antman_threads() - before if n.startswith(INTER_OP_PREFIX)}
@@ -327,7 +327,7 @@ def test_close_cancels_a_running_step(rt, ctx) -> None:
 
     def blocker():
         entered.set()
-        assert release.wait(10), "the test never released the kernel"
+        assert release.wait(10), "the test never released the kernel [SESS-8]"
         return np.float32(1.0)
 
     g = rt.Graph()
@@ -335,7 +335,7 @@ def test_close_cancels_a_running_step(rt, ctx) -> None:
     g.add_node("after", "PyFunc", ["block"], device=CPU, func=py_func(log, "after"))
     s = ctx.new_session(g)
     runner, result = run_in_thread(lambda: s.run(["after"]), "test-session-run")
-    assert entered.wait(10), "the step did not start"
+    assert entered.wait(10), "the step did not start [SESS-8]"
     closer, closed = run_in_thread(s.close, "test-session-close")
     wait_until(lambda: s.closed, "close() to begin")
     closer.join(0.2)
@@ -347,7 +347,7 @@ def test_close_cancels_a_running_step(rt, ctx) -> None:
     assert isinstance(result.get("error"), rt.CancelledError), \
         f"the running step must fail with CancelledError, got {result} [SESS-8]"
     assert log.snapshot() == [], "a node started after close() cancelled the step [EXEC-9]"
-    assert "error" not in closed, f"close() raised {closed.get('error')!r}"
+    assert "error" not in closed, f"close() raised {closed.get('error')!r} [SESS-8]"
 
 
 @pytest.mark.clause("SESS-8")
@@ -359,7 +359,7 @@ def test_close_from_another_sessions_node_waits_for_the_running_step(rt, ctx) ->
 
     def blocker():
         entered.set()
-        assert release.wait(10), "the test never released the kernel"
+        assert release.wait(10), "the test never released the kernel [SESS-8]"
         log.add("A's kernel returned")
         return np.float32(1.0)
 
@@ -371,13 +371,13 @@ def test_close_from_another_sessions_node_waits_for_the_running_step(rt, ctx) ->
                 func=lambda: a.close() or log.add("a.close() returned") or np.float32(0))
     b = ctx.new_session(gb)
     runner, result = run_in_thread(lambda: a.run(["block"]), "test-session-run-a")
-    assert entered.wait(10), "A's step did not start"
+    assert entered.wait(10), "A's step did not start [SESS-8]"
     closer, closed = run_in_thread(lambda: b.run(["close_a"]), "test-session-run-b")
     wait_until(lambda: a.closed, "B's node to begin closing A")
     closer.join(0.5)             # a close() that does not wait returns within this bound
     release.set()
     assert joined(runner) and joined(closer), "A's run or B's run hung [SESS-8]"
-    assert "error" not in closed, f"B's run raised {closed.get('error')!r}"
+    assert "error" not in closed, f"B's run raised {closed.get('error')!r} [SESS-8]"
     assert log.snapshot() == ["A's kernel returned", "a.close() returned"], (
         f"events {log.snapshot()}: close() called from another session's pool thread returned "
         f"before A's running step ended [SESS-8]")

@@ -90,8 +90,8 @@ def test_phases_ascending_then_registration_order(rt, phases) -> None:
 @pytest.mark.clause("REG-2")
 def test_empty_grouping_runs_nothing(rt) -> None:
     reg = rt.SessionRunActionRegistry()
-    assert reg.run_grouping(rt.Grouping.PRE_SESSION_RUN, options(rt)) is None
-    assert reg.actions(rt.Grouping.PRE_SESSION_RUN) == []
+    assert reg.run_grouping(rt.Grouping.PRE_SESSION_RUN, options(rt)) is None, "[REG-2]"
+    assert reg.actions(rt.Grouping.PRE_SESSION_RUN) == [], "[REG-2]"
 
 
 @pytest.mark.clause("REG-2", "REG-9")
@@ -114,7 +114,11 @@ def test_first_error_stops_the_grouping_and_propagates(rt) -> None:
     with pytest.raises(RuntimeError) as info:
         reg.run_grouping(1, options(rt))
     assert info.value is boom, f"run_grouping raised {info.value!r}, not the action's error [REG-3]"
-    assert log == ["p1", "p2-fails"], f"after an error the grouping ran {log} [REG-3]"
+    # whatever the phase order (REG-2), nothing runs after the failing action: not even the
+    # action registered after it in its own phase
+    assert log[-1:] == ["p2-fails"] and "p2-after" not in log, (
+        f"after an error the grouping ran {log}: it must stop at the failing action [REG-3]")
+    assert log == ["p1", "p2-fails"], f"the grouping ran {log} in this order [REG-2]"
 
 
 @pytest.mark.clause("REG-4")
@@ -129,7 +133,7 @@ def test_get_action_exact_match(rt) -> None:
     assert reg.get_action(1, 2, "Act") is first, "get_action(POST, 2, 'Act') is not the first [REG-4]"
     for args in ((1, 3, "Act"), (0, 2, "Act"), (1, 2, "act"), (1, 2, "Ac"), (1, 2, "")):
         assert reg.get_action(*args) is None, f"get_action{args} matched [REG-4]"
-    assert reg.get_action(1, 3, "Other") is other
+    assert reg.get_action(1, 3, "Other") is other, "[REG-4]"
 
 
 @pytest.mark.clause("REG-5")
@@ -158,7 +162,7 @@ def test_non_action_is_a_type_error(rt) -> None:
     for bad in (object(), "GPUStatistics", lambda options: None):
         with pytest.raises(TypeError):
             reg.register(1, 0, bad)
-    assert reg.actions(1) == []
+    assert reg.actions(1) == [], "[REG-5]"
 
 
 @pytest.mark.clause("REG-5")
@@ -173,7 +177,7 @@ def test_unregister_removes_by_identity(rt) -> None:
     reg.run_grouping(1, options(rt))
     assert log == ["twin", "a"], f"after unregistering the first 'a' the run was {log} [REG-5]"
     assert reg.unregister(1, 1, a) is False, "unregister at another phase returned True [REG-5]"
-    assert reg.unregister(1, 0, a) is True
+    assert reg.unregister(1, 0, a) is True, "[REG-5]"
     assert reg.unregister(1, 0, a) is False, "unregister of an absent action returned True [REG-5]"
 
 
@@ -202,7 +206,7 @@ def test_registration_helper_names_and_registers(rt) -> None:
     found = reg.get_action(rt.Grouping.PRE_SESSION_RUN, -3, "WarmUp")
     assert isinstance(found, WarmUp), f"get_action(PRE, -3, 'WarmUp') = {found!r} [REG-6]"
     reg.run_grouping(0, options(rt))
-    assert log == ["WarmUp"]
+    assert log == ["WarmUp"], "[REG-6]"
     assert rt.global_registry().get_action(0, -3, "WarmUp") is None, \
         "register_session_run_action(registry=reg) also registered globally [REG-6]"
 
@@ -228,7 +232,7 @@ def test_registration_helper_defaults_to_global_registry(rt) -> None:
 def test_global_registry_is_a_singleton_and_instances_independent(rt) -> None:
     assert rt.global_registry() is rt.global_registry(), "global_registry() changed [REG-7]"
     r1, r2 = rt.SessionRunActionRegistry(), rt.SessionRunActionRegistry()
-    assert r1 is not rt.global_registry()
+    assert r1 is not rt.global_registry(), "[REG-7]"
     r1.register(1, 0, Recorder(rt, [], 0))
     assert r2.actions(1) == [], "a new registry shares registrations with another [REG-7]"
     assert all(a.name != "rec-0" for _, a in rt.global_registry().actions(1)), \
@@ -253,7 +257,7 @@ def test_actions_may_use_the_registry_while_running(rt) -> None:
     assert joined(t), "run_grouping deadlocked when an action used the registry [REG-8]"
     assert "error" not in out, f"run_grouping raised {out.get('error')!r} [REG-8]"
     assert log == ["first"], f"a registration made during the run ran in it: {log} [REG-8]"
-    assert results == {"get": first, "actions": 2}
+    assert results == {"get": first, "actions": 2}, "[REG-8]"
     reg.run_grouping(1, options(rt))
     assert log == ["first", "late"], f"the next run ran {log[1:]}, expected ['late'] [REG-8]"
 
@@ -301,10 +305,14 @@ def test_concurrent_register_and_run(rt) -> None:
     assert not errors, f"concurrent registry use raised {errors[:3]} [REG-8]"
     phases = [p for p, _ in reg.actions(1)]
     assert len(phases) == 600, f"{len(phases)} registrations survived of 600 [REG-8]"
-    assert phases == sorted(phases), "actions(POST) out of phase order after concurrent use [REG-8]"
+    # descending throughout is the phase-order rule broken, any other disorder concurrency
+    descending = phases == sorted(phases, reverse=True)
+    assert phases == sorted(phases), (
+        f"actions(POST) out of phase order after concurrent use "
+        f"[{'REG-2' if descending else 'REG-8'}]")
     before = counter["runs"]
     reg.run_grouping(1, options(rt))
-    assert counter["runs"] - before == 600
+    assert counter["runs"] - before == 600, "[REG-8]"
 
 
 @pytest.mark.clause("REG-9")
@@ -313,7 +321,7 @@ def test_options_fields_and_defaults(rt) -> None:
     got = (o.device_mgr, o.session, o.graph_id, o.sess_duration_us)
     assert got == (None, None, 0, 0), f"SessionRunActionOptions() = {got} [REG-9]"
     o = rt.SessionRunActionOptions(device_mgr="m", session="s", graph_id=7, sess_duration_us=9)
-    assert (o.device_mgr, o.session, o.graph_id, o.sess_duration_us) == ("m", "s", 7, 9)
+    assert (o.device_mgr, o.session, o.graph_id, o.sess_duration_us) == ("m", "s", 7, 9), "[REG-9]"
 
 
 @pytest.mark.clause("REG-10")
@@ -322,11 +330,13 @@ def test_runtime_registers_statistics_at_1_and_management_at_2(rt, runtimes, tmp
     cfg, status = tmp_path / "cfg.json", tmp_path / "status.json"
     ctx = runtimes(config_file=str(cfg), status_file=str(status))
     post = [(p, a.name) for p, a in ctx.registry.actions(rt.Grouping.POST_SESSION_RUN)]
-    assert post == [(1, "GPUStatistics"), (2, "GPUResourceManagement")], \
+    assert sorted(post) == [(1, "GPUStatistics"), (2, "GPUResourceManagement")], \
         f"create_runtime registered POST actions {post} [REG-10]"
-    assert ctx.registry.actions(rt.Grouping.PRE_SESSION_RUN) == []
-    assert ctx.registry.get_action(1, 2, "GPUResourceManagement") is ctx.resource_management
-    assert ctx.registry.get_action(1, 1, "GPUStatistics") is ctx.statistics
+    assert post == sorted(post), f"actions(POST) lists {post}, not in phase order [REG-2]"
+    assert ctx.registry.actions(rt.Grouping.PRE_SESSION_RUN) == [], "[REG-10]"
+    assert ctx.registry.get_action(1, 2, "GPUResourceManagement") is ctx.resource_management, (
+        "[REG-10]")
+    assert ctx.registry.get_action(1, 1, "GPUStatistics") is ctx.statistics, "[REG-10]"
     ctx.close()
     assert ctx.registry.actions(rt.Grouping.POST_SESSION_RUN) == [], \
         "RuntimeContext.close() left actions registered [REG-10]"
@@ -338,7 +348,7 @@ def test_disabled_actions_are_not_registered(rt, runtimes) -> None:
     ctx = runtimes()
     assert ctx.registry.actions(rt.Grouping.POST_SESSION_RUN) == [], \
         "create_runtime without files registered actions [REG-10]"
-    assert ctx.resource_management is None and ctx.statistics is None
+    assert ctx.resource_management is None and ctx.statistics is None, "[REG-10]"
 
 
 @pytest.mark.clause("REG-10", "RM-8")
@@ -351,9 +361,11 @@ def test_statistics_record_the_step_before_the_limit_changes(rt, runtimes, tmp_p
     p = alloc.allocate_raw(256, 8 * MiB)
     alloc.deallocate_raw(p)
     pool = pool_bytes(gpu)
-    assert pool >= 8 * MiB
+    assert pool >= 8 * MiB, "[REG-10]"
     cfg.write_text(json.dumps({"gpuConfigInfo": {bus_id(rt, gpu): {"maxDeviceMem": MiB}}}))
-    assert ctx.resource_management.parse_manage_info_from_json(cfg.read_text())
+    assert ctx.resource_management.parse_manage_info_from_json(cfg.read_text()), "[REG-10]"
+    listed = [p for p, _ in ctx.registry.actions(rt.Grouping.POST_SESSION_RUN)]
+    assert listed == sorted(listed), f"POST actions listed in phase order {listed} [REG-2]"
     ctx.registry.run_grouping(rt.Grouping.POST_SESSION_RUN,
                               rt.SessionRunActionOptions(device_mgr=ctx.device_mgr, graph_id=3,
                                                          sess_duration_us=1000))

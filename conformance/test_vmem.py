@@ -39,9 +39,37 @@ class Stack:
     def host(self):
         return self.vmem.host_allocator
 
+    # What a test of another clause relies on is checked with the clause that states it, so
+    # that a broken fallback, host limit or routing is blamed on itself (SPEC.md section 7).
+    def require_host_limit(self, mib: int) -> None:
+        """The host limit is TF_CUDA_HOST_MEM_LIMIT_IN_MB = ``mib`` (VMEM-2)."""
+        got = self.host.memory_map().memory_limit
+        assert got == mib * MiB, (f"host limit {got} with TF_CUDA_HOST_MEM_LIMIT_IN_MB={mib}, "
+                                  f"expected {mib * MiB} [VMEM-2]")
+
+    def fallback(self, num_bytes: int, attributes=None) -> int:
+        """An allocation the full device cannot hold, served by the host (VMEM-4, or VMEM-5
+        with attributes)."""
+        p = (self.vmem.allocate_raw(256, num_bytes) if attributes is None
+             else self.vmem.allocate_raw(256, num_bytes, attributes))
+        assert p is not None and in_region(self.host_sim, p), (
+            f"allocate_raw(256, {num_bytes}) with the device full returned {p}, expected host "
+            f"memory [{'VMEM-4' if attributes is None else 'VMEM-5'}]")
+        return p
+
+    def free(self, ptr: int) -> None:
+        """A free through the VMem allocator of one of its own allocations (VMEM-7)."""
+        try:
+            self.vmem.deallocate_raw(ptr)
+        except self.rt.InvalidPointerError as exc:
+            raise AssertionError(f"vmem.deallocate_raw({ptr:#x}) of its own allocation raised "
+                                 f"{exc!r}: a free goes to the allocator that owns the pointer "
+                                 f"[VMEM-7]") from exc
+
     def fill_device(self) -> int:
         p = self.vmem.allocate_raw(256, self.device.memory_map().memory_limit)
-        assert p is not None and in_region(self.dev_sim, p), f"filling the device gave {p}"
+        assert p is not None and in_region(self.dev_sim, p), (
+            f"filling the device gave {p} [VMEM-3]")
         return p
 
 
@@ -60,8 +88,8 @@ def test_vmem_disabled_returns_the_gpu_allocator(rt, tf_env, value):
     got = rt.maybe_create_gpu_vmem_allocator(gpu, host_sub_allocator=host_sim)
     assert got is gpu, (f"maybe_create_gpu_vmem_allocator with TF_GPU_VMEM={value!r} returned "
                         f"{got!r}, expected the GPU allocator itself [VMEM-1]")
-    assert got.allocate_raw(256, 2 * MiB, rt.AllocationAttributes(True)) is None
-    assert host_sim.alloc_calls == []
+    assert got.allocate_raw(256, 2 * MiB, rt.AllocationAttributes(True)) is None, "[VMEM-1]"
+    assert host_sim.alloc_calls == [], "[VMEM-1]"
 
 
 @pytest.mark.clause("VMEM-1", "ENV-1")
@@ -74,28 +102,30 @@ def test_vmem_enabled_builds_the_wrapper(rt, tf_env, value):
     vmem = rt.maybe_create_gpu_vmem_allocator(gpu, host_sub_allocator=host_sim, tf_gpu_id=3)
     assert isinstance(vmem, rt.GPUVMemAllocator), f"TF_GPU_VMEM={value!r}: got {vmem!r} [VMEM-1]"
     assert vmem.name == "GPUVMem_3_bfc", f"name {vmem.name!r} [VMEM-1]"
-    assert vmem.device_allocator is gpu
+    assert vmem.device_allocator is gpu, "[VMEM-1]"
     host = vmem.host_allocator
     assert isinstance(host, rt.BFCAllocator) and host.name == "GPUHost_3_bfc", (
         f"host allocator {host!r} [VMEM-1]")
     mm = host.memory_map()
     assert (mm.memory_limit, mm.next_region_size, mm.regions) == (65536 * MiB, MiB, ()), (
         f"host allocator {mm}: expected limit 64 GiB, first region 1 MiB (growth) [VMEM-1]")
-    assert host_sim.alloc_calls == [], "building the VMem allocator allocated host memory"
+    assert host_sim.alloc_calls == [], "building the VMem allocator allocated host memory [VMEM-1]"
 
 
 @pytest.mark.clause("VMEM-1")
 def test_host_allocator_has_no_garbage_collection(rt, tf_env):
     tf_env.set("TF_CUDA_HOST_MEM_LIMIT_IN_MB", "4")
     s = Stack(rt)
+    s.require_host_limit(4)
     s.fill_device()
-    a = s.vmem.allocate_raw(256, MiB)          # host region 1 MiB, next 2 MiB
-    b = s.vmem.allocate_raw(256, 2 * MiB)      # host region 2 MiB; pool 3 MiB
-    s.vmem.deallocate_raw(a)                   # 1 MiB region fully free
+    a = s.fallback(MiB)                        # host region 1 MiB, next 2 MiB
+    b = s.fallback(2 * MiB)                    # host region 2 MiB; pool 3 MiB
+    s.free(a)                                  # 1 MiB region fully free
     # with GC, 2 MiB <= 4 - 3 + 1 would release it; the host BFC has GC off
-    assert s.vmem.allocate_raw(256, 2 * MiB) is None     # two-argument: no planned check
+    # two-argument: no planned check
+    assert s.vmem.allocate_raw(256, 2 * MiB) is None, "[VMEM-1]"
     assert s.host_sim.free_calls == [], f"host GC released {s.host_sim.free_calls} [VMEM-1]"
-    assert b is not None
+    assert b is not None, "[VMEM-1]"
 
 
 # --- VMEM-2 ------------------------------------------------------------------------------
@@ -115,7 +145,7 @@ def test_host_limit_from_env(rt, tf_env, caplog, value, mb):
     got = host_limit(rt)
     assert got == mb * 2**20, (f"TF_CUDA_HOST_MEM_LIMIT_IN_MB={value!r}: host limit {got}, "
                                f"expected {mb} × 2^20 [VMEM-2]")
-    assert not runtime_records(caplog, rt, logging.ERROR)
+    assert not runtime_records(caplog, rt, logging.ERROR), "[ENV-2]"
 
 
 @pytest.mark.clause("VMEM-2", "ENV-2")
@@ -138,7 +168,7 @@ def test_device_first(rt, tf_env):
     p = s.vmem.allocate_raw(256, 1000)
     assert p is not None and in_region(s.dev_sim, p), f"allocate_raw(256, 1000) = {p} [VMEM-3]"
     assert s.host_sim.alloc_calls == [], "a device success touched the host [VMEM-3]"
-    assert s.device.allocation_id(p) == 1
+    assert s.device.allocation_id(p) == 1, "[VMEM-3]"
 
 
 @pytest.mark.clause("VMEM-3")
@@ -151,7 +181,8 @@ def test_device_attempt_never_retries(rt, tf_env, attrs):
     assert s.device_clock.records == [], (
         f"allocate_raw(256, 4096, {a}) on a full device waited on the device clock "
         f"{s.device_clock.records}: the device attempt must not retry [VMEM-3]")
-    assert p is not None and in_region(s.host_sim, p), f"fallback returned {p} [VMEM-3]"
+    assert p is not None and in_region(s.host_sim, p), (
+        f"fallback returned {p} [{'VMEM-4' if a is None else 'VMEM-5'}]")
 
 
 @pytest.mark.clause("VMEM-3", "BFC-1")
@@ -160,7 +191,7 @@ def test_bad_sizes_raise_before_the_host(rt, tf_env, bad):
     s = Stack(rt)
     with pytest.raises(ValueError):
         s.vmem.allocate_raw(256, bad)
-    assert s.host_sim.alloc_calls == []
+    assert s.host_sim.alloc_calls == [], "[VMEM-3]"
 
 
 @pytest.mark.clause("VMEM-3", "BFC-1")
@@ -168,7 +199,7 @@ def test_zero_and_huge_sizes(rt, tf_env):
     s = Stack(rt, host_clock=VirtualClock(), timeout_us=T_10S)
     assert s.vmem.allocate_raw(256, 0) is None, "allocate_raw(256, 0) [VMEM-3]"
     assert s.vmem.allocate_raw(256, 2**64) is None, "allocate_raw(256, 2**64) [VMEM-3]"
-    assert s.host_sim.alloc_calls == [] and s.host_clock.records == []
+    assert s.host_sim.alloc_calls == [] and s.host_clock.records == [], "[VMEM-3]"
 
 
 # --- VMEM-4 / VMEM-5 / VMEM-6 ------------------------------------------------------------
@@ -181,25 +212,27 @@ def test_two_argument_fallback_has_no_planned_check(rt, tf_env):
     assert p is not None and in_region(s.host_sim, p), (
         f"allocate_raw(256, 4096) with peak > memory_planned = 0 returned {p}: the two-"
         f"argument call has no planned check [VMEM-4]")
-    assert s.host.allocation_id(p) == 1 and s.host.requested_size(p) == 4096
+    assert s.host.allocation_id(p) == 1 and s.host.requested_size(p) == 4096, "[VMEM-4]"
 
 
 @pytest.mark.clause("VMEM-4", "VMEM-10")
 def test_two_argument_fallback_retries_on_the_host(rt, tf_env):
     tf_env.set("TF_CUDA_HOST_MEM_LIMIT_IN_MB", "1")
     s = Stack(rt, timeout_us=T_10S)
+    s.require_host_limit(1)
     s.fill_device()
-    assert s.vmem.allocate_raw(256, 2 * MiB) is None
+    assert s.vmem.allocate_raw(256, 2 * MiB) is None, "[VMEM-10]"
     assert [r.duration_us for r in s.host_clock.records] == [T_10S], (
         f"host waits {s.host_clock.records}: the two-argument fallback uses the host "
         f"allocator's retry [VMEM-4]")
-    assert s.host_sim.alloc_calls == [] and s.host.memory_map().total_region_allocated_bytes == 0
+    assert s.host_sim.alloc_calls == [], "[VMEM-10]"
+    assert s.host.memory_map().total_region_allocated_bytes == 0, "[VMEM-10]"
 
 
 def _planned_stack(rt, tf_env):
     tf_env.set("TF_RO_PLANNED_GPU", "100")
     s = Stack(rt, physical=5 * MiB)
-    assert s.vmem.memory_planned == 5 * MiB
+    assert s.vmem.memory_planned == 5 * MiB, "[VMEM-6]"
     s.fill_device()                                # device peak 1 MiB
     return s
 
@@ -210,7 +243,7 @@ def test_three_argument_fallback_planned_check(rt, tf_env):
     attrs = rt.AllocationAttributes()
     a = s.vmem.allocate_raw(256, 2 * MiB, attrs)  # merged peak 1 MiB → host region 2 MiB
     b = s.vmem.allocate_raw(256, 2 * MiB, attrs)  # merged 3 MiB → host region 2 MiB
-    assert s.vmem.get_stats().peak_bytes_in_use == 5 * MiB
+    assert s.vmem.get_stats().peak_bytes_in_use == 5 * MiB, "[VMEM-8]"
     c = s.vmem.allocate_raw(256, 256, attrs)      # merged 5 MiB == planned: not greater
     assert None not in (a, b, c), f"fallbacks up to the planned memory: {a, b, c} [VMEM-5]"
     peak = s.vmem.get_stats().peak_bytes_in_use
@@ -219,7 +252,7 @@ def test_three_argument_fallback_planned_check(rt, tf_env):
     assert s.vmem.allocate_raw(256, 256, attrs) is None, (
         f"allocate_raw(256, 256, attrs) with merged peak {peak} > memory_planned {5 * MiB} "
         f"must be refused [VMEM-5]")
-    assert s.host_sim.alloc_calls == calls
+    assert s.host_sim.alloc_calls == calls, "[VMEM-5]"
     assert s.host.get_stats().num_allocs == 3, "the refused request reached the host [VMEM-5]"
     d = s.vmem.allocate_raw(256, 256)             # the two-argument call is not checked
     assert d is not None and in_region(s.host_sim, d), f"2-arg after refusal: {d} [VMEM-4]"
@@ -229,12 +262,13 @@ def test_three_argument_fallback_planned_check(rt, tf_env):
 def test_three_argument_fallback_forwards_attributes(rt, tf_env):
     tf_env.set("TF_CUDA_HOST_MEM_LIMIT_IN_MB", "1")
     s = Stack(rt, physical=GiB, timeout_us=T_10S)
+    s.require_host_limit(1)
     s.fill_device()
-    assert s.vmem.allocate_raw(256, 2 * MiB, rt.AllocationAttributes(True)) is None
+    assert s.vmem.allocate_raw(256, 2 * MiB, rt.AllocationAttributes(True)) is None, "[VMEM-10]"
     assert s.host_clock.records == [], (
         f"no_retry_on_failure=True was not forwarded to the host: waits "
         f"{s.host_clock.records} [VMEM-5]")
-    assert s.vmem.allocate_raw(256, 2 * MiB, rt.AllocationAttributes(False)) is None
+    assert s.vmem.allocate_raw(256, 2 * MiB, rt.AllocationAttributes(False)) is None, "[VMEM-10]"
     assert [r.duration_us for r in s.host_clock.records] == [T_10S], (
         f"host waits {s.host_clock.records}, expected one {T_10S} µs retry [VMEM-5]")
 
@@ -264,7 +298,7 @@ def test_memory_planned_bad_env(rt, tf_env, caplog, value):
     host = rt.BFCAllocator(rt.SimulatedHostMemory(MiB), MiB, True, "GPUHost_0_bfc")
     vmem = rt.GPUVMemAllocator(device, host, physical_total_memory=4000)
     assert vmem.memory_planned == 4000, f"TF_RO_PLANNED_GPU={value!r} [VMEM-6]"
-    assert len(runtime_records(caplog, rt, logging.ERROR)) == 1
+    assert len(runtime_records(caplog, rt, logging.ERROR)) == 1, "[ENV-2]"
 
 
 @pytest.mark.clause("VMEM-5", "VMEM-6")
@@ -272,8 +306,8 @@ def test_negative_percent_refuses_every_three_argument_fallback(rt, tf_env):
     tf_env.set("TF_RO_PLANNED_GPU", "-1")
     s = Stack(rt, physical=GiB)
     s.fill_device()
-    assert s.vmem.allocate_raw(256, 256, rt.AllocationAttributes()) is None
-    assert s.host_sim.alloc_calls == []
+    assert s.vmem.allocate_raw(256, 256, rt.AllocationAttributes()) is None, "[VMEM-6]"
+    assert s.host_sim.alloc_calls == [], "[VMEM-6]"
 
 
 # --- VMEM-7 ------------------------------------------------------------------------------
@@ -282,13 +316,13 @@ def test_negative_percent_refuses_every_three_argument_fallback(rt, tf_env):
 def test_frees_and_queries_route_by_ownership(rt, tf_env):
     s = Stack(rt)
     d = s.vmem.allocate_raw(256, 1000)
-    h = s.vmem.allocate_raw(256, MiB)        # device has 1 MiB - 1024 left → host
-    assert in_region(s.dev_sim, d) and in_region(s.host_sim, h)
+    assert in_region(s.dev_sim, d), f"allocate_raw(256, 1000) gave {d} [VMEM-3]"
+    h = s.fallback(MiB)                      # device has 1 MiB - 1024 left → host
     assert (s.vmem.requested_size(d), s.vmem.allocated_size(d), s.vmem.allocation_id(d)) == (
         1000, 1024, 1), "device pointer queries [VMEM-7]"
     assert (s.vmem.requested_size(h), s.vmem.allocated_size(h), s.vmem.allocation_id(h)) == (
         MiB, MiB, 1), "host pointer queries [VMEM-7]"
-    assert s.vmem.tracks_allocation_sizes() is True
+    assert s.vmem.tracks_allocation_sizes() is True, "[VMEM-7]"
     s.vmem.deallocate_raw(h)
     assert (s.device.get_stats().bytes_in_use, s.host.get_stats().bytes_in_use) == (1024, 0), (
         "deallocate_raw(host pointer) did not free on the host [VMEM-7]")
@@ -301,9 +335,9 @@ def test_frees_and_queries_route_by_ownership(rt, tf_env):
 def test_unknown_pointers_raise_clear_errors(rt, tf_env):
     s = Stack(rt)
     d = s.vmem.allocate_raw(256, 256)
-    h = s.vmem.allocate_raw(256, MiB)
-    s.vmem.deallocate_raw(d)
-    s.vmem.deallocate_raw(h)
+    h = s.fallback(MiB)
+    s.free(d)
+    s.free(h)
     for ptr in (0xDEAD00, d, h, d + 256):
         for name in ("deallocate_raw", "requested_size", "allocated_size", "allocation_id"):
             if name != "deallocate_raw" and ptr in (d, h):
@@ -313,7 +347,8 @@ def test_unknown_pointers_raise_clear_errors(rt, tf_env):
             assert "GPUVMem_0_bfc" in str(info.value), (
                 f"{name}({ptr:#x}) error {info.value!r} does not name the VMem allocator "
                 f"[VMEM-7]")
-    assert s.device.get_stats().bytes_in_use == 0 and s.host.get_stats().bytes_in_use == 0
+    assert s.device.get_stats().bytes_in_use == 0 and s.host.get_stats().bytes_in_use == 0, (
+        "[VMEM-7]")
 
 
 # --- VMEM-8 ------------------------------------------------------------------------------
@@ -322,21 +357,21 @@ def test_unknown_pointers_raise_clear_errors(rt, tf_env):
 def test_stats_merge_only_the_peak(rt, tf_env):
     s = Stack(rt)
     d = s.vmem.allocate_raw(256, 3000)        # device chunk 3072
-    h = s.vmem.allocate_raw(256, MiB)         # host chunk 1 MiB (the host's first region)
-    s.vmem.deallocate_raw(d)
+    h = s.fallback(MiB)                       # host chunk 1 MiB (the host's first region)
+    s.free(d)
     dev = s.device.get_stats()
     got = s.vmem.get_stats()
     assert (got.num_allocs, got.bytes_in_use, got.largest_alloc_size, got.bytes_limit) == (
         1, 0, 3072, MiB), f"vmem.get_stats() {got}: expected the device's values [VMEM-8]"
     assert got.peak_bytes_in_use == 3072 + MiB, (
         f"merged peak {got.peak_bytes_in_use}, expected device 3072 + host {MiB} [VMEM-8]")
-    assert dev.peak_bytes_in_use == 3072
+    assert dev.peak_bytes_in_use == 3072, "[VMEM-8]"
     s.vmem.clear_stats()
     dev, host = s.device.get_stats(), s.host.get_stats()
-    assert (dev.num_allocs, dev.peak_bytes_in_use, dev.largest_alloc_size) == (0, 0, 0)
+    assert (dev.num_allocs, dev.peak_bytes_in_use, dev.largest_alloc_size) == (0, 0, 0), "[VMEM-8]"
     assert (host.num_allocs, host.peak_bytes_in_use, host.largest_alloc_size) == (0, MiB, 0), (
         f"host stats after vmem.clear_stats(): {host} [VMEM-8]")
-    assert s.vmem.get_stats().peak_bytes_in_use == MiB and h is not None
+    assert s.vmem.get_stats().peak_bytes_in_use == MiB and h is not None, "[VMEM-8]"
 
 
 # --- VMEM-9 ------------------------------------------------------------------------------
@@ -346,10 +381,11 @@ def test_no_stall_while_the_host_waits(rt, tf_env):
     tf_env.set("TF_CUDA_HOST_MEM_LIMIT_IN_MB", "1")
     clock = VirtualClock()
     s = Stack(rt, host_clock=clock, timeout_us=T_10S)
+    s.require_host_limit(1)
     d1 = s.vmem.allocate_raw(256, 512 * KiB)
     d2 = s.vmem.allocate_raw(256, 512 * KiB)            # device full
-    h = s.vmem.allocate_raw(256, MiB)                   # host full (limit 1 MiB)
-    assert in_region(s.dev_sim, d1) and in_region(s.host_sim, h)
+    assert in_region(s.dev_sim, d1), f"allocate_raw(256, 512 KiB) gave {d1} [VMEM-3]"
+    h = s.fallback(MiB)                                 # host full (limit 1 MiB)
     result: list = []
     waiter = threading.Thread(target=lambda: result.append(s.vmem.allocate_raw(256, MiB)),
                               name="antman-test-host-waiter", daemon=True)
@@ -358,11 +394,14 @@ def test_no_stall_while_the_host_waits(rt, tf_env):
     steps: list = []
 
     def other_thread():
-        s.vmem.deallocate_raw(d1)                       # device free through the VMem
-        steps.append(s.vmem.allocate_raw(256, 1000))    # device allocation through it
-        steps.append(s.vmem.get_stats().bytes_in_use)
-        steps.append(s.vmem.allocation_id(d2))
-        s.vmem.deallocate_raw(h)                        # host free: wakes the waiter
+        try:
+            s.free(d1)                                  # device free through the VMem
+            steps.append(s.vmem.allocate_raw(256, 1000))    # device allocation through it
+            steps.append(s.vmem.get_stats().bytes_in_use)
+            steps.append(s.vmem.allocation_id(d2))
+            s.free(h)                                   # host free: wakes the waiter
+        except AssertionError as exc:
+            steps.append(exc)
         done.set()
 
     try:
@@ -372,10 +411,13 @@ def test_no_stall_while_the_host_waits(rt, tf_env):
         other.join(5)
         assert done.is_set(), ("frees/allocations through the VMem allocator blocked while a "
                                "host allocation waited [VMEM-9]")
+        failed = [x for x in steps if isinstance(x, AssertionError)]
+        if failed:
+            raise failed[0]
         waiter.join(5)
         assert not waiter.is_alive(), "a host free did not wake the waiting fallback [VMEM-9]"
         assert result == [h], f"woken fallback returned {result}, expected {h:#x} [VMEM-9]"
-        assert in_region(s.dev_sim, steps[0]) and steps[1:] == [512 * KiB + 1024, 2]
+        assert in_region(s.dev_sim, steps[0]) and steps[1:] == [512 * KiB + 1024, 2], "[VMEM-9]"
         assert clock.now_us() == 0, "the waiter needed the clock to advance [VMEM-9]"
     finally:
         clock.advance(2 * T_10S)
@@ -388,11 +430,14 @@ def test_no_stall_while_the_host_waits(rt, tf_env):
 def test_host_limit_reached(rt, tf_env):
     tf_env.set("TF_CUDA_HOST_MEM_LIMIT_IN_MB", "3")
     s = Stack(rt, physical=GiB, timeout_us=0)
+    s.require_host_limit(3)
     s.fill_device()
-    got = [s.vmem.allocate_raw(256, MiB) for _ in range(5)]
+    got = [s.fallback(MiB)]                 # a fallback within the limit (VMEM-4) ...
+    got += [s.vmem.allocate_raw(256, MiB) for _ in range(4)]
     # host regions 1 MiB, then 2 MiB (split into 1 + 1); the limit allows no third region
     assert [p is not None for p in got] == [True, True, True, False, False], (
         f"1 MiB fallbacks under a 3 MiB host limit: {got} [VMEM-10]")
-    assert s.host_sim.alloc_calls == [MiB, 2 * MiB], f"host regions {s.host_sim.alloc_calls}"
-    assert s.host.memory_map().total_region_allocated_bytes <= 3 * MiB
-    assert s.vmem.allocate_raw(256, 4 * MiB, rt.AllocationAttributes(True)) is None
+    assert s.host_sim.alloc_calls == [MiB, 2 * MiB], (
+        f"host regions {s.host_sim.alloc_calls} [VMEM-10]")
+    assert s.host.memory_map().total_region_allocated_bytes <= 3 * MiB, "[VMEM-10]"
+    assert s.vmem.allocate_raw(256, 4 * MiB, rt.AllocationAttributes(True)) is None, "[VMEM-10]"

@@ -14,6 +14,8 @@ from collections.abc import Callable
 
 import pytest
 
+from conformance.control_measurement import (CONTROL_ATTEMPTS, InvalidMeasurement,
+                                             describe_attempts, steady)
 from fixtures.worker import MIB, TERMINATION_S, Record, WorkerProcess, median_period_us
 
 pytestmark = [pytest.mark.capability("worker")]
@@ -26,6 +28,8 @@ STATUS_INTERVAL_S = 11.0        # 10 s dump interval counted in whole seconds (W
 SHRINK_TARGET = MIB             # WORKER-8, WORKER-9
 SUSPENDED_CHECK_S = 0.5         # WORKER-4: is the worker silent before SIGTERM?
 THROTTLE_STEP_MS = 100          # longer steps: throttling overheads weigh less (WORKER-10)
+THROTTLE_LEVELS = (50, 25, 100)  # perfControl written in turn (WORKER-10)
+CONTROL_BAND = (0.75, 1.25)      # P_100 / B: the control (WORKER-10)
 
 
 def figure(rec: Record, name: str, clause: str) -> int:
@@ -54,7 +58,7 @@ def until_in_force(w: WorkerProcess, t_write: float, check: Callable[[Record], N
     in_force = 0
     while in_force < n:
         rec = w.next_step()
-        assert rec is not None
+        assert rec is not None, "[WORKER-2]"
         seen.append(rec)
         if rec.start_s >= start_after:
             check(rec)
@@ -95,7 +99,8 @@ def assert_single_change(records: list[Record], old: int, new: int, clause: str)
 
 def half_limit(w: WorkerProcess, divisor: int) -> int:
     value = w.initial_limit // divisor // MIB * MIB
-    assert value > 0, f"the device's memory_limit {w.initial_limit} is below {divisor} MiB"
+    assert value > 0, (
+        f"the device's memory_limit {w.initial_limit} is below {divisor} MiB [WORKER-2]")
     return value
 
 
@@ -111,12 +116,12 @@ def assert_exited_0(rc: int | None, cause: str, clause: str) -> None:
 def test_hello_then_one_record_per_step(worker) -> None:
     w = worker()
     hello = w.hello
-    assert hello is not None
+    assert hello is not None, "[WORKER-2]"
     buses = [d["pci_bus_id"] for d in hello["devices"]]
     assert len(buses) == len(set(buses)), f"hello lists a pci_bus_id twice: {buses} [WORKER-2]"
     # The harness checks every record (JSON, members, types, numbering, clock) as it reads.
     steps = w.steps(10)
-    assert [r["step"] for r in steps] == list(range(10))
+    assert [r["step"] for r in steps] == list(range(10)), "[WORKER-2]"
 
 
 @pytest.mark.clause("WORKER-3", "WORKER-4")
@@ -263,26 +268,54 @@ def test_statistics_file_is_valid_and_updated(worker) -> None:
 
 
 # -- WORKER-10, 11: perfControl ------------------------------------------------------------
+def throttle_bands() -> dict[int, tuple[float, float]]:
+    """perfControl -> the band of P_p / B (WORKER-10); 100 is the control."""
+    return {p: CONTROL_BAND if p == 100 else (0.75 * 100 / p, 1.5 * 100 / p)
+            for p in THROTTLE_LEVELS}
+
+
 @pytest.mark.clause("WORKER-10")
 def test_perf_control_throttles_the_step_period(worker, report_artifacts) -> None:
+    """B is taken once the unthrottled period is steady; perfControl 100 at the end is the
+    control: out of its band, the whole measurement is taken again, and a control that
+    stays out makes the measurement invalid (ERROR), not the implementation wrong
+    (conformance/control_measurement.py)."""
     w = worker(ANTMAN_WORKER_STEP_MS=THROTTLE_STEP_MS)
-    b, _ = baseline(w)
-    floor_us = step_ms(w) / 4 * 1000
-    assert b >= floor_us, (
-        f"median unthrottled period {b:.0f} us is below ANTMAN_WORKER_STEP_MS/4 = "
-        f"{floor_us:.0f} us: steps too short to measure throttling [WORKER-3]")
-    ratios: dict[int, float] = {}          # every level is measured before any assertion
+    w.steps(3)                                                  # warm-up (WORKER-10)
+    bands = throttle_bands()
+    low, high = bands[100]
+    attempts: list[str] = []
+    ratios: dict[int, float] = {}
+    b = 0.0
     try:
-        for perf in (50, 25, 100):
-            t = w.rewrite_config(w.config(perf=perf))
-            window = w.steps_starting_after(t + w.detection_bound_s, WINDOW + 1)
-            ratios[perf] = median_period_us(window) / b
+        for attempt in range(CONTROL_ATTEMPTS):
+            b = steady(lambda: median_period_us(w.steps(WINDOW + 1)),
+                       "the unthrottled step period B", "WORKER-10")
+            if attempt == 0:
+                floor_us = step_ms(w) / 4 * 1000
+                assert b >= floor_us, (
+                    f"median unthrottled period {b:.0f} us is below ANTMAN_WORKER_STEP_MS/4 = "
+                    f"{floor_us:.0f} us: steps too short to measure throttling [WORKER-3]")
+            ratios = {}                       # every level is measured before any assertion
+            for perf in THROTTLE_LEVELS:
+                t = w.rewrite_config(w.config(perf=perf))
+                window = w.steps_starting_after(t + w.detection_bound_s, WINDOW + 1)
+                ratios[perf] = median_period_us(window) / b
+            attempts.append(f"B={b:.0f} us, " + ", ".join(
+                f"P_{p}/B={r:.3f}" for p, r in ratios.items()))
+            if low <= ratios[100] <= high:
+                break
+        else:
+            raise InvalidMeasurement(
+                f"invalid measurement: the control P_100/B stayed outside [{low:g}, "
+                f"{high:g}] in {CONTROL_ATTEMPTS} measurements ({describe_attempts(attempts)}): "
+                f"the unthrottled period moved while throttling was measured, so the "
+                f"throttled periods cannot be judged [WORKER-10]")
     finally:
         report_artifacts.add("throttle_accuracy", {
             "target_percent": list(ratios),
             "measured_percent": [round(100 / r, 2) for r in ratios.values()]})
         report_artifacts.add("e2e_timeline", w.timeline())
-    bands = {p: (0.75 * 100 / p, (1.25 if p == 100 else 1.5) * 100 / p) for p in ratios}
     outside = [p for p, r in ratios.items() if not bands[p][0] <= r <= bands[p][1]]
     # Not even perfControl 25 stretched the period to the lower bound of perfControl 50.
     ignored = all(r < bands[50][0] for p, r in ratios.items() if p < 100)
@@ -291,7 +324,9 @@ def test_perf_control_throttles_the_step_period(worker, report_artifacts) -> Non
         + ", ".join(f"perfControl={p}: {r:.3f} (expected [{bands[p][0]:g}, {bands[p][1]:g}]"
                     f"{'' if p not in outside else ', OUTSIDE'})" for p, r in ratios.items())
         + ("; the step period ignores perfControl: the implementation does not throttle"
-           if ignored else "") + " [WORKER-10]")
+           if ignored else "")
+        + (f"; earlier measurements: {describe_attempts(attempts[:-1])}"
+           if len(attempts) > 1 else "") + " [WORKER-10]")
 
 
 @pytest.mark.clause("WORKER-11")

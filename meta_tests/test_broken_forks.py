@@ -18,6 +18,15 @@ declaring ``KNOWN_GAP`` is reported XFAIL while the suite does not catch it, and
 once it does (so that the declaration is removed). The reference
 run must have no clause and no test that failed, errored, timed out or crashed.
 
+One bug, one clause: the must-pass clauses a fork's run fails must be exactly its own
+clause, apart from the clauses it declares in ``ALSO_BREAKS`` (a second clause the one bug
+truly breaks, with the reason). Each fork test records whether it was exact, justified or
+misattributed; ``meta_tests/conftest.py`` prints the precision (forks whose failing
+must-pass clauses are exactly their clause, over all forks) and the justified pairs in the
+terminal summary. No test of a fork ends TIMEOUT unless the fork declares TIMEOUT (a
+failing property test ends FAIL, conformance/shrinking.py); the memory-stack forks run the
+stateful machine of their area too, which pins that.
+
 ``python meta_tests/test_broken_forks.py [DIR]`` runs everything and prints, per fork, its
 clause's outcome and every other clause that did not pass (``DIR`` keeps the reports).
 """
@@ -155,6 +164,28 @@ def union_of_modules() -> tuple[str, ...]:
     return tuple(sorted({m for fork in FORKS for m in fork.modules}))
 
 
+PRECISION_PROPERTY = "fork_attribution"
+
+
+def failing_must_pass(run: RunResult) -> dict[str, str]:
+    return {c["id"]: c["outcome"] for c in (run.report or {}).get("clauses", [])
+            if c["must_pass"] and c["outcome"] in BAD}
+
+
+def attribution(fork: ForkDeclaration, run: RunResult) -> dict[str, Any]:
+    """Whether the fork's failing must-pass clauses are exactly its clause ("exact"), its
+    clause and declared ``ALSO_BREAKS`` ("justified"), or more ("misattributed")."""
+    failing = failing_must_pass(run)
+    also = dict(fork.also_breaks)
+    others = sorted(set(failing) - {fork.breaks})
+    extras = [c for c in others if c not in also]
+    status = "misattributed" if extras else "justified" if others else "exact"
+    return {"fork": fork.name, "breaks": fork.breaks, "status": status,
+            "justified": {c: also[c] for c in others if c in also},
+            "extras": {c: failing[c] for c in extras},
+            "unused": sorted(set(also) - set(failing))}
+
+
 def default_workers() -> int:
     return max(1, int(os.environ.get("ANTMAN_META_FORK_WORKERS", "2")))
 
@@ -222,7 +253,8 @@ def test_forks_are_declared() -> None:
             f"{fork.name}: OUTCOMES = {fork.outcomes} must be drawn from {BAD}"
         assert fork.modules, f"{fork.name}: no conformance module to run"
         for module in fork.modules:
-            assert (ROOT / module).is_file(), f"{fork.name}: {module} does not exist"
+            path = module.split("::")[0]
+            assert (ROOT / path).is_file(), f"{fork.name}: {path} does not exist"
         assert fork.summary.startswith(f"Breaks {fork.breaks} "), \
             f"{fork.name}: the docstring must start with 'Breaks {fork.breaks} (...)'"
 
@@ -242,7 +274,8 @@ def test_reference_passes_the_selection(fork_runs: ForkRuns) -> None:
 
 
 @pytest.mark.parametrize("fork", FORKS, ids=[f.name for f in FORKS])
-def test_fork_is_rejected_on_its_clause(fork_runs: ForkRuns, fork: ForkDeclaration) -> None:
+def test_fork_is_rejected_on_its_clause(fork_runs: ForkRuns, fork: ForkDeclaration,
+                                        record_property: Any) -> None:
     run = fork_runs.result(fork.module, fork.modules)
     assert not run.problems, run.describe()
     report = run.report
@@ -269,6 +302,34 @@ def test_fork_is_rejected_on_its_clause(fork_runs: ForkRuns, fork: ForkDeclarati
     failing = [t["nodeid"] for t in report["tests"]
                if fork.breaks in t["clauses"] and t["outcome"] in fork.outcomes]
     assert failing, f"{fork.name}: no test of {fork.breaks} has an outcome in {fork.outcomes}"
+    if "TIMEOUT" not in fork.outcomes:
+        hung = [t["nodeid"] for t in report["tests"] if t["outcome"] == "TIMEOUT"]
+        assert not hung, f"{fork.name}: FAIL reported as TIMEOUT: {hung}. {run.describe()}"
+    found = attribution(fork, run)
+    record_property(PRECISION_PROPERTY, json.dumps(found))
+    assert not found["extras"], (
+        f"{fork.name} breaks {fork.breaks}, but the report also blames "
+        f"{found['extras']} (declare a clause the bug truly breaks in ALSO_BREAKS, with the "
+        f"reason, or fix the check that blames it). {run.describe()}")
+    assert not found["unused"], (
+        f"{fork.name}: ALSO_BREAKS {found['unused']} did not fail: remove the declaration")
+
+
+def precision_lines(found: list[dict[str, Any]]) -> list[str]:
+    """The attribution precision of the forks and the justified pairs, in words."""
+    exact = [f for f in found if f["status"] == "exact"]
+    justified = [f for f in found if f["status"] == "justified"]
+    wrong = [f for f in found if f["status"] == "misattributed"]
+    lines = [f"attribution precision: {len(exact)} of {len(found)} forks fail exactly their own "
+             f"must-pass clause; {len(justified)} more fail a second clause the bug truly "
+             f"breaks; {len(wrong)} misattributed"]
+    for f in justified:
+        for clause, reason in f["justified"].items():
+            lines.append(f"  justified: {f['fork']} ({f['breaks']}) also {clause}: {reason}")
+    for f in wrong:
+        lines.append(f"  MISATTRIBUTED: {f['fork']} ({f['breaks']}) also "
+                     + ", ".join(f"{c} {o}" for c, o in f["extras"].items()))
+    return lines
 
 
 def main(argv: list[str]) -> int:
@@ -302,6 +363,9 @@ def main(argv: list[str]) -> int:
                 print(f"    {problem[:2000]}")
         ref = results[REFERENCE]
         print(f"reference: {ref.describe()}")
+        found = [attribution(fork, results[fork.module]) for fork in FORKS]
+        for line in precision_lines(found):
+            print(line)
         print(f"{len(FORKS)} forks, wall time {wall:.1f} s, "
               f"{'as expected' if as_expected else 'NOT as expected'}")
         return 0 if as_expected and not ref.bad_clauses() and not ref.problems else 1

@@ -25,10 +25,12 @@ pytest_plugins = ["pytester"]
 
 SPEC_VERSION = spec.spec_version()
 FAKE_RUNTIME = f"""
+from conformance.spec import CAPABILITY_NAMES
 NAME = "fake-runtime"
 VERSION = "9.9"
 SPEC_VERSION = {SPEC_VERSION!r}
 CAPABILITIES = frozenset({{"bfc", "virtual_clock"}})
+globals().update({{name: object() for cap in CAPABILITIES for name in CAPABILITY_NAMES[cap]}})
 """
 MUSTPASS = """
 # synthetic must-pass list
@@ -155,7 +157,8 @@ def run(pytester: pytest.Pytester, *args: str) -> tuple[pytest.RunResult, dict[s
     out = pytester.path / "out"
     result = pytester.runpytest("-p", "conformance.plugin", "-p", "reports.plugin",
                                 "-p", "no:cacheprovider", "--runtime",
-                                "fake_runtime_for_reports", "--report-dir", str(out), *args)
+                                "fake_runtime_for_reports", "--report-dir", str(out),
+                                "--timeout=60", *args)
     latest = out / "latest"
     doc = json.loads((latest / "certification.json").read_text()) if latest.exists() else {}
     return result, doc
@@ -397,7 +400,7 @@ def test_run_without_conformance_tests_has_no_verdict(project: pytest.Pytester) 
     ''')
     result, doc = run(project, "-k", "test_", "--require-certified")
     assert_valid(doc)
-    assert doc["schema_version"] == model.SCHEMA_VERSION == "1.2"
+    assert doc["schema_version"] == model.SCHEMA_VERSION == "1.3"
     v = doc["verdict"]
     assert v["status"] == model.NO_VERDICT, v
     assert [r["code"] for r in v["reasons"]] == ["no-conformance-tests"]
@@ -527,13 +530,13 @@ def _data(tmp_path: Path, tests: list[model.TestRecord], *, gpu: str | None = No
     (tmp_path / "mp.txt").write_text(listing)
     target = {"kind": "simulated", "source": "in-process", "model": None,
               "driver_version": None, "cuda_version": None, "devices": [],
-              "worker_devices": None, "note": None}
+              "worker_devices": None, "note": None, "extras": {}}
     if gpu:
         target = {"kind": "gpu", "source": "in-process", "model": gpu,
                   "driver_version": "550.54", "cuda_version": "12.4",
                   "devices": [{"index": 0, "model": gpu, "uuid": "GPU-1",
                                "memory_total_bytes": 1 << 34, "pci_bus_id": "3b:00.0"}],
-                  "worker_devices": None, "note": None}
+                  "worker_devices": None, "note": None, "extras": {}}
     expectations = exp.Expectations()
     if waivers:
         (tmp_path / "w.toml").write_text(waivers)
@@ -546,12 +549,13 @@ def _data(tmp_path: Path, tests: list[model.TestRecord], *, gpu: str | None = No
         suite={"name": "s", "version": "1", "git": {"commit": "a" * 40, "dirty": False}},
         python={"version": "3", "implementation": "CPython", "executable": "python"},
         platform={"system": "Linux", "release": "6", "machine": "x86_64", "platform": "Linux",
-                  "cpu_count": 2},
+                  "cpu_count": 2, "cpu_model": "Example CPU"},
         target=target,
-        invocation={"args": [], "rootdir": "/", "xdist_workers": 0,
+        invocation={"args": [], "command": "pytest", "cwd": "/", "tox_env": None,
+                    "rootdir": "/", "xdist_workers": 0,
                     "hypothesis_profile": "certify", "hypothesis_seed": None, "timeout_s": None,
                     "started_at": "2026-01-01T00:00:00Z", "finished_at": "2026-01-01T00:00:01Z",
-                    "duration_s": 1.0, "runtime_error": None},
+                    "duration_s": 1.0, "runtime_error": None, "require_gpu": False},
         mustpass=mp.load(tmp_path / "mp.txt"), mustpass_official=official,
         expectations=expectations, run_id="r", generated_at="2026-01-01T00:00:01Z",
         today=dt.date(2026, 6, 1), **kw)
@@ -725,10 +729,21 @@ def test_malformed_expectations_are_rejected(tmp_path: Path, text: str, message:
         exp.load(path)
 
 
-def test_example_expectations_file_loads() -> None:
+def test_example_expectations_file_loads_and_matches_real_tests() -> None:
+    """The shipped example names clauses and tests that exist: copied into a fork's file,
+    none of its waivers is stale."""
+    from reports.__main__ import collect_suite_subprocess
     example = spec.ROOT / "reports" / "examples" / "expectations.example.toml"
     loaded = exp.load(example)
     assert loaded.waivers and all(w.link.startswith("https://") for w in loaded.waivers)
+    tests = collect_suite_subprocess()
+    covered = {c for meta in tests.values() for c in meta["clauses"]}
+    for w in loaded.waivers:
+        if w.clause is not None:
+            assert w.clause in covered, f"example waiver {w.id}: no test names {w.clause}"
+        else:
+            assert any(w.matches_test(nodeid) for nodeid in tests), \
+                f"example waiver {w.id}: {w.test!r} matches no conformance test"
 
 
 @pytest.mark.parametrize("text, message", [
@@ -797,9 +812,13 @@ def test_black_box_target_is_what_the_worker_reports(tmp_path: Path,
         "unknown", "worker", None)
     assert (cpu["kind"], cpu["model"], cpu["worker_devices"]) == ("cpu", None, [])
     assert "lists no GPU device: tensorflow 2.21.0" in cpu["note"]
+    # A device nothing identified is not called a GPU; one the worker calls simulated is.
     assert (named["kind"], named["model"], named["driver_version"], named["devices"]) == (
-        "gpu", TF_GPU["name"], None, [])
+        "unknown", TF_GPU["name"], None, [])
     assert named["worker_devices"] == [TF_GPU] and "pynvml not installed" in named["note"]
+    simulated = environment.worker_target({**HELLO, "devices": [{**TF_GPU, "simulated": True}]})
+    assert (simulated["kind"], simulated["worker_devices"]) == ("simulated", [TF_GPU])
+    assert render_md.target_text(simulated, short=True) == "1 × simulated device"
     monkeypatch.setattr(environment, "nvml_gpus", lambda: (NVML, ""))
     found = environment.worker_target({**HELLO, "devices": [TF_GPU]})
     # matched by bus id; CUDA_VISIBLE_DEVICES of the suite says nothing about the worker's GPU
@@ -809,19 +828,21 @@ def test_black_box_target_is_what_the_worker_reports(tmp_path: Path,
     assert "visible" not in found["devices"][0]
     elsewhere = environment.worker_target({**HELLO, "devices": [{**TF_GPU,
                                                                  "pci_bus_id": "5e:00.0"}]})
-    assert (elsewhere["kind"], elsewhere["devices"]) == ("gpu", [])
+    assert (elsewhere["kind"], elsewhere["devices"]) == ("unknown", [])
     assert "NVML lists no GPU at PCI bus 5e:00.0" in elsewhere["note"]
     texts = [render_md.target_text(t) for t in (unknown, cpu, named, found, elsewhere)]
     assert texts[0].startswith("unknown target") and texts[1].startswith("host CPU (the worker's")
-    assert texts[2].startswith(f"1 × GPU {TF_GPU['name']}")
+    assert texts[2].startswith(f"1 unidentified device (1 device(s) the worker names "
+                               f"({TF_GPU['name']}), not identified as a GPU")
     assert texts[3] == "1 × NVIDIA A100, driver 550.54, CUDA 12.4"
-    for target in (unknown, cpu, named, found, elsewhere):
+    for target in (unknown, cpu, named, found, elsewhere, simulated):
         data = _data(tmp_path, [_record("t::a", ["API-1"], PASSED)])
         data.target = target
         assert _build(data)["execution_target"] == target
     doc = _build(data)
     for broken in ({**cpu, "source": "in-process"}, {**cpu, "worker_devices": [TF_GPU]},
-                   {**named, "worker_devices": []}, {**found, "driver_version": None}):
+                   {**found, "worker_devices": []}, {**found, "driver_version": None},
+                   {**found, "devices": []}):
         assert writer.validation_errors({**doc, "execution_target": broken}), broken
 
 

@@ -177,8 +177,8 @@ def test_execution_target_is_what_the_worker_reports(report: dict[str, Any],
     assert target["source"] == "worker", target
     assert target["worker_devices"] == [
         {k: d[k] for k in ("name", "pci_bus_id", "memory_limit")} for d in hello["devices"]], target
-    if hello["devices"]:
-        assert target["kind"] == "gpu", target
+    if hello["devices"]:   # a GPU when NVML identifies it, else an unidentified device
+        assert target["kind"] in ("gpu", "unknown"), target
     else:
         assert (target["kind"], target["model"], target["devices"]) == ("cpu", None, []), target
         assert "lists no GPU device" in target["note"], target

@@ -135,13 +135,16 @@ CLAUSES: dict[str, tuple[str, str]] = {
     "API-1": (PASS, PASS), "API-2": (PASS, PASS), "API-3": (PASS, PASS),
     "API-4": ("NOT_SUPPORTED", "NOT_SUPPORTED"), "API-5": (PASS, PASS), "API-6": (PASS, PASS),
     "API-7": (PASS, PASS), "API-8": ("NOT_SUPPORTED", "NOT_SUPPORTED"),
-    "ENV-1": (FAIL, PASS), "ENV-2": (FAIL, FAIL), "ENV-3": (FAIL, PASS), "ENV-4": (FAIL, PASS),
+    "ENV-1": (PASS, PASS), "ENV-2": (FAIL, FAIL), "ENV-3": (PASS, PASS), "ENV-4": (PASS, PASS),
     "ENV-5": (FAIL, PASS),
     **{f"BFC-{n}": (FAIL, FAIL) for n in range(1, 19)},
     "BFC-7": (FAIL, PASS), "BFC-18": (FAIL, PASS),
     **{f"VMEM-{n}": (FAIL, FAIL) for n in range(1, 11)},
     "VMEM-1": (FAIL, PASS), "VMEM-6": (PASS, PASS),
-    **{f"ADJ-{n}": (FAIL, FAIL) for n in range(1, 7)},
+    # a failure is blamed on the clause its check names (SPEC.md section 7): with the 2 MiB
+    # region the tests of ADJ-2 and ADJ-4 stop at a BFC-8 check of the regions they lay out
+    "ADJ-1": (FAIL, FAIL), "ADJ-2": ("NOT_RUN", PASS), "ADJ-3": (FAIL, PASS),
+    "ADJ-4": ("NOT_RUN", PASS), "ADJ-5": (FAIL, PASS), "ADJ-6": (PASS, PASS),
 }
 HINT = ("this pins TensorFlow 2.21's verdict through adapters.tensorflow_bfc; a change of "
         "TensorFlow, of the adapter or of the suite that moves it must update the pins here "
@@ -276,12 +279,18 @@ def test_verdict_is_not_certified_for_the_pinned_clauses(run: Run) -> None:
     verdict = run.report["verdict"]
     assert verdict["status"] == "NOT CERTIFIED", f"{verdict}\n{HINT}"
     codes = {r["code"] for r in verdict["reasons"]}
-    assert codes == {"no-profile", "mustpass-fail"}, verdict["reasons"]
     column = list(RUNTIMES).index(run.name)
+    not_run = {c for c, outcomes in CLAUSES.items() if outcomes[column] == "NOT_RUN"}
+    assert codes == {"no-profile", "mustpass-fail"} | ({"mustpass-not-run"} if not_run
+                                                        else set()), verdict["reasons"]
     failing = {c for c, outcomes in CLAUSES.items() if outcomes[column] == FAIL}
     named = {c for r in verdict["reasons"] if r["code"] == "mustpass-fail" for c in r["clauses"]}
     assert named == failing, (f"{run.name}: the verdict names {sorted(named)}, pinned "
                               f"{sorted(failing)}\n{HINT}")
+    unexercised = {c for r in verdict["reasons"] if r["code"] == "mustpass-not-run"
+                   for c in r["clauses"]}
+    assert unexercised == not_run, (f"{run.name}: not exercised {sorted(unexercised)}, pinned "
+                                    f"{sorted(not_run)}\n{HINT}")
 
 
 def test_clause_outcomes_are_pinned(run: Run) -> None:

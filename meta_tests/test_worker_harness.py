@@ -236,7 +236,8 @@ def test_reference_worker_passes_as_a_black_box(runs: dict[str, Run]) -> None:
     assert (rt["version"], rt["spec_version"]) == (reference_runtime.VERSION,
                                                    reference_runtime.SPEC_VERSION), rt
     assert sorted(rt["capabilities"]) == ["worker"], rt
-    assert (target["source"], target["kind"]) == ("worker", "gpu"), target
+    # the reference worker says its GPU is the simulated device (an extra hello member)
+    assert (target["source"], target["kind"]) == ("worker", "simulated"), target
     assert target["worker_devices"] == [
         {k: d[k] for k in ("name", "pci_bus_id", "memory_limit")} for d in hello["devices"]], target
     got = run.outcomes()

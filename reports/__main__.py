@@ -6,6 +6,8 @@
   conformance tests (print it, write it, or exit 1 when the file differs).
 - ``coverage [--tests] [--output FILE]``: clause -> tests (or test -> clauses, capabilities)
   of the collected conformance suite, as JSON.
+- ``diff OLD NEW``: clause outcomes that changed between two runs (``certification.json`` or
+  run folders), regressions first; exit 1 on a regression (reports/diff.py).
 """
 
 from __future__ import annotations
@@ -73,7 +75,15 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("coverage")
     p.add_argument("--tests", action="store_true", help="per test instead of per clause")
     p.add_argument("--output", type=Path, help="write the JSON here instead of stdout")
+    p = sub.add_parser("diff", help="clause outcomes that changed between two runs; exit 1 on "
+                                    "a regression")
+    p.add_argument("old", type=Path, help="certification.json or run folder of the earlier run")
+    p.add_argument("new", type=Path, help="certification.json or run folder of the later run")
     args = parser.parse_args(argv)
+
+    if args.command == "diff":
+        from reports import diff
+        return diff.main(args.old, args.new)
 
     if args.command == "render":
         from reports import writer

@@ -1,13 +1,28 @@
-"""Provenance of a run: runtime, suite, Python, platform and execution target."""
+"""Provenance of a run: runtime, suite, Python, platform (with the host CPU), the command and
+the execution target.
+
+The suite's git commit is recorded also when the suite does not run from a git checkout:
+the first of its git checkout, the ``ANTMAN_SUITE_COMMIT`` variable (for a copy made
+otherwise; tox passes it through), and the stamp ``reports/COMMIT`` that ``git archive``
+fills in (``export-subst``, .gitattributes), so a release tarball knows its commit. The
+report says which one it came from (``suite.git.source``).
+
+Extras of the execution target: ``TARGET_EXTRAS`` holds functions ``f(target) -> dict``
+whose results are merged into ``execution_target.extras`` (free-form, JSON), the place for
+figures read from the target at the start of a run, such as GPU clock readings.
+"""
 
 from __future__ import annotations
 
 import os
 import platform
+import re
+import shlex
 import subprocess
 import sys
 import tomllib
 import types
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -15,6 +30,9 @@ from typing import Any
 from conformance import spec
 
 SUITE_DISTRIBUTION = "antman-conformance"
+COMMIT_VARIABLE = "ANTMAN_SUITE_COMMIT"
+COMMIT_STAMP = Path(__file__).resolve().parent / "COMMIT"
+_SHA = re.compile(r"^[0-9a-f]{40,64}$")
 
 
 def git_info(directory: Path) -> dict[str, Any]:
@@ -45,9 +63,29 @@ def suite_version() -> str:
         return "unknown"
 
 
+def suite_git(directory: Path = spec.ROOT, environ: dict[str, str] | None = None,
+              stamp: Path = COMMIT_STAMP) -> dict[str, Any]:
+    """``{"commit", "dirty", "source"}`` of the suite: from its git checkout ("git"), else
+    ``ANTMAN_SUITE_COMMIT`` ("env"), else the ``git archive`` stamp ("archive"); a commit
+    known from neither is None (source None)."""
+    found = git_info(directory)
+    if found["commit"]:
+        return {**found, "source": "git"}
+    env = os.environ if environ is None else environ
+    given = env.get(COMMIT_VARIABLE, "").strip().lower()
+    if _SHA.match(given):
+        return {"commit": given, "dirty": None, "source": "env"}
+    try:
+        stamped = stamp.read_text(encoding="utf-8").strip().lower()
+    except OSError:
+        stamped = ""
+    if _SHA.match(stamped):
+        return {"commit": stamped, "dirty": None, "source": "archive"}
+    return {"commit": None, "dirty": None, "source": None}
+
+
 def suite_info() -> dict[str, Any]:
-    return {"name": SUITE_DISTRIBUTION, "version": suite_version(),
-            "git": git_info(spec.ROOT)}
+    return {"name": SUITE_DISTRIBUTION, "version": suite_version(), "git": suite_git()}
 
 
 def runtime_info(module: types.ModuleType | None, module_name: str,
@@ -84,10 +122,36 @@ def python_info() -> dict[str, Any]:
             "executable": sys.executable}
 
 
+def cpu_model() -> str | None:
+    """The host CPU's model name (``/proc/cpuinfo``, ``sysctl`` on macOS), or None."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        text = ""
+    for key in ("model name", "Model", "Hardware", "cpu model", "Processor"):
+        m = re.search(rf"^{key}\s*:\s*(.+?)\s*$", text, re.MULTILINE)
+        if m and m[1]:
+            return m[1]
+    if sys.platform == "darwin":
+        try:
+            done = subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string"],
+                                  capture_output=True, text=True, timeout=5, check=False)
+            if done.returncode == 0 and done.stdout.strip():
+                return done.stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            pass
+    return platform.processor() or None
+
+
 def platform_info() -> dict[str, Any]:
     return {"system": platform.system(), "release": platform.release(),
             "machine": platform.machine(), "platform": platform.platform(),
-            "cpu_count": os.cpu_count() or 0}
+            "cpu_count": os.cpu_count() or 0, "cpu_model": cpu_model()}
+
+
+def command_line() -> str:
+    """The command that started this run, as a shell would read it back."""
+    return shlex.join(getattr(sys, "orig_argv", None) or [sys.executable, *sys.argv])
 
 
 def _text(value: Any) -> str:
@@ -155,10 +219,28 @@ def nvml_gpus() -> tuple[dict[str, Any] | None, str]:
             "devices": devices}, ""
 
 
+#: Functions ``f(target) -> dict`` whose results make ``execution_target.extras``: figures
+#: read from the target when the run starts (GPU clocks, say). Each takes the target as
+#: built so far; one that raises is recorded as ``{"<name>_error": "..."}``.
+TARGET_EXTRAS: list[Callable[[dict[str, Any]], dict[str, Any]]] = []
+
+
+def target_extras(target: dict[str, Any]) -> dict[str, Any]:
+    extras: dict[str, Any] = {}
+    for read in TARGET_EXTRAS:
+        try:
+            extras.update(read(target))
+        except Exception as exc:  # a reading must never cost the report
+            extras[f"{getattr(read, '__name__', 'extra')}_error"] = repr(exc)
+    return extras
+
+
 def _target(kind: str, source: str, **facts: Any) -> dict[str, Any]:
     target = {"kind": kind, "source": source, "model": None, "driver_version": None,
-              "cuda_version": None, "devices": [], "worker_devices": None, "note": None}
+              "cuda_version": None, "devices": [], "worker_devices": None, "note": None,
+              "extras": {}}
     target.update(facts)
+    target["extras"] = target_extras(target)
     return target
 
 
@@ -182,9 +264,11 @@ def worker_target(hello: dict[str, Any] | None) -> dict[str, Any]:
     """Where a black-box implementation ran, as its worker's hello record says (WORKER-2).
 
     No hello record read: ``kind`` "unknown". ``devices`` empty: "cpu" (the implementation
-    built no GPU and trained on the host's CPU). Otherwise "gpu": the hello's devices
-    identified through NVML by PCI bus id (model, driver, CUDA) where NVML knows them, else
-    named as the worker names them (``model`` is then the first device's name).
+    built no GPU and trained on the host's CPU). Devices the worker marks ``"simulated":
+    true`` (an extra member WORKER-2 allows; the reference worker sets it): "simulated".
+    Otherwise "gpu" when NVML identifies the first device by its PCI bus id (model, driver,
+    CUDA), else "unknown": devices named as the worker names them, which the report does not
+    call GPUs since nothing confirmed one.
     """
     if not isinstance(hello, dict):
         return _target("unknown", "worker", note="no worker hello record was read, so the "
@@ -198,6 +282,11 @@ def worker_target(hello: dict[str, Any] | None) -> dict[str, Any]:
         return _target("cpu", "worker", worker_devices=[],
                        note=f"the worker's hello record lists no GPU device: {who} built "
                             f"none")
+    if all(d.get("simulated") is True for d in reported):
+        return _target("simulated", "worker", model=worker_devices[0]["name"],
+                       worker_devices=worker_devices,
+                       note=f"the worker's hello record says {who} ran on "
+                            f"{len(worker_devices)} simulated device(s)")
     gpus, why = nvml_gpus()
     by_bus = {d["pci_bus_id"]: d for d in (gpus or {}).get("devices", []) if d["pci_bus_id"]}
     matched = [_strip(by_bus[bus_key(d["pci_bus_id"])]) for d in worker_devices
@@ -208,6 +297,7 @@ def worker_target(hello: dict[str, Any] | None) -> dict[str, Any]:
                        devices=matched, worker_devices=worker_devices)
     why = why or ("NVML lists no GPU at PCI bus "
                   f"{', '.join(d['pci_bus_id'] for d in worker_devices)}")
-    return _target("gpu", "worker", model=worker_devices[0]["name"],
+    return _target("unknown", "worker", model=worker_devices[0]["name"],
                    worker_devices=worker_devices,
-                   note=f"GPU model not identified ({why}); devices as the worker names them")
+                   note=f"{len(worker_devices)} device(s) the worker names "
+                        f"({worker_devices[0]['name']}), not identified as a GPU ({why})")

@@ -2,7 +2,9 @@
 
 Verdict, in order:
 
-- ``NOT CERTIFIED`` when the runtime targets another spec version; the must-pass list of the
+- ``NOT CERTIFIED`` when the run required a GPU (``--require-gpu``) and the execution target
+  is none, or the runtime declares no ``cuda``; the runtime targets another spec version; the
+  must-pass list of the
   spec version is missing, malformed or not the official one; the runtime declares no
   complete profile of the list; tests failed to collect; the session hit an internal error;
   a must-pass clause names no clause of SPEC.md; or a must-pass clause whose requirements hold
@@ -11,6 +13,9 @@ Verdict, in order:
   subset of the suite (``-k``, ``-m``, ``--deselect``, node IDs, paths that do not cover
   ``conformance/``), or collected tests were never reported (``-x``, interruption, crashes).
 - ``CERTIFIED`` otherwise: every required must-pass clause is PASS or WAIVED.
+
+With ``--require-gpu`` the GPU clauses (``gpu-target`` sections) are required whatever the
+execution target, so a runner without a usable GPU can never certify.
 
 A run that collected no test naming a clause (a benchmark run, say) certifies nothing: its
 verdict is ``NO VERDICT`` (reason ``no-conformance-tests``) unless tests failed to collect or
@@ -28,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from conformance import spec
+from reports import attribution
 from reports import expectations as exp
 from reports import outcomes as oc
 from reports.mustpass import MustPassList
@@ -35,7 +41,9 @@ from reports.mustpass import MustPassList
 #: 1.1: ``runtime.worker_hello``; ``execution_target`` kinds "cpu" and "unknown", ``source``,
 #: ``worker_devices`` and the devices' ``pci_bus_id`` (black-box runs, reports/environment.py).
 #: 1.2: verdict status ``NO VERDICT`` (runs without conformance tests).
-SCHEMA_VERSION = "1.2"
+#: 1.3: attribution by assertion tag (``tests[].clause_outcomes``, ``attribution``,
+#: ``failures``; ``clauses[].failures``; reports/attribution.py).
+SCHEMA_VERSION = "1.3"
 CERTIFIED = "CERTIFIED"
 NOT_CERTIFIED = "NOT CERTIFIED"
 INCOMPLETE = "INCOMPLETE"
@@ -53,6 +61,8 @@ class TestRecord:
     capabilities: list[str] = field(default_factory=list)
     gpu: bool = False
     phases: list[tuple[str, str | None]] = field(default_factory=list)
+    whens: list[str] = field(default_factory=list)         # phase names, as ``phases``
+    failures: dict[int, list[dict[str, Any]]] = field(default_factory=dict)  # by phase index
     duration_s: float = 0.0
     worker: str | None = None
     hypothesis: dict[str, Any] | None = None
@@ -60,13 +70,19 @@ class TestRecord:
     observed: str = oc.NOT_RUN
     message: str | None = None
     waiver: str | None = None
+    #: what the test says about each clause (reports/attribution.py); set by ``build``
+    verdicts: attribution.Attribution = field(
+        default_factory=lambda: attribution.Attribution({}))
+    clause_outcomes: dict[str, str] = field(default_factory=dict)   # after waivers
 
     def to_json(self) -> dict[str, Any]:
         return {"nodeid": self.nodeid, "outcome": self.outcome,
                 "observed_outcome": self.observed, "duration_s": round(self.duration_s, 6),
                 "clauses": self.clauses, "capabilities": self.capabilities, "gpu": self.gpu,
                 "worker": self.worker, "hypothesis": self.hypothesis,
-                "message": self.message, "waiver": self.waiver}
+                "message": self.message, "waiver": self.waiver,
+                "clause_outcomes": self.clause_outcomes,
+                "attribution": self.verdicts.how, "failures": self.verdicts.failures}
 
 
 @dataclass
@@ -91,6 +107,7 @@ class RunData:
     artifacts: list[dict[str, Any]] = field(default_factory=list)
     benchmarks: list[dict[str, Any]] = field(default_factory=list)
     worker_hellos: list[dict[str, Any]] = field(default_factory=list)
+    require_gpu: bool = False          # --require-gpu: GPU clauses required whatever the target
     run_id: str = ""
     generated_at: str = ""
     today: dt.date | None = None
@@ -100,12 +117,16 @@ def _finish_tests(data: RunData, waivers: list[exp.Waiver]) -> None:
     for t in data.tests.values():
         t.observed, t.message = oc.combine_phases(t.phases)
         t.outcome = t.observed
+        t.verdicts = attribution.attribute(t.clauses, t.phases, t.failures, data.clauses,
+                                           t.whens)
         for w in waivers:
             if not w.matches_test(t.nodeid):
                 continue
             w.matched.append(t.nodeid)
             if t.outcome in oc.WAIVABLE:
                 t.outcome, t.waiver, w.status = oc.WAIVED, w.id, exp.APPLIED
+        t.clause_outcomes = {c: oc.WAIVED if t.waiver and o in oc.WAIVABLE else o
+                             for c, o in t.verdicts.observed.items()}
     for w in waivers:
         if w.test is None:
             continue
@@ -118,7 +139,7 @@ def _finish_tests(data: RunData, waivers: list[exp.Waiver]) -> None:
 def _clauses(data: RunData, waivers: list[exp.Waiver], required: set[str]) -> list[dict]:
     by_clause: dict[str, list[TestRecord]] = {}
     for t in data.tests.values():
-        for cid in t.clauses:
+        for cid in t.clause_outcomes:
             by_clause.setdefault(cid, []).append(t)
     clause_waivers = {}
     for w in waivers:
@@ -130,10 +151,10 @@ def _clauses(data: RunData, waivers: list[exp.Waiver], required: set[str]) -> li
     result = []
     for cid, clause in data.clauses.items():
         tests = sorted(by_clause.get(cid, []), key=lambda t: t.nodeid)
-        observed = oc.aggregate(t.observed for t in tests)
-        outcome = oc.aggregate(t.outcome for t in tests)
-        waiver = next((t.waiver for t in tests if t.outcome == oc.WAIVED and outcome == oc.WAIVED),
-                      None)
+        observed = oc.aggregate(t.verdicts.observed[cid] for t in tests)
+        outcome = oc.aggregate(t.clause_outcomes[cid] for t in tests)
+        waiver = next((t.waiver for t in tests
+                       if t.clause_outcomes[cid] == oc.WAIVED and outcome == oc.WAIVED), None)
         for w in clause_waivers.get(cid, []):
             if outcome == oc.NOT_RUN:
                 w.status, w.note = exp.STALE, f"no test of {cid} ran"
@@ -143,9 +164,14 @@ def _clauses(data: RunData, waivers: list[exp.Waiver], required: set[str]) -> li
                 outcome, waiver, w.status = oc.WAIVED, w.id, exp.APPLIED
             elif w.status != exp.APPLIED:
                 w.status, w.note = exp.UNNEEDED, f"{cid} is {outcome} without it"
-        not_run = [t for t in tests if t.outcome in (oc.SKIPPED, oc.NOT_RUN, oc.NOT_SUPPORTED)]
-        notes = sorted({f"{t.nodeid}: {t.outcome}" + (f" ({t.message})" if t.message else "")
-                        for t in not_run})
+        not_run = [t for t in tests
+                   if t.clause_outcomes[cid] in (oc.SKIPPED, oc.NOT_RUN, oc.NOT_SUPPORTED)]
+        notes = sorted({f"{t.nodeid}: {t.clause_outcomes[cid]}"
+                        + (f" ({why})" if (why := t.verdicts.notes.get(cid) or t.message)
+                           else "") for t in not_run})
+        failures = [{"nodeid": t.nodeid, "outcome": f["outcome"], "message": f["message"],
+                     "tagged": f["tagged"]}
+                    for t in tests for f in t.verdicts.failures if cid in f["clauses"]]
         section = sections.get(cid)
         result.append({
             "id": cid, "title": clause.title, "area": clause.area,
@@ -154,6 +180,9 @@ def _clauses(data: RunData, waivers: list[exp.Waiver], required: set[str]) -> li
             "mustpass_section": section.header if section else None,
             "tests": [t.nodeid for t in tests], "waiver": waiver,
             "partial": bool(not_run) and len(not_run) < len(tests), "notes": notes[:20],
+            "failures": failures[:20],
+            "spec": {"path": "SPEC.md", "line": clause.line, "anchor": clause.anchor},
+            "text": clause.text if outcome in FAILING or outcome == oc.WAIVED else None,
         })
     return result
 
@@ -172,6 +201,16 @@ def _verdict(data: RunData, clauses: list[dict], required: set[str],
         return ", ".join(ids[:limit]) + more
 
     rt = data.runtime
+    if data.require_gpu:
+        target = data.target
+        if target.get("kind") != "gpu":
+            why = target.get("note") or f"the execution target is {target.get('kind')}"
+            reason(fatal, "gpu-required",
+                   f"--require-gpu: no usable NVIDIA GPU on this runner ({why})")
+        if "cuda" not in (rt.get("capabilities") or []):
+            reason(fatal, "gpu-required",
+                   f"--require-gpu: runtime {rt.get('name')} does not declare the cuda "
+                   f"capability, so no GPU clause can run")
     if rt.get("spec_version") != data.spec_version:
         reason(fatal, "spec-version-mismatch",
                f"runtime {rt.get('name')} targets spec {rt.get('spec_version')}, the suite "
@@ -227,7 +266,9 @@ def _verdict(data: RunData, clauses: list[dict], required: set[str],
 
     git = data.suite.get("git") or {}
     if not git.get("commit"):
-        reason(warnings, "suite-commit-unknown", "the suite's git commit is unknown")
+        reason(warnings, "suite-commit-unknown",
+               "the suite's git commit is unknown: it is not a git checkout, has no git "
+               "archive stamp, and ANTMAN_SUITE_COMMIT is not set")
     if git.get("dirty"):
         reason(warnings, "suite-dirty", "the suite's working tree has uncommitted changes")
     profile = data.invocation.get("hypothesis_profile")
@@ -252,7 +293,23 @@ def _verdict(data: RunData, clauses: list[dict], required: set[str],
         return _no_verdict(data, fatal, incomplete, warnings, profiles)
     status = NOT_CERTIFIED if fatal else INCOMPLETE if incomplete else CERTIFIED
     return {"status": status, "reasons": fatal + incomplete, "warnings": warnings,
-            "profiles": profiles}
+            "profiles": profiles,
+            "scope": scope(profiles, required, data.target.get("source") == "worker")}
+
+
+def scope(profiles: list[str], required: set[str], black_box: bool) -> str:
+    """What a verdict covered, in words: the profile and the must-pass clauses it required.
+
+    A black-box run exercises the implementation through its worker only: its API clauses
+    are checked on the suite's stand-in module (conformance.blackbox), so it covers the
+    WORKER clauses and says so.
+    """
+    areas = sorted({cid.split("-")[0] for cid in required})
+    named = " + ".join(profiles) or "no"
+    if black_box or areas == ["WORKER"]:
+        worker = sum(1 for cid in required if cid.startswith("WORKER-"))
+        return f"{named} profile: WORKER clauses only ({worker} must-pass WORKER clauses)"
+    return f"{named} profile: {len(required)} must-pass clauses in {len(areas)} areas"
 
 
 def is_certification_run(data: RunData) -> bool:
@@ -273,7 +330,8 @@ def _no_verdict(data: RunData, fatal: list[dict[str, Any]], incomplete: list[dic
     skip = {"mustpass-not-run", "subset-selection", "hypothesis-profile"}
     notes = [r for r in fatal + incomplete if r["code"] not in skip]
     notes += [r for r in warnings if r["code"] not in skip]
-    return {"status": NO_VERDICT, "reasons": reasons, "warnings": notes, "profiles": profiles}
+    return {"status": NO_VERDICT, "reasons": reasons, "warnings": notes, "profiles": profiles,
+            "scope": None}
 
 
 def hello_identity(hello: Mapping[str, Any]) -> str:
@@ -297,7 +355,7 @@ def build(data: RunData) -> dict[str, Any]:
     waivers = exp.activate(data.expectations, models, data.today)
     _finish_tests(data, waivers)
     caps = data.runtime.get("capabilities") or []
-    gpu_target = target.get("kind") == "gpu"
+    gpu_target = target.get("kind") == "gpu" or data.require_gpu
     required = set(data.mustpass.required(caps, gpu_target)) if data.mustpass else set()
     profiles = data.mustpass.satisfied_profiles(caps) if data.mustpass else []
     clauses = _clauses(data, waivers, required)

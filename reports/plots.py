@@ -11,6 +11,7 @@ drawn as a line labelled ``target_label``), ``ylabel`` and ``title``: a grouped 
 from __future__ import annotations
 
 import io
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -38,7 +39,29 @@ def _svg(fig) -> str:
 
 
 def _nums(values: Any) -> list[float]:
-    return [float(v) for v in values] if isinstance(values, Sequence) else []
+    """Numbers of a series; ``None`` (a figure not reported) becomes NaN, which matplotlib
+    leaves out of a line (a gap), never 0."""
+    if not isinstance(values, Sequence) or isinstance(values, str):
+        return []
+    return [math.nan if v is None else float(v) for v in values]
+
+
+def _finite(values: list[float]) -> list[float]:
+    return [v for v in values if math.isfinite(v)]
+
+
+def _missing_note(ys: list[float]) -> str:
+    missing = sum(1 for y in ys if not math.isfinite(y))
+    return f" (not reported at {missing} step{'s' if missing != 1 else ''})" if missing else ""
+
+
+def _span(values: list[float], low: float, high: float) -> tuple[float, float]:
+    """Axis limits covering [low, high] and every finite value, with a margin: no point is
+    drawn off the axes."""
+    finite = _finite(values)
+    lo, hi = min([low, *finite]), max([high, *finite])
+    pad = 0.05 * (hi - lo or 1)
+    return lo - (pad if lo < low else 0), hi + pad
 
 
 def e2e_timeline(data: dict[str, Any]) -> str | None:
@@ -54,8 +77,11 @@ def e2e_timeline(data: dict[str, Any]) -> str | None:
                               ("host_bytes", "host (fallback) in use", "-"),
                               ("limit", "memory limit", "--")):
         ys = _nums(data.get(key, []))
-        if len(ys) == len(steps):
-            mem.step(steps, [y / MIB for y in ys], style, where="post", label=label)
+        if len(ys) == len(steps) and _finite(ys):
+            mem.step(steps, [y / MIB for y in ys], style, where="post",
+                     label=label + _missing_note(ys))
+        elif len(ys) == len(steps):
+            mem.plot([], [], style, label=f"{label}: not reported")
     mem.set_ylabel("MiB")
     mem.legend(loc="lower left", bbox_to_anchor=(0, 1.0), ncol=3, fontsize=8, frameon=False)
     if period and len(period) == len(steps):
@@ -76,7 +102,7 @@ def e2e_timeline(data: dict[str, Any]) -> str | None:
 
 
 def idle_slots(data: dict[str, Any]) -> str | None:
-    slots = _nums(data.get("slots_us", []))
+    slots = _finite(_nums(data.get("slots_us", [])))
     if not slots:
         return None
     plt = _pyplot()
@@ -114,8 +140,9 @@ def throttle_accuracy(data: dict[str, Any]) -> str | None:
                        zorder=3, label=str(label))
     ax.set_xlabel("perfControl (%)")
     ax.set_ylabel("measured compute share (%)")
-    ax.set_xlim(0, 105)
-    ax.set_ylim(0, 105)
+    ax.set_xlim(*_span(target, 0, 105))
+    ax.set_ylim(*_span(measured + [y for ys in (extra.values() if isinstance(extra, dict)
+                                                 else ()) for y in _nums(ys)], 0, 105))
     ax.legend(frameon=False, fontsize=8)
     return _svg(fig)
 

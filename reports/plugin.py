@@ -3,10 +3,13 @@
 Every run (with or without xdist; only the controller writes) gets a folder
 ``<report-dir>/<UTC time>-<runtime>-<pid>/`` holding ``certification.json`` (valid against
 ``reports/schema/certification.schema.json``), ``certification.md``, a self-contained
-``certification.html``, ``junit.xml`` (unless ``--junitxml`` names another file) and the
-plots as SVG; ``<report-dir>/latest`` points at the newest folder (a symlink, or a file
-naming it where symlinks are unavailable). The newest 50 run folders are kept. The terminal
-summary prints the verdict, the counts per outcome and the folder.
+``certification.html``, ``junit.xml`` (unless ``--junitxml`` names another file; pytest
+writes it aside first and it moves in with the report, named after the suite and carrying
+the verdict as properties) and the plots as SVG; ``<report-dir>/latest`` points at the
+newest folder (a symlink, or a file naming it where symlinks are unavailable). The newest 50
+run folders are kept. The terminal summary prints the verdict and what it covered, the
+counts per outcome and the folder. A run that ends in a usage error (exit status 4: the
+checks before any test, conformance/plugin.py) writes nothing and leaves ``latest`` alone.
 
 Options: ``--report-dir DIR`` (default ``reports/out`` under the rootdir), ``--no-report``,
 ``--expectations FILE`` (waivers, see ``reports.expectations``), ``--mustpass FILE``
@@ -19,7 +22,10 @@ How data crosses xdist workers: at collection each item gets ``user_properties``
 land in the JUnit XML); ``pytest_runtest_makereport`` adds ``antman:outcome`` when the test's
 exception (or one it wraps) carries ``antman_outcome`` ("TIMEOUT", "CRASH", "ERROR" or
 "FAIL"; see ``reports.outcomes``) and ``antman:hypothesis_seed`` /
-``antman:hypothesis_seed_source`` for Hypothesis tests. Each worker also puts its whole
+``antman:hypothesis_seed_source`` for Hypothesis tests, and, on a failing phase's report
+only, ``antman:failures``: each distinct failure of the phase with its ``[CLAUSE-ID]`` tags
+and message (reports/attribution.py), moved off the report before the JUnit XML sees it.
+Each worker also puts its whole
 collection (clauses, capabilities per node ID) into ``workeroutput``, so a test whose worker
 crashed before reporting still has its clauses; the controller learns the collected IDs from
 ``pytest_xdist_node_collection_finished``, so tests that never ran are NOT_RUN.
@@ -59,7 +65,9 @@ import datetime as dt
 import json
 import os
 import re
+import shutil
 import sys
+import tempfile
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -69,7 +77,7 @@ import pytest
 
 from conformance import plugin as conformance_plugin
 from conformance import spec
-from reports import environment, model
+from reports import attribution, environment, model
 from reports import expectations as exp
 from reports import mustpass as mp
 from reports import outcomes as oc
@@ -82,6 +90,7 @@ PROP_OUTCOME = "antman:outcome"
 PROP_SEED = "antman:hypothesis_seed"
 PROP_SEED_SOURCE = "antman:hypothesis_seed_source"
 PROP_ARTIFACT = "antman:artifact"
+PROP_FAILURES = "antman:failures"
 WORKEROUTPUT_TESTS = "antman_tests"
 WORKEROUTPUT_DESELECTED = "antman_deselected"
 _ARTIFACT_NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
@@ -181,6 +190,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         item.user_properties.extend(extra)
         if not shared:
             report.user_properties = [*report.user_properties, *extra]
+    if report.failed and call.excinfo is not None:
+        # This phase's distinct failures with their clause tags (reports/attribution.py);
+        # on this report only, moved off it before the JUnit XML sees it.
+        found = attribution.failures(call.excinfo.value)
+        report.user_properties = [*report.user_properties, (PROP_FAILURES, found)]
     return report
 
 
@@ -208,12 +222,18 @@ def report_artifacts(request: pytest.FixtureRequest) -> ReportArtifacts:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    """Moves artifacts off the report (out of the JUnit XML) onto ``report.antman_artifacts``."""
+    """Moves artifacts and failures off the report (out of the JUnit XML) onto
+    ``report.antman_artifacts`` and ``report.antman_failures``."""
     props = getattr(report, "user_properties", None) or []
     arts = [v for k, v in props if k == PROP_ARTIFACT]
+    found = [f for k, v in props if k == PROP_FAILURES for f in v]
     if arts:
         report.antman_artifacts = arts  # type: ignore[attr-defined]
-        report.user_properties = [(k, v) for k, v in props if k != PROP_ARTIFACT]
+    if found:
+        report.antman_failures = found  # type: ignore[attr-defined]
+    if arts or any(k == PROP_FAILURES for k, _ in props):
+        report.user_properties = [(k, v) for k, v in props
+                                  if k not in (PROP_ARTIFACT, PROP_FAILURES)]
 
 
 # --------------------------------------------------------------------------- controller
@@ -236,7 +256,10 @@ def pytest_configure(config: pytest.Config) -> None:
     recorder = CertificationRecorder(config, expectations)
     config.pluginmanager.register(recorder, _RECORDER)
     if not getattr(opt, "xmlpath", None) and config.pluginmanager.has_plugin("junitxml"):
-        opt.xmlpath = str(recorder.run_dir / "junit.xml")
+        # junitxml writes before the report exists: into a private folder, moved into the
+        # run folder with the report (and removed when the run ends in a usage error).
+        recorder.junit_tmp = Path(tempfile.mkdtemp(prefix="antman-junit-")) / "junit.xml"
+        opt.xmlpath = str(recorder.junit_tmp)
         recorder.junit_is_ours = True
 
 
@@ -316,8 +339,10 @@ class CertificationRecorder:
         self.artifacts: dict[str, list[dict[str, Any]]] = {}
         self.worker_hellos: dict[str, dict[str, Any]] = {}   # raw line -> record, read order
         self.junit_is_ours = False
+        self.junit_tmp: Path | None = None
         self.document: dict[str, Any] | None = None
         self.write_error: str | None = None
+        self.skipped_for: str | None = None
         self.runtime_error: str | None = None
         self.runtime = None
         try:
@@ -381,7 +406,11 @@ class CertificationRecorder:
             rec.capabilities = list(dict.fromkeys(v for k, v in props if k == PROP_CAPABILITY))
             rec.gpu = any(k == PROP_GPU for k, _ in props)
         stamped = next((v for k, v in props if k == PROP_OUTCOME), None)
+        found = getattr(report, "antman_failures", None)
+        if found:
+            rec.failures[len(rec.phases)] = list(found)
         rec.phases.append(oc.phase_outcome(report, stamped))
+        rec.whens.append(str(getattr(report, "when", "")))
         rec.duration_s += float(getattr(report, "duration", 0.0) or 0.0)
         node = getattr(report, "node", None)
         if node is not None:
@@ -429,6 +458,9 @@ class CertificationRecorder:
         finished = time.time()
         invocation = {
             "args": list(config.invocation_params.args),
+            "command": environment.command_line(),
+            "cwd": str(config.invocation_params.dir),
+            "tox_env": os.environ.get("TOX_ENV_NAME") or None,
             "rootdir": str(config.rootpath),
             "xdist_workers": int(getattr(config.option, "numprocesses", 0) or 0),
             "hypothesis_profile": profile,
@@ -437,6 +469,7 @@ class CertificationRecorder:
             "started_at": _iso(self.started), "finished_at": _iso(finished),
             "duration_s": round(finished - self.started, 3),
             "runtime_error": self.runtime_error,
+            "require_gpu": bool(config.getoption("--require-gpu", default=False)),
         }
         invocation["hypothesis_seed"] = (None if invocation["hypothesis_seed"] is None
                                          else str(invocation["hypothesis_seed"]))
@@ -457,6 +490,7 @@ class CertificationRecorder:
             invocation=invocation, mustpass=must, mustpass_error=must_error,
             mustpass_official=must is not None and mp_file.resolve() == official.resolve(),
             expectations=self.expectations,
+            require_gpu=bool(config.getoption("--require-gpu", default=False)),
             selection_reasons=selection_reasons(config, self.deselected),
             collection_errors=self.collection_errors, exitstatus=int(session.exitstatus),
             artifacts=artifacts, benchmarks=benchmark_results(config),
@@ -464,12 +498,24 @@ class CertificationRecorder:
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if int(session.exitstatus) == pytest.ExitCode.USAGE_ERROR:
+            self.skipped_for = "usage error: nothing was certified"  # no folder, no latest
+            self._drop_junit_tmp()
+            return
         try:
             self.document = model.build(self.run_data(session))
             from reports import writer
+            external = None if self.junit_is_ours else getattr(self.config.option, "xmlpath",
+                                                                 None)
             errors = writer.write_run(self.document, self.run_dir,
-                                      junit="junit.xml" if self.junit_is_ours else
-                                      getattr(self.config.option, "xmlpath", None))
+                                      junit="junit.xml" if self.junit_is_ours else external)
+            junit = self.run_dir / "junit.xml" if self.junit_is_ours else \
+                (Path(external) if external else None)
+            if self.junit_is_ours and self.junit_tmp is not None and self.junit_tmp.exists():
+                shutil.move(str(self.junit_tmp), junit)
+                _point_junit_summary_at(self.config, junit)
+            if junit is not None and junit.exists():
+                writer.annotate_junit(junit, self.document)
             writer.point_latest(self.base, self.run_dir)
             if errors:
                 self.write_error = ("certification.json does not match its schema: "
@@ -478,13 +524,21 @@ class CertificationRecorder:
         except Exception as exc:  # the report must never hide the test results
             import traceback
             self.write_error = "".join(traceback.format_exception(exc))
+        finally:
+            self._drop_junit_tmp()
         if self.config.getoption("--require-certified") and self.document is not None \
                 and int(session.exitstatus) in (0, 1):
             ok = self.document["verdict"]["status"] == model.CERTIFIED
             session.exitstatus = pytest.ExitCode.OK if ok else pytest.ExitCode.TESTS_FAILED
 
+    def _drop_junit_tmp(self) -> None:
+        if self.junit_tmp is not None:
+            shutil.rmtree(self.junit_tmp.parent, ignore_errors=True)
+
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         tr = terminalreporter
+        if self.skipped_for:
+            return
         tr.section("AntMan certification", bold=True)
         if self.document is None:
             tr.write_line(f"report not written: {self.write_error}", red=True)
@@ -495,6 +549,16 @@ class CertificationRecorder:
             tr.write_line(f"report incomplete: {self.write_error}", red=True)
 
 
+def _point_junit_summary_at(config: pytest.Config, path: Path) -> None:
+    """pytest's "generated xml file" line names where the file is now, not where it was
+    written first (junitxml keeps its writer in the config's stash)."""
+    try:
+        from _pytest.junitxml import xml_key
+        config.stash[xml_key].logfile = str(path)
+    except (ImportError, KeyError, AttributeError):
+        pass
+
+
 def summary_lines(doc: dict[str, Any], run_dir: Path) -> list[tuple[str, dict[str, bool]]]:
     v = doc["verdict"]
     colour = {model.CERTIFIED: {"green": True, "bold": True},
@@ -503,8 +567,9 @@ def summary_lines(doc: dict[str, Any], run_dir: Path) -> list[tuple[str, dict[st
               model.NO_VERDICT: {"cyan": True, "bold": True}}[v["status"]]
     rt = doc["runtime"]
     where = target_text(doc["execution_target"], short=True)
+    covered = f"; {v['scope']}" if v.get("scope") else ""
     lines = [(f"verdict: {v['status']}  ({rt['name']} {rt['version']}, spec "
-              f"{doc['spec']['version']}, {where})", colour)]
+              f"{doc['spec']['version']}, {where}{covered})", colour)]
     for r in v["reasons"][:12]:
         lines.append((f"  - {r['message']}", {"red": v["status"] == model.NOT_CERTIFIED}))
 

@@ -6,7 +6,7 @@ from html import escape
 from typing import Any
 
 from reports import model
-from reports.render_md import bench_figures, target_text
+from reports.render_md import bench_figures, host_text, target_text
 
 #: outcome -> (background, text colour, legend meaning)
 STYLE = {
@@ -96,6 +96,8 @@ def _facts(doc: dict[str, Any]) -> str:
                   f"</code>{' dirty' if git.get('dirty') else ''}"),
         ("Run", f"{_e(doc['generated_at'])}, {inv['duration_s']} s, "
                 f"{inv['xdist_workers'] or 'no'} xdist workers"),
+        ("Host", _e(host_text(doc["platform"]))),
+        ("Command", f"<code>{_e(inv.get('command') or '')}</code>"),
         ("Hypothesis profile", _e(inv["hypothesis_profile"])),
     ]
     if rt.get("worker_cmd"):
@@ -123,7 +125,8 @@ def _verdict(doc: dict[str, Any]) -> str:
         ok = must["by_outcome"]["PASS"] + must["by_outcome"]["WAIVED"]
         sub = (f'<b>{_e(rt["name"])} {_e(rt["version"])}</b> against SPEC.md '
                f'<b>{_e(doc["spec"]["version"])}</b> &middot; {ok} of {must["total"]} must-pass '
-               f'clauses passed or waived')
+               f'clauses passed or waived'
+               + (f' &middot; <b>{_e(v["scope"])}</b>' if v.get("scope") else ""))
     return (f'<header class="verdict" style="background:{bg};border-color:{fg}">'
             f'<div class="wrap"><p class="status" style="color:{fg}">{_e(v["status"])}</p>'
             f'<div class="sub">{sub}</div>'
@@ -174,6 +177,29 @@ def _grid(doc: dict[str, Any]) -> str:
             + f'<div class="grid">{"".join(rows)}</div>')
 
 
+def spec_reference(c: dict[str, Any]) -> str:
+    """Where a clause is specified, in words: ``SPEC.md line 268 (#bfc-5-free-and-coalescing)``."""
+    where = c.get("spec") or {}
+    return f"{where.get('path', 'SPEC.md')} line {where.get('line')} (#{where.get('anchor')})"
+
+
+def _clause_detail(c: dict[str, Any], tests: dict[str, dict]) -> str:
+    """A failing clause: its failures (test and message), its text and where to read it."""
+    failures = "".join(
+        f"<div><code>{_e(f['nodeid'])}</code> {badge(f['outcome'])}"
+        + ("" if f["tagged"] else " <span class=muted>(untagged failure: blamed on every "
+                                  "clause of the test)</span>")
+        + f"<pre>{_e(f['message'])}</pre></div>" for f in c.get("failures") or [])
+    if not failures:
+        failures = "".join(
+            f"<div><code>{_e(n)}</code> {badge(tests[n]['outcome'])}"
+            + (f"<pre>{_e(tests[n]['message'])}</pre>" if tests[n]["message"] else "")
+            + "</div>" for n in c["tests"] if n in tests and tests[n]["outcome"] != "PASS")
+    text = (f"<details><summary>{_e(spec_reference(c))}</summary><pre>{_e(c['text'])}</pre>"
+            "</details>" if c.get("text") else "")
+    return (failures or "<span class=muted>no test names this clause</span>") + text
+
+
 def _problems(doc: dict[str, Any]) -> str:
     tests = {t["nodeid"]: t for t in doc["tests"]}
     bad = [c for c in doc["clauses"] if c["must_pass"] and c["outcome"] not in ("PASS", "WAIVED")]
@@ -181,15 +207,11 @@ def _problems(doc: dict[str, Any]) -> str:
         return ""
     rows = []
     for c in bad:
-        detail = "".join(
-            f"<div><code>{_e(n)}</code> {badge(tests[n]['outcome'])}"
-            + (f"<pre>{_e(tests[n]['message'])}</pre>" if tests[n]["message"] else "") + "</div>"
-            for n in c["tests"] if n in tests and tests[n]["outcome"] != "PASS")
         rows.append(f"<tr><td><b>{_e(c['id'])}</b> {_e(c['title'])}</td><td>{badge(c['outcome'])}"
-                    f"</td><td>{detail or '<span class=muted>no test names this clause</span>'}"
-                    "</td></tr>")
+                    f"</td><td>{_clause_detail(c, tests)}</td></tr>")
     return ("<h2>Must-pass clauses that did not pass</h2><table><tr><th>clause</th>"
-            "<th>outcome</th><th>tests</th></tr>" + "".join(rows) + "</table>")
+            "<th>outcome</th><th>failures, and the clause in SPEC.md</th></tr>"
+            + "".join(rows) + "</table>")
 
 
 def _notes(doc: dict[str, Any]) -> str:
@@ -306,6 +328,14 @@ def _by_area(doc: dict[str, Any]) -> str:
     return "".join(parts)
 
 
+def _clauses_of(t: dict[str, Any]) -> str:
+    """The test's clauses; for one that did not pass, what it says about each."""
+    outcomes = t.get("clause_outcomes") or {}
+    if t["outcome"] == "PASS" or not outcomes:
+        return _e(", ".join(t["clauses"]))
+    return "<br>".join(f"{_e(c)} {badge(o)}" for c, o in outcomes.items())
+
+
 def _tests(doc: dict[str, Any]) -> str:
     bad = [t for t in doc["tests"] if t["outcome"] != "PASS"]
 
@@ -315,12 +345,19 @@ def _tests(doc: dict[str, Any]) -> str:
             seed = t["hypothesis"] or {}
             extra = (f"<br><span class=muted>observed {t['observed_outcome']}, waiver "
                      f"{_e(t['waiver'])}</span>" if t["waiver"] else "")
+            failures = t.get("failures") or []
+            if failures:
+                message = "".join(
+                    f"<div><b>{_e(', '.join(f['clauses']))}</b>"
+                    + ("" if f["tagged"] else " <span class=muted>(untagged)</span>")
+                    + f"<pre>{_e(f['message'])}</pre></div>" for f in failures)
+            else:
+                message = f"<pre>{_e(t['message'])}</pre>" if t["message"] else ""
             out.append(f"<tr><td><code>{_e(t['nodeid'])}</code></td><td>{badge(t['outcome'])}"
-                       f"{extra}</td><td>{_e(', '.join(t['clauses']))}</td>"
+                       f"{extra}</td><td>{_clauses_of(t)}</td>"
                        f'<td class="n">{t["duration_s"]:.3f}</td>'
                        f"<td>{_e(seed.get('seed') or seed.get('source') or '')}</td>"
-                       f"<td>{'<pre>' + _e(t['message']) + '</pre>' if t['message'] else ''}"
-                       "</td></tr>")
+                       f"<td>{message}</td></tr>")
         return ("<table><tr><th>test</th><th>outcome</th><th>clauses</th><th>s</th>"
                 "<th>Hypothesis seed</th><th>message</th></tr>" + "".join(out) + "</table>")
 

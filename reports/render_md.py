@@ -24,9 +24,22 @@ def target_text(target: dict[str, Any], short: bool = False) -> str:
                 f"{target['driver_version']}, CUDA {target['cuda_version']}")
     text = {"gpu": f"GPU {target['model']}", "cpu": "host CPU",
             "unknown": "unknown target"}.get(kind, "simulated device")
-    if kind == "gpu" and target.get("worker_devices"):
-        text = f"{len(target['worker_devices'])} × {text}"
+    devices = target.get("worker_devices")
+    if kind == "unknown" and devices:
+        text = f"{len(devices)} unidentified device{'s' if len(devices) > 1 else ''}"
+    elif kind in ("gpu", "simulated") and devices:
+        text = f"{len(devices)} × {text}"
     return text + (f" ({note})" if note and not short else "")
+
+
+COMMIT_SOURCE = {"git": "the git checkout", "env": "ANTMAN_SUITE_COMMIT",
+                 "archive": "the git archive stamp"}
+
+
+def host_text(platform: dict[str, Any]) -> str:
+    """The host in words: ``2 × Intel(R) Xeon(R) ... (x86_64)``."""
+    model = platform.get("cpu_model") or "unknown CPU model"
+    return f"{platform.get('cpu_count')} × {model} ({platform.get('machine')})"
 
 
 def bench_machine(info: dict[str, Any]) -> str:
@@ -122,7 +135,10 @@ def render(doc: dict[str, Any], figures: list[dict[str, str]]) -> str:
     else:
         out.append(f"**{rt['name']} {rt['version']}** (module `{rt['module']}`) against SPEC.md "
                    f"**{doc['spec']['version']}**, on {target_text(doc['execution_target'])}; "
-                   f"profile: {', '.join(v['profiles']) or 'none'}; {doc['generated_at']}.")
+                   f"{v.get('scope') or 'profile: ' + (', '.join(v['profiles']) or 'none')}; "
+                   f"{doc['generated_at']}.")
+        if rt.get("worker_cmd"):
+            out += ["", f"Worker command: `{rt['worker_cmd']}`."]
     out.append("")
     if v["reasons"]:
         out += ["## Why", ""] + [f"- {r['message']}" for r in v["reasons"]] + [""]
@@ -150,6 +166,7 @@ def render(doc: dict[str, Any], figures: list[dict[str, str]]) -> str:
         out.append(f"| {area} | {cells} |")
     out.append("")
 
+    out += _failing_clauses(doc)
     out += _waivers(doc)
     if figures:
         out += ["## Figures", ""] + _plots(figures)
@@ -185,6 +202,34 @@ def _waivers(doc: dict[str, Any]) -> list[str]:
     return out
 
 
+def spec_reference(c: dict[str, Any]) -> str:
+    """Where a clause is specified: ``SPEC.md line 268 (#bfc-5-free-and-coalescing)``."""
+    where = c.get("spec") or {}
+    return f"{where.get('path', 'SPEC.md')} line {where.get('line')} (#{where.get('anchor')})"
+
+
+def _failing_clauses(doc: dict[str, Any]) -> list[str]:
+    """Each clause that did not pass: its failures with their messages, then its text."""
+    bad = [c for c in doc["clauses"] if c["outcome"] in model.FAILING]
+    if not bad:
+        return []
+    out = ["## Clauses that did not pass", ""]
+    for c in bad:
+        must = "must-pass" if c["must_pass"] else "not must-pass in this run"
+        out += [f"### {SYMBOL[c['outcome']]} {c['id']} {c['title']}: {c['outcome']} ({must})",
+                ""]
+        for f in c.get("failures") or []:
+            how = "" if f["tagged"] else " (untagged failure: blamed on every clause of the test)"
+            out += [f"- `{f['nodeid']}`: {f['outcome']}{how}", "", "  ```",
+                    *(f"  {line}" for line in f["message"][:1500].splitlines()), "  ```", ""]
+        if not c.get("failures"):
+            out += [f"- {n}" for n in c["notes"][:5]] + ([""] if c["notes"] else [])
+        if c.get("text"):
+            out += [f"{spec_reference(c)}:", ""]
+            out += [f"> {line}" if line else ">" for line in c["text"].splitlines()] + [""]
+    return out
+
+
 def _tests(doc: dict[str, Any]) -> list[str]:
     out: list[str] = []
     bad = [t for t in doc["tests"] if t["outcome"] not in ("PASS",)]
@@ -192,11 +237,15 @@ def _tests(doc: dict[str, Any]) -> list[str]:
         out += ["## Tests that did not pass", "", "| test | outcome | clauses | message |",
                 "|---|---|---|---|"]
         for t in bad:
-            msg = (t["message"] or "")[:300]
+            failures = t.get("failures") or []
+            msg = ("; ".join(f"[{', '.join(f['clauses'])}] {f['message'][:300]}"
+                             for f in failures[:3]) if failures else (t["message"] or "")[:300])
             outcome = t["outcome"] + (f" (observed {t['observed_outcome']})"
                                       if t["outcome"] != t["observed_outcome"] else "")
+            outcomes = t.get("clause_outcomes") or {c: t["outcome"] for c in t["clauses"]}
+            clauses = ", ".join(f"{c} {o}" for c, o in outcomes.items())
             out.append(f"| `{_cell(t['nodeid'])}` | {SYMBOL[t['outcome']]} {outcome} | "
-                       f"{', '.join(t['clauses'])} | {_cell(msg)} |")
+                       f"{_cell(clauses)} | {_cell(msg)} |")
         out.append("")
     return out
 
@@ -214,7 +263,9 @@ def _provenance(doc: dict[str, Any]) -> list[str]:
             *([f"- Worker's hello record: {model.hello_identity(rt['worker_hello'])}"]
               if rt.get("worker_hello") else []),
             f"- Suite: {suite['name']} {suite['version']}, commit {git.get('commit') or 'unknown'}"
-            f"{' (dirty)' if git.get('dirty') else ''}",
+            f"{' (dirty)' if git.get('dirty') else ''}"
+            + (f" (from {COMMIT_SOURCE.get(git.get('source'), git.get('source'))})"
+               if git.get("commit") else ""),
             f"- Must-pass list: `{doc['mustpass']['path']}` (sha256 "
             f"{(doc['mustpass']['sha256'] or '')[:12]}, "
             f"{'official' if doc['mustpass']['official'] else 'NOT official'}),"
@@ -223,7 +274,10 @@ def _provenance(doc: dict[str, Any]) -> list[str]:
                else f" {len(doc['mustpass']['required'])} clauses required in this run"),
             f"- Execution target: {target_text(tgt)}",
             f"- Python {doc['python']['version']} ({doc['python']['implementation']}) on "
-            f"{doc['platform']['platform']}",
+            f"{doc['platform']['platform']}; host {host_text(doc['platform'])}",
+            f"- Command: `{inv.get('command') or 'pytest ' + ' '.join(inv['args'])}` in "
+            f"`{inv.get('cwd')}`" + (f" (tox environment {inv['tox_env']})"
+                                     if inv.get("tox_env") else ""),
             f"- Invocation: `pytest {' '.join(inv['args'])}`; xdist workers "
             f"{inv['xdist_workers']}; Hypothesis profile {inv['hypothesis_profile']}; "
             f"exit status {inv['exitstatus']}; {inv['duration_s']} s",

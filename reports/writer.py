@@ -73,6 +73,49 @@ def write_run(doc: dict[str, Any], run_dir: Path, junit: str | None) -> list[str
     return errors
 
 
+#: ``<testsuite name>`` of the JUnit XML, and its properties (CI systems show them).
+JUNIT_SUITE_NAME = "antman-conformance"
+
+
+def junit_properties(doc: dict[str, Any]) -> list[tuple[str, str]]:
+    """What the JUnit XML says about the run: suite, verdict, runtime, spec, target."""
+    rt, suite = doc["runtime"], doc["suite"]
+    from reports.render_md import target_text
+    return [
+        ("antman:suite", f"{suite['name']} {suite['version']}"),
+        ("antman:suite_commit", str((suite.get("git") or {}).get("commit") or "unknown")),
+        ("antman:verdict", doc["verdict"]["status"]),
+        ("antman:verdict_reasons", "; ".join(r["message"] for r in doc["verdict"]["reasons"])),
+        ("antman:runtime", f"{rt['name']} {rt['version']}"),
+        ("antman:runtime_module", str(rt["module"])),
+        ("antman:spec_version", doc["spec"]["version"]),
+        ("antman:execution_target", target_text(doc["execution_target"], short=True)),
+        ("antman:run_id", doc["run_id"]),
+    ]
+
+
+def annotate_junit(path: Path, doc: dict[str, Any]) -> None:
+    """Names every ``<testsuite>`` of the JUnit XML at ``path`` after the suite and adds the
+    run's properties (``junit_properties``) to it; rewritten atomically."""
+    import xml.etree.ElementTree as ET
+    tree = ET.parse(path)
+    root = tree.getroot()
+    suites = [root] if root.tag == "testsuite" else root.findall("testsuite")
+    if root.tag == "testsuites":
+        root.set("name", JUNIT_SUITE_NAME)
+    for ts in suites:
+        ts.set("name", JUNIT_SUITE_NAME)
+        props = ts.find("properties")
+        if props is None:
+            props = ET.Element("properties")
+            ts.insert(0, props)
+        for old in [p for p in props if p.get("name", "").startswith("antman:")]:
+            props.remove(old)
+        for name, value in junit_properties(doc):
+            ET.SubElement(props, "property", {"name": name, "value": value})
+    atomic_write(path, ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n")
+
+
 def point_latest(base: Path, run_dir: Path) -> None:
     """``base/latest`` -> ``run_dir`` (a relative symlink, replaced atomically)."""
     link = base / LATEST

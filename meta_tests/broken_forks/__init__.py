@@ -5,27 +5,33 @@ A fork is a module usable as ``--runtime meta_tests.broken_forks.<name>``. It im
 the original function with one line changed, the way a real fork goes wrong), and
 re-exports the runtime's public API under its own ``NAME``. Because a conformance run of a
 fork happens in its own pytest process, patching the reference module there is enough.
+(A fork of your own is a copy of the whole package: ``python -m conformance new-fork``.)
 
 ``patch_source(owner, name, (old, new), ...)`` makes the change: it recompiles the reference
 function from its current source with each ``old`` text (which must occur exactly once)
 replaced by ``new``, so a fork differs from the reference by exactly the lines it names,
 and stops applying, loudly, when the reference changes those lines. Two more helpers make
-the wrapper look like a fork shipped as its own package: ``worker_command(__name__)``
-(``WORKER_COMMAND`` runs the reference worker with the patch applied) and
-``log_as(__name__)`` (log records carry the fork's module name).
+the wrapper look like a fork shipped as its own package, the shape SPEC.md API-1 asks for:
+``as_package(__name__)`` gives the fork the submodules ``worker`` and ``workload``
+(``_package/``: the reference's, run with the patch applied; it returns the fork's
+``WORKER_COMMAND``, ``python -m <fork>.worker``) and ``log_as(__name__)`` (log records carry
+the fork's module name).
 
 Each fork declares, as module-level literals read without importing it (importing applies
 the patch):
 
 - ``BREAKS``: the clause it breaks;
-- ``MODULES``: the conformance modules that exercise that clause (what
+- ``MODULES``: the conformance modules (or test node IDs) that exercise that clause (what
   ``meta_tests/test_broken_forks.py`` runs against it);
 - ``OUTCOMES``: the clause outcomes that count as caught (``("FAIL",)`` unless the
   breakage is a hang, which the suite reports as TIMEOUT, or a failure the suite reports
   as ERROR);
 - ``KNOWN_GAP`` (optional): why the current suite does not catch the fork; the meta-test
   then reports it XFAIL, and fails once the suite catches it (so that the declaration is
-  removed).
+  removed);
+- ``ALSO_BREAKS`` (optional): ``{clause: reason}`` for each further must-pass clause the
+  one bug truly breaks (the meta-test accepts those failures and lists them with their
+  reasons; any other failing clause is a misattribution).
 
 Importing this package patches nothing.
 """
@@ -44,12 +50,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ForkDeclaration", "ForkOutOfDate", "declarations", "log_as", "patch_source",
-           "worker_command"]
+__all__ = ["ForkDeclaration", "ForkOutOfDate", "as_package", "declarations", "log_as",
+           "patch_source"]
 
 PACKAGE_DIR = Path(__file__).resolve().parent
+PACKAGE_PARTS = PACKAGE_DIR / "_package"
 REQUIRED = ("BREAKS", "MODULES", "OUTCOMES")
-OPTIONAL = ("KNOWN_GAP",)
+OPTIONAL = ("KNOWN_GAP", "ALSO_BREAKS")
 
 
 @dataclass(frozen=True)
@@ -61,6 +68,7 @@ class ForkDeclaration:
     outcomes: tuple[str, ...]      # clause outcomes that count as caught
     summary: str                   # first line of the module docstring
     known_gap: str | None = None   # why the suite does not catch it yet (expected failure)
+    also_breaks: tuple[tuple[str, str], ...] = ()   # (clause, reason): truly broken too
 
 
 def _literals(path: Path) -> tuple[dict[str, object], str]:
@@ -87,7 +95,8 @@ def declarations() -> list[ForkDeclaration]:
             name=path.stem, module=f"{__name__}.{path.stem}", breaks=str(values["BREAKS"]),
             modules=tuple(values["MODULES"]), outcomes=tuple(values["OUTCOMES"]),
             summary=doc.splitlines()[0] if doc else "",
-            known_gap=values.get("KNOWN_GAP")))  # type: ignore[arg-type]
+            known_gap=values.get("KNOWN_GAP"),  # type: ignore[arg-type]
+            also_breaks=tuple(sorted(dict(values.get("ALSO_BREAKS") or {}).items()))))
     return forks
 
 
@@ -128,13 +137,13 @@ def patch_source(owner: Any, name: str, *replacements: tuple[str, str]) -> None:
     setattr(owner, name, new)
 
 
-def worker_command(module: str) -> list[str]:
-    """The reference worker with ``module``'s patch applied; its hello names the fork."""
-    code = (f"import runpy, reference_runtime, {module} as fork; "
-            f"reference_runtime.NAME = fork.NAME; "
-            f"runpy.run_module('reference_runtime.worker', run_name='__main__', "
-            f"alter_sys=True)")
-    return ["env", "OPENBLAS_NUM_THREADS=1", sys.executable, "-c", code]
+def as_package(module: str) -> list[str]:
+    """Give the fork ``module`` the submodules of a runtime package (API-1): ``worker`` and
+    ``workload``, the reference's run with the fork's patch applied. Returns its
+    ``WORKER_COMMAND`` (``python -m <module>.worker``, single-threaded BLAS as the
+    reference's)."""
+    sys.modules[module].__path__ = [str(PACKAGE_PARTS)]  # type: ignore[attr-defined]
+    return ["env", "OPENBLAS_NUM_THREADS=1", sys.executable, "-m", f"{module}.worker"]
 
 
 def log_as(module: str, *, prefix: str = "reference_runtime") -> None:

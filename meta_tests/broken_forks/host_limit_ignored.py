@@ -12,7 +12,7 @@ from reference_runtime import gpu_vmem_allocator as _vmem
 from meta_tests import broken_forks as _forks
 
 NAME = "broken-host-limit-ignored"
-WORKER_COMMAND = _forks.worker_command(__name__)
+WORKER_COMMAND = _forks.as_package(__name__)
 BREAKS = "VMEM-2"
 MODULES = ("conformance/test_vmem.py",)
 OUTCOMES = ("FAIL",)

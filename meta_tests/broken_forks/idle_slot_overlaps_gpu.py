@@ -12,7 +12,7 @@ from reference_runtime import gpu_op_manager as _opm
 from meta_tests import broken_forks as _forks
 
 NAME = "broken-idle-slot-overlaps-gpu"
-WORKER_COMMAND = _forks.worker_command(__name__)
+WORKER_COMMAND = _forks.as_package(__name__)
 BREAKS = "OPM-8"
 MODULES = ("conformance/test_gpu_op_manager.py",)
 OUTCOMES = ("FAIL",)

@@ -12,9 +12,10 @@ from reference_runtime import bfc_allocator as _bfc
 from meta_tests import broken_forks as _forks
 
 NAME = "broken-no-coalescing-with-previous"
-WORKER_COMMAND = _forks.worker_command(__name__)
+WORKER_COMMAND = _forks.as_package(__name__)
 BREAKS = "BFC-5"
-MODULES = ("conformance/test_bfc.py",)
+MODULES = ("conformance/test_bfc.py",
+           "conformance/test_memory_stateful.py::test_bfc_state_machine")
 OUTCOMES = ("FAIL",)
 
 _forks.log_as(__name__)

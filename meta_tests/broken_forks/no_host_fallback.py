@@ -13,9 +13,10 @@ from reference_runtime import gpu_vmem_allocator as _vmem
 from meta_tests import broken_forks as _forks
 
 NAME = "broken-no-host-fallback"
-WORKER_COMMAND = _forks.worker_command(__name__)
+WORKER_COMMAND = _forks.as_package(__name__)
 BREAKS = "VMEM-4"
-MODULES = ("conformance/test_vmem.py",)
+MODULES = ("conformance/test_vmem.py",
+           "conformance/test_memory_stateful.py::test_vmem_state_machine")
 OUTCOMES = ("FAIL",)
 
 _forks.log_as(__name__)

@@ -12,7 +12,7 @@ from reference_runtime import direct_session as _ds
 from meta_tests import broken_forks as _forks
 
 NAME = "broken-post-after-failed-step"
-WORKER_COMMAND = _forks.worker_command(__name__)
+WORKER_COMMAND = _forks.as_package(__name__)
 BREAKS = "SESS-5"
 MODULES = ("conformance/test_session.py",)
 OUTCOMES = ("FAIL",)

@@ -13,7 +13,7 @@ from reference_runtime import gpu_resource_management as _rm
 from meta_tests import broken_forks as _forks
 
 NAME = "broken-shrink-not-retried"
-WORKER_COMMAND = _forks.worker_command(__name__)
+WORKER_COMMAND = _forks.as_package(__name__)
 BREAKS = "RM-9"
 MODULES = ("conformance/test_resource_management.py",)
 OUTCOMES = ("FAIL",)

@@ -13,7 +13,7 @@ from reference_runtime import bfc_allocator as _bfc
 from meta_tests import broken_forks as _forks
 
 NAME = "broken-shrink-releases-live-region"
-WORKER_COMMAND = _forks.worker_command(__name__)
+WORKER_COMMAND = _forks.as_package(__name__)
 BREAKS = "ADJ-3"
 MODULES = ("conformance/test_adjustable.py",)
 OUTCOMES = ("FAIL",)

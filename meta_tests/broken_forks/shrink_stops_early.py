@@ -13,9 +13,10 @@ from reference_runtime import gpu_adjustable_allocator as _adj
 from meta_tests import broken_forks as _forks
 
 NAME = "broken-shrink-stops-early"
-WORKER_COMMAND = _forks.worker_command(__name__)
+WORKER_COMMAND = _forks.as_package(__name__)
 BREAKS = "ADJ-3"
-MODULES = ("conformance/test_adjustable.py",)
+MODULES = ("conformance/test_adjustable.py",
+           "conformance/test_memory_stateful.py::test_adjustable_state_machine")
 OUTCOMES = ("FAIL",)
 
 _forks.log_as(__name__)

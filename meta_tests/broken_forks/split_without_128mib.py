@@ -13,7 +13,7 @@ from reference_runtime import bfc_allocator as _bfc
 from meta_tests import broken_forks as _forks
 
 NAME = "broken-split-without-128mib"
-WORKER_COMMAND = _forks.worker_command(__name__)
+WORKER_COMMAND = _forks.as_package(__name__)
 BREAKS = "BFC-4"
 MODULES = ("conformance/test_bfc.py",)
 OUTCOMES = ("FAIL",)

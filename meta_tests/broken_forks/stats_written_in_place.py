@@ -16,7 +16,7 @@ from reference_runtime import gpu_statistics as _stat
 from meta_tests import broken_forks as _forks
 
 NAME = "broken-stats-written-in-place"
-WORKER_COMMAND = _forks.worker_command(__name__)
+WORKER_COMMAND = _forks.as_package(__name__)
 BREAKS = "STAT-8"
 MODULES = ("conformance/test_statistics.py",)
 OUTCOMES = ("ERROR",)

@@ -13,7 +13,7 @@ from reference_runtime import file_listener as _fl
 from meta_tests import broken_forks as _forks
 
 NAME = "broken-touch-fires"
-WORKER_COMMAND = _forks.worker_command(__name__)
+WORKER_COMMAND = _forks.as_package(__name__)
 BREAKS = "FL-3"
 MODULES = ("conformance/test_file_listener.py",)
 OUTCOMES = ("FAIL",)

@@ -1,0 +1,154 @@
+"""What a run relies on is checked before it starts (SPEC.md API-1, section 7): one short
+usage error (exit status 4), no report written and ``latest`` untouched; and a run that
+requires a GPU cannot certify without one."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from conformance import spec
+from meta_tests.test_reports import PASSED, _build, _data, _record
+from reports import model
+
+ROOT = spec.ROOT
+SPEC_VERSION = spec.spec_version()
+USAGE_ERROR = int(pytest.ExitCode.USAGE_ERROR)
+
+
+def certify(tmp_path: Path, *args: str, modules: tuple[str, ...] = ("conformance/test_api.py",)
+            ) -> subprocess.CompletedProcess[str]:
+    """A conformance run in a subprocess with ``tmp_path`` on PYTHONPATH and as report dir."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PYTEST_XDIST", "PYTEST_CURRENT", "ANTMAN_RUNTIME"))}
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), str(ROOT)])
+    return subprocess.run([sys.executable, "-m", "pytest", *modules, "-p", "no:cacheprovider",
+                           "-q", "--report-dir", str(tmp_path / "out"), *args],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+
+
+def runtime_source(caps: str = '"bfc"', *, names: bool = True, extra: str = "") -> str:
+    return textwrap.dedent(f"""
+        from conformance.spec import CAPABILITY_NAMES
+        NAME, VERSION, SPEC_VERSION = "fake", "1", {SPEC_VERSION!r}
+        CAPABILITIES = frozenset({{{caps}}})
+        if {names}:
+            globals().update({{n: object() for c in CAPABILITIES
+                              for n in CAPABILITY_NAMES.get(c, ())}})
+        {extra}
+    """)
+
+
+@pytest.fixture
+def earlier_run(tmp_path: Path) -> Path:
+    """A report folder and ``latest`` from an earlier run, which a refused run must keep."""
+    old = tmp_path / "out" / "20260101T000000Z-earlier-1"
+    old.mkdir(parents=True)
+    (old / "certification.json").write_text("{}")
+    (tmp_path / "out" / "latest").symlink_to(old.name)
+    return old
+
+
+def assert_refused(done: subprocess.CompletedProcess[str], tmp_path: Path, *needles: str
+                   ) -> None:
+    out = done.stdout + done.stderr
+    assert done.returncode == USAGE_ERROR, f"exit {done.returncode}, expected 4:\n{out[-3000:]}"
+    errors = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(errors) == 1, f"a usage error is one line, got {len(errors)}:\n{out[-3000:]}"
+    assert len(done.stdout.splitlines()) <= 20, f"the run printed:\n{out[-3000:]}"
+    for needle in needles:
+        assert needle in done.stderr, f"{needle!r} not in the error:\n{done.stderr}"
+    folders = sorted(p.name for p in (tmp_path / "out").iterdir())
+    assert folders == ["20260101T000000Z-earlier-1", "latest"], folders
+    assert os.readlink(tmp_path / "out" / "latest") == "20260101T000000Z-earlier-1"
+
+
+@pytest.mark.parametrize("module, source, needles", [
+    ("does_not_exist", None, ["cannot import runtime module 'does_not_exist'",
+                              "ModuleNotFoundError"]),
+    ("fake_syntax", "NAME = (", ["cannot import runtime module 'fake_syntax': importing it "
+                                 "raised SyntaxError"]),
+    ("fake_import_error", "import no_such_dependency_here",
+     ["importing it raised ModuleNotFoundError: No module named 'no_such_dependency_here'"]),
+    ("fake_no_caps", 'NAME, VERSION, SPEC_VERSION = "f", "1", "x"', ["lacks CAPABILITIES"]),
+    ("fake_unknown_cap", runtime_source('"bfc", "teleport"'), ["unknown capabilities",
+                                                               "teleport"]),
+    ("fake_missing_names", runtime_source('"bfc"', names=False),
+     ["declares capability 'bfc' but lacks", "BFCAllocator"]),
+    ("fake_module_workload", runtime_source('"workload"'),
+     ["no submodule fake_module_workload.workload", "python -m fake_module_workload.workload"]),
+    ("fake_bad_worker", runtime_source('"worker"', extra='WORKER_COMMAND = ["/nonexistent/w"]'),
+     ["WORKER_COMMAND: executable '/nonexistent/w' not found"]),
+])
+def test_a_runtime_that_cannot_be_certified_is_refused_before_any_test(
+        tmp_path: Path, earlier_run: Path, module: str, source: str | None,
+        needles: list[str]) -> None:
+    if source is not None:
+        (tmp_path / f"{module}.py").write_text(source)
+    assert_refused(certify(tmp_path, "--runtime", module), tmp_path, *needles)
+
+
+@pytest.mark.parametrize("args, needles", [
+    (["--worker-cmd", "/nonexistent/worker --flag"],
+     ["--worker-cmd: executable '/nonexistent/worker' not found"]),
+    (["--worker-cmd", "no-such-program-on-path"], ["'no-such-program-on-path' not found on PATH"]),
+    (["--expectations", "missing.toml"], ["cannot read expectations file"]),
+    (["-p", "no:timeout"], ["pytest-timeout", "-p no:timeout"]),
+    (["--timeout", "0"], ["per-test time limit"]),
+])
+def test_a_setup_that_cannot_keep_its_guarantees_is_refused(
+        tmp_path: Path, earlier_run: Path, args: list[str], needles: list[str]) -> None:
+    assert_refused(certify(tmp_path, *args), tmp_path, *needles)
+
+
+def test_a_valid_setup_still_runs_and_reports(tmp_path: Path) -> None:
+    (tmp_path / "fake_ok").mkdir()
+    (tmp_path / "fake_ok" / "__init__.py").write_text(runtime_source('"worker"', extra=(
+        f'WORKER_COMMAND = [{sys.executable!r}, "-m", "fake_ok.worker"]')))
+    done = certify(tmp_path, "--runtime", "fake_ok")
+    assert done.returncode in (0, 1), done.stdout[-3000:] + done.stderr[-3000:]
+    assert (tmp_path / "out" / "latest" / "certification.json").is_file()
+
+
+# --- the GPU gate ------------------------------------------------------------------------
+
+def test_require_gpu_makes_the_gpu_clauses_required_whatever_the_target(tmp_path: Path) -> None:
+    ok = [_record("t::a", ["API-1"], PASSED), _record("t::b", ["API-2"], PASSED)]
+    doc = _build(_data(tmp_path, ok))
+    assert doc["verdict"]["status"] == model.CERTIFIED       # the GPU clause API-7 not required
+    doc = _build(_data(tmp_path, ok, require_gpu=True))
+    v = doc["verdict"]
+    assert v["status"] == model.NOT_CERTIFIED
+    assert [r["code"] for r in v["reasons"]][:2] == ["gpu-required", "gpu-required"]
+    assert "no usable NVIDIA GPU" in v["reasons"][0]["message"]
+    assert "does not declare the cuda capability" in v["reasons"][1]["message"]
+    assert "API-7" in doc["mustpass"]["required"]
+    # On a GPU runner, with a runtime that declares cuda, the gate itself says nothing.
+    gpu = [*ok, _record("t::g", ["API-7"], PASSED)]
+    doc = _build(_data(tmp_path, gpu, gpu="NVIDIA H200", caps=("bfc", "cuda"), require_gpu=True))
+    assert doc["verdict"]["status"] == model.CERTIFIED, doc["verdict"]
+
+
+def test_require_gpu_without_a_gpu_is_not_certified_with_one_line_saying_why(
+        tmp_path: Path) -> None:
+    gpu_reason = None
+    try:
+        import pynvml  # noqa: F401
+        gpu_reason = "pynvml is installed"
+    except ImportError:
+        pass
+    if gpu_reason and os.environ.get("CUDA_VISIBLE_DEVICES", "") != "":
+        pytest.skip("this machine may have a GPU")
+    done = certify(tmp_path, "--require-gpu", "--require-certified",
+                   modules=("conformance/test_gpu.py", "conformance/test_api.py"))
+    assert done.returncode == 1, done.stdout[-3000:]
+    lines = done.stdout.splitlines()
+    verdict = next(i for i, line in enumerate(lines) if line.startswith("verdict: "))
+    assert lines[verdict].startswith("verdict: NOT CERTIFIED"), lines[verdict]
+    assert lines[verdict + 1].startswith("  - --require-gpu: no usable NVIDIA GPU on this runner"), \
+        lines[verdict:verdict + 3]
