@@ -219,6 +219,35 @@ def nvml_gpus() -> tuple[dict[str, Any] | None, str]:
             "devices": devices}, ""
 
 
+def gpu_clocks() -> list[dict[str, Any]] | None:
+    """Each NVIDIA GPU's clocks now (MHz: ``sm``, ``memory``, ``sm_max``), through NVML; None
+    without NVML or a GPU. Read when a run starts and when it ends, so that a report shows
+    whether the clocks the figures were taken at moved."""
+    try:
+        import pynvml  # optional: nvidia-ml-py
+        pynvml.nvmlInit()
+    except Exception:
+        return None
+    try:
+        out = []
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            h = pynvml.nvmlDeviceGetHandleByIndex(i)
+            out.append({"index": i,
+                        "sm_mhz": int(pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM)),
+                        "memory_mhz": int(pynvml.nvmlDeviceGetClockInfo(
+                            h, pynvml.NVML_CLOCK_MEM)),
+                        "sm_max_mhz": int(pynvml.nvmlDeviceGetMaxClockInfo(
+                            h, pynvml.NVML_CLOCK_SM))})
+        return out or None
+    except Exception:
+        return None
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:
+            pass
+
+
 #: Functions ``f(target) -> dict`` whose results make ``execution_target.extras``: figures
 #: read from the target when the run starts (GPU clocks, say). Each takes the target as
 #: built so far; one that raises is recorded as ``{"<name>_error": "..."}``.

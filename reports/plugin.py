@@ -332,6 +332,7 @@ class CertificationRecorder:
         self.config = config
         self.expectations = expectations
         self.started = time.time()
+        self.gpu_clocks_start = environment.gpu_clocks()
         self.tests: dict[str, model.TestRecord] = {}
         self.collected: set[str] = set()
         self.collection_errors: list[str] = []
@@ -477,6 +478,11 @@ class CertificationRecorder:
         hellos = list(self.worker_hellos.values())
         hello = hellos[0] if hellos else None
         black_box = environment.is_black_box(self.runtime)
+        target = (environment.worker_target(hello) if black_box
+                  else environment.execution_target())
+        if self.gpu_clocks_start is not None:
+            target["extras"]["gpu_clocks"] = {"start": self.gpu_clocks_start,
+                                              "end": environment.gpu_clocks()}
         return model.RunData(
             clauses=spec.load_clauses(), spec_version=version, tests=self.tests,
             runtime=environment.runtime_info(
@@ -484,8 +490,7 @@ class CertificationRecorder:
                 config.getoption("--worker-cmd", default=None), hello),
             suite=environment.suite_info(), python=environment.python_info(),
             platform=environment.platform_info(),
-            target=(environment.worker_target(hello) if black_box
-                    else environment.execution_target()),
+            target=target,
             worker_hellos=hellos,
             invocation=invocation, mustpass=must, mustpass_error=must_error,
             mustpass_official=must is not None and mp_file.resolve() == official.resolve(),

@@ -21,7 +21,8 @@ def target_text(target: dict[str, Any], short: bool = False) -> str:
     kind, note = target["kind"], target.get("note")
     if kind == "gpu" and target["devices"]:
         return (f"{len(target['devices'])} × {target['model']}, driver "
-                f"{target['driver_version']}, CUDA {target['cuda_version']}")
+                f"{target['driver_version']}, CUDA {target['cuda_version']}"
+                + ("" if short else clocks_text(target)))
     text = {"gpu": f"GPU {target['model']}", "cpu": "host CPU",
             "unknown": "unknown target"}.get(kind, "simulated device")
     devices = target.get("worker_devices")
@@ -30,6 +31,17 @@ def target_text(target: dict[str, Any], short: bool = False) -> str:
     elif kind in ("gpu", "simulated") and devices:
         text = f"{len(devices)} × {text}"
     return text + (f" ({note})" if note and not short else "")
+
+
+def clocks_text(target: dict[str, Any]) -> str:
+    """``; GPU 0 clocks at start/end: SM 1980/1980 MHz (max 1980), memory 2619/2619 MHz``."""
+    clocks = (target.get("extras") or {}).get("gpu_clocks")
+    if not isinstance(clocks, dict) or not clocks.get("start"):
+        return ""
+    start, end = clocks["start"][0], (clocks.get("end") or [{}])[0]
+    return (f"; GPU {start.get('index')} clocks at start/end: SM {start.get('sm_mhz')}/"
+            f"{end.get('sm_mhz')} MHz (max {start.get('sm_max_mhz')}), memory "
+            f"{start.get('memory_mhz')}/{end.get('memory_mhz')} MHz")
 
 
 COMMIT_SOURCE = {"git": "the git checkout", "env": "ANTMAN_SUITE_COMMIT",
