@@ -720,6 +720,7 @@ def test_retry_with_zero_timeout_makes_three_attempts(rt):
 
 
 @pytest.mark.clause("BFC-12")
+@pytest.mark.capability("virtual_clock")   # observes the retry's waits
 def test_retry_waits_exactly_the_timeout(rt):
     clock = VirtualClock(auto_advance=True)
     bfc, sim, n = _refusing(rt, clock, T_10S)
@@ -740,6 +741,7 @@ def _run(target, name: str) -> tuple[threading.Thread, list]:
 
 
 @pytest.mark.clause("BFC-12", "BFC-17")
+@pytest.mark.capability("virtual_clock")   # observes the retry's waits
 def test_free_wakes_the_waiter_without_the_lock_held(rt):
     clock = VirtualClock()
     bfc, sim = make(rt, MiB, growth=False, clock=clock, timeout_us=T_10S)
@@ -763,6 +765,7 @@ def test_free_wakes_the_waiter_without_the_lock_held(rt):
 
 
 @pytest.mark.clause("BFC-12")
+@pytest.mark.capability("virtual_clock")   # observes the retry's waits
 def test_retry_deadline_on_virtual_clock(rt):
     clock = VirtualClock()
     bfc, sim = make(rt, MiB, growth=False, clock=clock, timeout_us=T_10S)
@@ -977,6 +980,7 @@ def test_injected_faults_leave_a_valid_allocator(rt, fault):
 
 
 @pytest.mark.clause("BFC-12")
+@pytest.mark.capability("virtual_clock")   # observes the retry's waits
 def test_free_between_failed_attempt_and_wait_is_not_missed(rt):
     inner = VirtualClock()
     state: dict = {}

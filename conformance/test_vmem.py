@@ -216,6 +216,7 @@ def test_two_argument_fallback_has_no_planned_check(rt, tf_env):
 
 
 @pytest.mark.clause("VMEM-4", "VMEM-10")
+@pytest.mark.capability("virtual_clock")   # observes the retry's waits
 def test_two_argument_fallback_retries_on_the_host(rt, tf_env):
     tf_env.set("TF_CUDA_HOST_MEM_LIMIT_IN_MB", "1")
     s = Stack(rt, timeout_us=T_10S)
@@ -259,6 +260,7 @@ def test_three_argument_fallback_planned_check(rt, tf_env):
 
 
 @pytest.mark.clause("VMEM-5", "VMEM-10")
+@pytest.mark.capability("virtual_clock")   # observes the retry's waits
 def test_three_argument_fallback_forwards_attributes(rt, tf_env):
     tf_env.set("TF_CUDA_HOST_MEM_LIMIT_IN_MB", "1")
     s = Stack(rt, physical=GiB, timeout_us=T_10S)
@@ -377,6 +379,7 @@ def test_stats_merge_only_the_peak(rt, tf_env):
 # --- VMEM-9 ------------------------------------------------------------------------------
 
 @pytest.mark.clause("VMEM-9", "BFC-12")
+@pytest.mark.capability("virtual_clock")   # observes the retry's waits
 def test_no_stall_while_the_host_waits(rt, tf_env):
     tf_env.set("TF_CUDA_HOST_MEM_LIMIT_IN_MB", "1")
     clock = VirtualClock()
