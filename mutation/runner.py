@@ -158,24 +158,35 @@ class Interrupted(Exception):
 def _wait(proc: subprocess.Popen, limit_s: float):
     """Wait for ``proc`` at most ``limit_s``; kill its process group after that.
 
-    Returns ``(exit code or None when killed, resource usage of the process)``."""
+    Returns ``(exit code or None when killed, resource usage of the process)``. When the
+    wait is interrupted (``STOP``, a signal) the process group is killed too."""
     deadline = time.monotonic() + limit_s
-    while True:
-        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-        if pid:
-            proc.returncode = os.waitstatus_to_exitcode(status)
-            return proc.returncode, usage
-        if time.monotonic() > deadline or STOP.is_set():
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            _, status, usage = os.wait4(proc.pid, 0)
-            proc.returncode = os.waitstatus_to_exitcode(status)
+    try:
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                proc.returncode = os.waitstatus_to_exitcode(status)
+                return proc.returncode, usage
             if STOP.is_set():
                 raise Interrupted("the campaign was stopped")
-            return None, usage
-        time.sleep(_POLL_S)
+            if time.monotonic() > deadline:
+                _, usage = _kill(proc)
+                return None, usage
+            time.sleep(_POLL_S)
+    except BaseException:
+        if proc.returncode is None:
+            _kill(proc)
+        raise
+
+
+def _kill(proc: subprocess.Popen):
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return proc.returncode, usage
 
 
 def first_failure(junit: Path) -> tuple[str, str, str | None] | None:
