@@ -2,6 +2,7 @@
 
     python -m mutation run [--seed S ...] [--sample N] [--jobs J] [--publish] ...
     python -m mutation list --seed S --sample N     # the sample, without running it
+    python -m mutation list --at MODULE[:LINE]      # every mutant of a module or a line
     python -m mutation show KEY                     # one mutant's diff
     python -m mutation check                        # the reviewed list against the mutants
     python -m mutation rescore REPORT_DIR           # apply the reviewed list again (no run)
@@ -51,7 +52,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     for p in problems:
         print(f"reviewed list: {p}", file=sys.stderr)
     options = Options(mutant_timeout_s=args.mutant_timeout_s, test_timeout_s=args.test_timeout_s)
-    seeds = args.seed or list(DEFAULT_SEEDS)
+    seeds = args.seed or (["keys"] if args.key else list(DEFAULT_SEEDS))
     status = 0
     with tempfile.TemporaryDirectory(prefix="antman-mutation-") as tmp:
         work = Path(tmp)
@@ -116,7 +117,13 @@ def cmd_rescore(args: argparse.Namespace) -> int:
 def cmd_list(args: argparse.Namespace) -> int:
     pop = population()
     entries = eq.load()
-    for m in draw(pop.mutants, args.seed, args.sample):
+    if args.at:
+        module, _, line = args.at.partition(":")
+        chosen = [m for m in pop.mutants if m.module == module
+                  and (not line or m.line == int(line))]
+    else:
+        chosen = draw(pop.mutants, args.seed, args.sample)
+    for m in chosen:
         listed = entries.get(m.key)
         mark = f"  [{listed.kind}]" if listed else ""
         print(f"{m.key}  {m.module}:{m.line}  {m.operator}  {m.describe()}{mark}")
@@ -195,6 +202,8 @@ def main(argv: list[str] | None = None) -> int:
     lst = sub.add_parser("list", help="print a sample without running it")
     lst.add_argument("--seed", default=DEFAULT_SEEDS[0])
     lst.add_argument("--sample", type=int, default=DEFAULT_SAMPLE)
+    lst.add_argument("--at", metavar="MODULE[:LINE]",
+                     help="every mutant of a runtime module (or of one of its lines) instead")
     lst.set_defaults(func=cmd_list)
     show = sub.add_parser("show", help="print the diff of mutants")
     show.add_argument("key", nargs="+")
