@@ -158,6 +158,40 @@ def test_mini_batch_duration_and_stale_graphs(harness) -> None:
     assert h.doc()["miniBatchDuration"] == 15_500
 
 
+@pytest.mark.clause("STAT-4")
+@pytest.mark.parametrize("age,reaveraged", [(99, True), (100, False), (101, False)])
+def test_windows_100_s_old_are_not_reaveraged(harness, age, reaveraged) -> None:
+    """Graph 1's window [1000, 1050] (mean 1025, stored 1000) is re-averaged at a check
+    only while its newest entry is less than 100 s old."""
+    h = harness
+    assert h.run(1000, graph=1)                  # t=0: first check, graph_1 stored 1000
+    assert h.later(10).run(3000, graph=2)        # t=10: graph_2 is new: stored 3000
+    assert not h.later(1).run(1050, graph=1)     # t=11: recorded, no check
+    dumped = h.later(age).run(3000, graph=2)     # t=11+age: a check; graph_2 unchanged
+    assert dumped is reaveraged, (
+        f"a check when graph_1's newest entry is {age} s old "
+        f"{'dumped' if dumped else 'did not dump'}: its window must be re-averaged (mean "
+        f"1025 against 1000) exactly when that entry is less than 100 s old [STAT-4]")
+    if dumped:
+        assert h.doc()["Durations"] == {"graph_1": 1025, "graph_2": 3000}, \
+            f"Durations {h.doc()['Durations']} [STAT-4]"
+
+
+@pytest.mark.clause("STAT-7")
+@pytest.mark.parametrize("age,expected", [(99, 5000), (100, 1000), (101, 1000)])
+def test_mini_batch_duration_ignores_graphs_100_s_old(harness, age, expected) -> None:
+    h = harness
+    assert h.run(5000, graph=1)                  # t=0: graph_1 stored 5000, recorded at 0
+    assert h.later(10).run(1000, graph=2)        # t=10: graph_2 stored 1000
+    p = alloc(h.ctx, MiB)                        # a figure changes: the next check dumps
+    assert h.later(age - 10).run(1000, graph=2), f"no dump at t={age} [STAT-3]"
+    got = h.doc()["miniBatchDuration"]
+    assert got == expected, (f"miniBatchDuration {got} with graph_1 (5000 µs) stored {age} s "
+                             f"ago, expected {expected}: only graphs less than 100 s old "
+                             f"count [STAT-7]")
+    gpus(h.ctx)[0].get_allocator().deallocate_raw(p)
+
+
 def figures_of(doc: dict, bus: str) -> dict:
     return doc["gpuUsageInfo"][bus]
 
@@ -297,3 +331,28 @@ def test_write_failure_is_logged_once(rt, runtimes, tmp_path, caplog) -> None:
         clock.advance(10 * S)
     errors = runtime_records(caplog, rt, logging.ERROR, containing=str(path))
     assert len(errors) == 1, f"{len(errors)} error lines for one unwritable path [STAT-8]"
+
+
+@pytest.mark.clause("STAT-8")
+def test_write_failure_after_a_success_is_logged_again(rt, runtimes, tmp_path, caplog) -> None:
+    ctx = runtimes()
+    folder = tmp_path / "status-dir"
+    path = folder / "status.json"
+    stats = rt.GPUStatistics(str(path), clock=(clock := VirtualClock()))
+    caplog.set_level(logging.ERROR)
+
+    def boundary(d: int) -> None:
+        stats.run_action(rt.SessionRunActionOptions(device_mgr=ctx.device_mgr, graph_id=1,
+                                                    sess_duration_us=d))
+        clock.advance(10 * S)
+
+    boundary(1000)                               # the folder is missing: an error
+    folder.mkdir()
+    boundary(2000)                               # written
+    assert path.exists(), "the status file was not written once its folder existed [STAT-8]"
+    path.unlink()
+    folder.rmdir()
+    boundary(4000)                               # the same reason again, after a success
+    errors = runtime_records(caplog, rt, logging.ERROR, containing=str(path))
+    assert len(errors) == 2, (f"a write failure, a success, then the same failure logged "
+                              f"{len(errors)} error lines, expected 2 [STAT-8]")
