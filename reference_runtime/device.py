@@ -235,11 +235,11 @@ def select_backend(name: str | None = None, *, num_gpus: int = 1,
     source = "argument"
     if name is None:
         name, source = os.environ.get(DEVICE_ENV_VAR), f"${DEVICE_ENV_VAR}"
-        if name is None or name.strip() == "":
+        if name is None:
             name, source = "auto", "default"
     if not isinstance(name, str):
         raise ValueError(f"backend name must be a str, got {name!r}")
-    key = name.strip().lower()
+    key = name.strip().lower() or "auto"          # empty, from wherever, means "auto"
     if key not in ("sim", "cuda", "auto"):
         raise ValueError(f"unknown device backend {name!r} (from {source}); "
                          f"expected one of 'sim', 'cuda', 'auto'")
