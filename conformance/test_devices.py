@@ -133,6 +133,27 @@ def test_get_pci_bus_id(rt, desc, expected) -> None:
 
 
 @pytest.mark.clause("DEVICE-5")
+@pytest.mark.parametrize("desc,expected", [
+    ("pci bus id:\t0000:3b:00.0", "3b:00.0"),
+    ("pci bus id:\u00a00000:3c:00.0\u2003, compute capability: 8.0", "3c:00.0"),
+    ("pci bus id: 0000:3b:00.0, pci bus id: 0000:3c:00.0", "3b:00.0"),
+    ("name: pci bus id: 0000:3d:00.0", "3d:00.0"),
+    ("pci bus id: 12345678:3b:00.0", "3b:00.0"),
+    ("pci bus id: 123456789:3b:00.0", ""),
+    ("pci bus id: 0000:3b3:00.0", ""),
+    ("pci bus id: 0000:3b:000.0", ""),
+    ("pci bus id: 0000:3b:00.00", ""),
+    ("pci bus id: 0000:3b:00.7", "3b:00.7"),
+    ("pci bus id: 0000:3g:00.0", ""),
+    ("pci  bus id: 0000:3b:00.0", ""),
+    ("pci bus id 0000:3b:00.0", ""),
+])
+def test_get_pci_bus_id_edges(rt, desc, expected) -> None:
+    got = rt.get_pci_bus_id(desc)
+    assert got == expected, f"get_pci_bus_id({desc!r}) = {got!r}, expected {expected!r} [DEVICE-5]"
+
+
+@pytest.mark.clause("DEVICE-5")
 @pytest.mark.parametrize("bad", [None, 5, b"pci bus id: 0000:3b:00.0"])
 def test_get_pci_bus_id_non_str(rt, bad) -> None:
     assert rt.get_pci_bus_id(bad) == "", f"get_pci_bus_id({bad!r}) [DEVICE-5]"
@@ -170,6 +191,43 @@ def test_select_bad_names(rt, control_env) -> None:
         rt.select_backend()
     control_env.setenv("ANTMAN_DEVICE", "sim")
     assert rt.select_backend().name == "sim", "ANTMAN_DEVICE=sim was not used [DEVICE-7]"
+
+
+@pytest.mark.clause("DEVICE-7")
+@pytest.mark.parametrize("name", ["\u00a0sim\u2003", "sim\n", "\tSIM"])
+def test_select_strips_every_white_space(rt, name) -> None:
+    assert rt.select_backend(name).name == "sim", f"select_backend({name!r}) [DEVICE-7]"
+
+
+@pytest.mark.clause("DEVICE-7")
+@pytest.mark.parametrize("name", ["\u017fim", "si m", "sim0", "simulated"])
+def test_select_takes_no_other_spelling(rt, name) -> None:
+    with pytest.raises(ValueError) as info:
+        rt.select_backend(name)
+    assert repr(name) in str(info.value) or name in str(info.value), \
+        f"select_backend({name!r}) error does not name the value: {info.value} [DEVICE-7]"
+
+
+@pytest.mark.clause("DEVICE-7")
+@pytest.mark.parametrize("where", ["argument", "variable"])
+@pytest.mark.parametrize("empty", ["", "   ", "\u00a0"])
+def test_empty_means_auto(rt, control_env, where, empty) -> None:
+    auto = rt.select_backend("auto").name
+    if where == "argument":
+        got = rt.select_backend(empty).name
+    else:
+        control_env.setenv("ANTMAN_DEVICE", empty)
+        got = rt.select_backend().name
+    assert got == auto, (f"select_backend with {empty!r} as the {where} chose {got!r}, "
+                         f"expected what 'auto' chooses ({auto!r}) [DEVICE-7]")
+
+
+@pytest.mark.clause("DEVICE-7")
+def test_sim_backend_defaults(rt) -> None:
+    backend = rt.SimBackend()
+    got = (backend.name, backend.gpu_count(), backend.gpu_info(0).total_memory)
+    assert got == ("sim", 1, 1 << 30), \
+        f"SimBackend() has (name, GPUs, memory) {got}, expected ('sim', 1, 1 GiB) [DEVICE-7]"
 
 
 @pytest.mark.clause("DEVICE-7")
