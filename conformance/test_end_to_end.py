@@ -135,6 +135,144 @@ def test_workload_command_line(rt) -> None:
     assert all(isinstance(s["loss"], float) and "duration_us" in s for s in steps)
 
 
+def training_graph(wl) -> tuple[str, str, list[tuple[str, str]]]:
+    """(x placeholder, y placeholder, [(weight, bias) per layer]) found by walking the graph:
+    x -> MatMul(h, w) -> BiasAdd(., b) [-> Relu] ... -> SoftmaxCrossEntropyWithLogits(., y)."""
+    nodes = {n.name: n for n in wl.graph.nodes}
+
+    def consumers(name: str, op: str) -> list:
+        return [n for n in nodes.values() if n.op == op and n.inputs and
+                n.inputs[0].split(":")[0] == name and not n.attrs.get("transpose_a")
+                and not n.attrs.get("transpose_b")]
+
+    xent = next(n for n in nodes.values() if n.op == "SoftmaxCrossEntropyWithLogits")
+    layers: list[tuple[str, str]] = []
+    x = next(n.name for n in nodes.values() if n.op == "Placeholder"
+             and any(consumers(n.name, "MatMul")))
+    h = x
+    while True:
+        (mm,) = consumers(h, "MatMul")
+        (ba,) = consumers(mm.name, "BiasAdd")
+        layers.append((mm.inputs[1], ba.inputs[1]))
+        if xent.inputs[0].split(":")[0] == ba.name:
+            return x, xent.inputs[1].split(":")[0], layers
+        (relu,) = consumers(ba.name, "Relu")
+        h = relu.name
+
+
+def reference_sgd_step(x, y, params, lr):
+    """Mean softmax cross-entropy of an MLP (Relu between layers) and one SGD step, float64."""
+    hs, zs, h = [x], [], x
+    for i, (w, b) in enumerate(params):
+        z = h @ w + b
+        zs.append(z)
+        h = np.maximum(z, 0) if i < len(params) - 1 else z
+        hs.append(h)
+    m = h.max(axis=1, keepdims=True)
+    logp = h - m - np.log(np.exp(h - m).sum(axis=1, keepdims=True))
+    loss = float(-(y * logp).sum(axis=1).mean())
+    g = (np.exp(logp) - y) / x.shape[0]
+    new = [None] * len(params)
+    for i in reversed(range(len(params))):
+        w, b = params[i]
+        new[i] = (w - lr * (hs[i].T @ g), b - lr * g.sum(axis=0))
+        if i:
+            g = (g @ w.T) * (zs[i - 1] > 0)
+    return loss, new
+
+
+@pytest.mark.clause("E2E-1")
+@pytest.mark.parametrize("layers,hidden,lr,expected_lr", [
+    (1, 7, None, 0.1), (2, 7, None, 0.1), (3, 100, None, 0.1 * (64 / 100) ** 0.5),
+    (2, 64, None, 0.1), (2, 9, 0.3, 0.3)])
+def test_a_step_is_sgd_on_the_mean_loss(rt, layers, hidden, lr, expected_lr) -> None:
+    batch, input_dim, classes = 6, 5, 3
+    with sim_runtime(rt) as ctx:
+        wl = rt.MLPWorkload(ctx, batch=batch, input_dim=input_dim, hidden=hidden,
+                            layers=layers, classes=classes, learning_rate=lr, seed=3)
+        x_name, y_name, params = training_graph(wl)
+        assert len(params) == layers, f"{len(params)} layers in the graph, expected {layers} [E2E-1]"
+        names = [n for pair in params for n in pair]
+        rng = np.random.default_rng(11)
+        x = rng.standard_normal((batch, input_dim)).astype(np.float32)
+        y = np.eye(classes, dtype=np.float32)[rng.integers(0, classes, batch)]
+        for step in range(2):
+            values = wl.session.run(names)
+            before = [(values[2 * i].astype(np.float64), values[2 * i + 1].astype(np.float64))
+                      for i in range(layers)]
+            expected_loss, expected = reference_sgd_step(x.astype(np.float64), y, before,
+                                                         expected_lr)
+            (loss,) = wl.session.run(["loss"], {x_name: x, y_name: y}, ["train"])
+            assert float(loss) == pytest.approx(expected_loss, rel=1e-4), (
+                f"step {step}: loss {float(loss)}, expected the mean softmax cross-entropy "
+                f"before the update {expected_loss} [E2E-1]")
+            after = wl.session.run(names)
+            for i, (w, b) in enumerate(expected):
+                np.testing.assert_allclose(
+                    after[2 * i], w, rtol=1e-4, atol=1e-6,
+                    err_msg=f"step {step}: weights of layer {i} after one SGD step with "
+                            f"learning rate {expected_lr} [E2E-1]")
+                np.testing.assert_allclose(
+                    after[2 * i + 1], b, rtol=1e-4, atol=1e-6,
+                    err_msg=f"step {step}: biases of layer {i} after one SGD step [E2E-1]")
+
+
+@pytest.mark.clause("E2E-1")
+def test_step_returns_the_loss_before_the_update_and_evaluate_trains_nothing(rt) -> None:
+    with sim_runtime(rt) as ctx:
+        wl = rt.MLPWorkload(ctx, batch=4, input_dim=5, hidden=6, layers=2, classes=3,
+                            num_batches=1, learning_rate=0.5)
+        _, _, params = training_graph(wl)
+        names = [n for pair in params for n in pair]
+        values = wl.session.run(names)
+        first = wl.evaluate()
+        assert [v.tolist() for v in wl.session.run(names)] == [v.tolist() for v in values], \
+            "evaluate() changed a variable [E2E-1]"
+        assert wl.evaluate() == first, "evaluate() twice gave two values [E2E-1]"
+        loss = wl.step()
+        assert loss == pytest.approx(first, rel=1e-6), (
+            f"with one batch, step() returned {loss}, expected the loss before the update "
+            f"{first} (what evaluate() gave) [E2E-1]")
+        assert wl.evaluate() < first, "the step did not update the variables [E2E-1]"
+
+
+@pytest.mark.clause("E2E-1")
+@pytest.mark.parametrize("arg,value", [
+    ("batch", 0), ("batch", -1), ("batch", True), ("batch", 2.0), ("input_dim", 0),
+    ("hidden", 0), ("layers", 0), ("num_batches", 0), ("classes", 1), ("classes", 0),
+    ("cost_us", -1), ("cost_us", 1.5), ("learning_rate", 0), ("learning_rate", -0.1)])
+def test_bad_workload_arguments_are_value_errors(rt, arg, value) -> None:
+    with sim_runtime(rt) as ctx:
+        with pytest.raises(ValueError) as info:
+            rt.MLPWorkload(ctx, **{arg: value})
+        assert arg in str(info.value), \
+            f"MLPWorkload({arg}={value!r}) error {info.value} does not name {arg} [E2E-1]"
+
+
+@pytest.mark.clause("E2E-1")
+def test_smallest_workload_arguments_are_valid(rt) -> None:
+    with sim_runtime(rt) as ctx:
+        wl = rt.MLPWorkload(ctx, batch=1, input_dim=1, hidden=1, layers=1, classes=2,
+                            num_batches=1, cost_us=0)
+        assert np.isfinite(wl.step()), "the smallest workload did not train [E2E-1]"
+
+
+@pytest.mark.clause("E2E-1")
+@pytest.mark.parametrize("sizes", [dict(), dict(batch=64, input_dim=32, hidden=200, layers=3)])
+def test_step_bytes_bounds_a_steps_peak(rt, tf_env, sizes) -> None:
+    tf_env.set("TF_GPU_VMEM", "false")                   # one BFC: its peak is the device's
+    with sim_runtime(rt, gpu_memory_bytes=256 * MiB) as ctx:
+        wl = rt.MLPWorkload(ctx, **sizes)
+        bfc = ctx.device_mgr.lookup_device(GPU).get_allocator()
+        held = bfc.get_stats().bytes_in_use               # variables and constants
+        bfc.clear_stats()
+        wl.step()
+        peak = bfc.get_stats().peak_bytes_in_use - held
+        assert 0 < peak <= wl.step_bytes, (
+            f"a step of {wl!r} held {peak} bytes beyond its variables at its peak, more than "
+            f"step_bytes = {wl.step_bytes} [E2E-1]")
+
+
 @pytest.mark.clause("E2E-2")
 @pytest.mark.parametrize("seed", [0, 5])
 def test_loss_falls_and_is_deterministic(rt, seed: int) -> None:

@@ -562,6 +562,36 @@ def test_async_pyfunc_runs(rt, ctx) -> None:
     np.testing.assert_array_equal(out, [0.0, 2.0], err_msg="async PyFunc [EXEC-3]")
 
 
+@pytest.mark.clause("EXEC-3", "EXEC-11")
+def test_async_attribute_hands_every_consumer_to_the_runner(rt, ctx) -> None:
+    """is_async=True on a PyFunc makes it asynchronous: its consumers, inexpensive ones
+    included, go to the runner (so they can run at the same time), not inline one after
+    the other on the kernel's thread."""
+    log = Log()
+    c2_started = threading.Event()
+
+    def c1_waits_for_c2():
+        assert c2_started.wait(10), ("the consumers of an async node ran one after the other on "
+                                     "one thread: is_async=True was not honoured [EXEC-3]")
+
+    g = rt.Graph()
+    g.add_node("a", "PyFunc", device=CPU, is_async=True, is_expensive=False,
+               func=py_func(log, "a", record="thread"))
+    g.add_node("c1", "PyFunc", ["a"], device=CPU, is_expensive=False,
+               func=py_func(log, "c1", record="thread", before=c1_waits_for_c2))
+    g.add_node("c2", "PyFunc", ["a"], device=CPU, is_expensive=False,
+               func=py_func(log, "c2", record="thread", before=c2_started.set))
+    s = ctx.new_session(g)
+    for _ in range(3):
+        log.clear()
+        c2_started.clear()
+        s.run(["c1", "c2"])
+        t = _threads(log)
+        assert t["c1"][0] != t["c2"][0], (
+            f"the two consumers of an async node ran on one thread: {log.snapshot()} "
+            f"[EXEC-11]")
+
+
 # -- EXEC-12, EXEC-13 ------------------------------------------------------------------------
 
 @pytest.mark.clause("EXEC-12")

@@ -72,7 +72,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             campaign = Campaign(seed=seed, sample=args.sample, options=options, jobs=args.jobs,
                                 confirm=not args.no_confirm,
                                 check_equivalents=args.check_equivalents,
-                                keys=tuple(args.key or ()))
+                                keys=tuple(args.key or ()),
+                                modules=tuple(args.modules or ()))
             print(f"seed {seed}: {len(pop.mutants)} mutants, sample {args.sample}", flush=True)
             result = run_campaign(pop, entries, campaign, work_dir=work / f"seed-{seed}",
                                   baseline_run=base_run, progress=_progress)
@@ -179,6 +180,9 @@ def main(argv: list[str] | None = None) -> int:
                      help=f"mutants per seed (default {DEFAULT_SAMPLE})")
     run.add_argument("--key", action="append", help="run this mutant (repeatable) instead of "
                                                     "a sample")
+    run.add_argument("--modules", nargs="+", metavar="PATH",
+                     help="run these conformance modules against every mutant instead of the "
+                          "static map's (a quick check while writing tests; no confirmation)")
     run.add_argument("--jobs", type=int, default=1,
                      help="mutants run at once, one core each (default 1)")
     run.add_argument("--mutant-timeout-s", type=float, default=300.0,

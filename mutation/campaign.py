@@ -38,6 +38,7 @@ class Campaign:
     confirm: bool = True
     check_equivalents: bool = False
     keys: tuple[str, ...] = ()          # run exactly these mutants instead of a sample
+    modules: tuple[str, ...] = ()       # run these conformance modules instead of the map's
 
 
 @dataclass
@@ -74,9 +75,9 @@ def evaluate(mutant: Mutant, source: str, workspace: Workspace, campaign: Campai
             return result
     tag = mutant.key.replace("/", "_").replace(":", "_")
     with workspace.mutated(mutant, source):
-        runs = [run_pytest(workspace, observers(mutant.module), campaign.options, tag=tag,
-                           expected_skips=expected_skips)]
-        rest = complement(mutant.module)
+        runs = [run_pytest(workspace, campaign.modules or observers(mutant.module),
+                           campaign.options, tag=tag, expected_skips=expected_skips)]
+        rest = () if campaign.modules else complement(mutant.module)
         if runs[0].outcome == "passed" and campaign.confirm and rest and listed is None:
             runs.append(run_pytest(workspace, rest, campaign.options, tag=tag + ".confirm",
                                    expected_skips=expected_skips))

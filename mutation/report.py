@@ -102,6 +102,7 @@ def to_json(result: CampaignResult) -> dict[str, Any]:
                     "cpus": os.cpu_count(), "load_before": list(result.load_before),
                     "load_after": list(result.load_after)},
         "campaign": {"seed": c.seed, "sample": c.sample, "keys": list(c.keys),
+                     "modules": list(c.modules),
                      "jobs": c.jobs, "confirm": c.confirm,
                      "check_equivalents": c.check_equivalents,
                      "mutant_timeout_s": c.options.mutant_timeout_s,
