@@ -122,6 +122,32 @@ def test_workload_graph_and_api(rt) -> None:
 
 
 @pytest.mark.clause("E2E-1")
+def test_workload_defaults(rt) -> None:
+    """MLPWorkload(target) is MLPWorkload(target, batch=32, input_dim=32, hidden=64, layers=2,
+    classes=10, learning_rate=None, seed=0, device="/device:GPU:0", cost_us=0,
+    num_batches=4): the same graph and the same losses."""
+    spelled = dict(batch=32, input_dim=32, hidden=64, layers=2, classes=10, learning_rate=None,
+                   seed=0, device=GPU, cost_us=0, num_batches=4)
+    runs = []
+    for kwargs in ({}, spelled):
+        with sim_runtime(rt) as ctx:
+            wl = rt.MLPWorkload(ctx, **kwargs)
+            graph = [(n.name, n.op, tuple(n.inputs), tuple(n.control_inputs), n.device,
+                      sorted((k, repr(v)) for k, v in n.attrs.items()
+                             if not isinstance(v, np.ndarray)))
+                     for n in wl.graph.nodes]
+            runs.append((graph, wl.param_bytes, wl.step_bytes,
+                         [wl.step() for _ in range(6)], wl.evaluate()))
+    assert runs[0][0] == runs[1][0], "MLPWorkload(target) builds another graph than with " \
+                                     "its documented defaults spelled out [E2E-1]"
+    assert runs[0][1:] == runs[1][1:], (
+        f"MLPWorkload(target) and MLPWorkload(target, <documented defaults>) differ: "
+        f"(param_bytes, step_bytes, losses, evaluate) {runs[0][1:]} vs {runs[1][1:]} [E2E-1]")
+    assert runs[0][1] == 4 * (32 * 64 + 64 + 64 * 10 + 10), \
+        f"param_bytes {runs[0][1]} of the default workload [E2E-1]"
+
+
+@pytest.mark.clause("E2E-1")
 def test_workload_command_line(rt) -> None:
     env = dict(os.environ, ANTMAN_DEVICE="sim")
     env.pop("GPU_CONFIG_FILE", None)
