@@ -26,7 +26,7 @@ def parse_tensor_name(ref: str) -> tuple[str, int]:
     if not isinstance(ref, str) or not ref:
         raise GraphError(f"tensor name must be a non-empty string, got {ref!r}")
     name, sep, index = ref.rpartition(":")
-    if sep and index.isdigit():
+    if sep and index.isascii() and index.isdigit():   # ASCII digits only, as TF scans them
         return name, int(index)
     return ref, 0
 
@@ -86,8 +86,7 @@ class Graph:
                 if control:
                     raise GraphError(f"add_node({name!r}, {op!r}): data input {ref!r} "
                                      f"after a control input")
-                src, index = parse_tensor_name(ref)
-                data.append(src if index == 0 and ":" not in ref else f"{src}:{index}")
+                data.append(ref)                  # as given (EXEC-1)
         node = Node(name, op, tuple(data), tuple(control), canonical_device_name(device),
                     dict(attrs))
         self._nodes[name] = node
