@@ -48,6 +48,18 @@ def test_add_node_returns_the_name_and_rejects_bad_nodes(rt) -> None:
             pytest.fail(f"add_node{args} accepted ({why}) [EXEC-1]")
 
 
+@pytest.mark.clause("EXEC-1")
+@pytest.mark.parametrize("ref", ["a:\u00b2", "a:\uff11", "a: 1"])
+def test_non_ascii_output_index_is_part_of_the_name(rt, ref) -> None:
+    g = rt.Graph()
+    g.add_node("a", "Placeholder", dtype="float32")
+    g.add_node("b", "Identity", [ref])
+    (node,) = [n for n in g.nodes if n.name == "b"]
+    assert list(node.inputs) == [ref], f"input {ref!r} recorded as {node.inputs} [EXEC-1]"
+    with pytest.raises(rt.GraphError):
+        g.validate()
+        pytest.fail(f"input {ref!r} validated: it names no node [EXEC-1]")
+
 @pytest.mark.clause("EXEC-2")
 def test_validation_rejects_unknown_inputs_bad_indices_and_cycles(rt, ctx) -> None:
     g = rt.Graph()

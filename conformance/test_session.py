@@ -117,6 +117,34 @@ def test_bad_names_and_missing_feeds(rt, ctx) -> None:
         s.run(["use_shaped"], {"shaped": np.zeros((5, 3))})
 
 
+@pytest.mark.clause("SESS-2")
+@pytest.mark.parametrize("args", [
+    ([""], FEED), (["out"], {"": FEED["x"]}), (["out"], FEED, [""]),
+    (["out:\uff11"], FEED), (["out:\u00b2"], FEED), (["out: 1"], FEED), (["out "], FEED),
+    ([" out"], FEED), (["Out"], FEED), (["out"], {"x:\u00b2": FEED["x"]}),
+    (["out"], {"x ": FEED["x"]}), (["out"], FEED, ["double "]), (["out:00"], {"X": FEED["x"]}),
+], ids=lambda a: repr(a)[:40])
+def test_other_spellings_of_names_are_unknown(rt, ctx, args) -> None:
+    """The empty name, white space, case, and non-ASCII digits after ':' name no node."""
+    log = Log()
+    ctx.registry.register(PRE, 0, recording_action(rt, "pre", log))
+    s = ctx.new_session(step_graph(rt, Log()))
+    with pytest.raises(rt.InvalidArgumentError):
+        s.run(*args)
+        pytest.fail(f"run{args!r} did not raise InvalidArgumentError [SESS-2]")
+    assert log.snapshot() == [], \
+        f"run{args!r}: an action ran before the bad name was rejected [SESS-2]"
+
+
+@pytest.mark.clause("SESS-2")
+def test_output_index_may_have_leading_zeros(rt, ctx) -> None:
+    s = ctx.new_session(step_graph(rt, Log()))
+    (a, b) = s.run(["out:00", "out"], {"x:000": FEED["x"]})
+    np.testing.assert_array_equal(a, b, err_msg="'out:00' is output 0 of 'out' [SESS-2]")
+    with pytest.raises(rt.InvalidArgumentError):
+        s.run(["out:01"], FEED)
+        pytest.fail("run(['out:01']) of a one-output node did not raise [SESS-2]")
+
 # -- SESS-3 ----------------------------------------------------------------------------------
 
 @pytest.mark.clause("SESS-3")
