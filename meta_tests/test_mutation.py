@@ -268,17 +268,18 @@ def result(key: str, outcome: str, module: str = "bfc_allocator.py", **kw) -> Mu
 def test_rate_leaves_out_the_reviewed_mutants() -> None:
     results = [result("a", "killed", how="test"), result("b", "killed", how="timeout"),
                result("c", "survived"), result("d", "equivalent", reason="r" * 20),
-               result("e", "gpu-only", module="tensor.py", reason="r" * 20)]
+               result("e", "gpu-only", module="tensor.py", reason="r" * 20),
+               result("f", "unspecified", module="worker.py", reason="r" * 20)]
     s = report.summary(results)
-    assert (s["killed"], s["survived"], s["counted"], s["equivalent"], s["gpu-only"]) == \
-        (2, 1, 3, 1, 1)
+    assert (s["killed"], s["survived"], s["counted"], s["equivalent"], s["gpu-only"],
+            s["unspecified"]) == (2, 1, 3, 1, 1, 1)
     assert s["kill_rate"] == round(2 / 3, 4)
     campaign = CampaignResult(Campaign(seed="1", sample=5), 100, {"bfc_allocator.py": 100},
                               results, None, 0.0, 1.0, (0.0, 0.0, 0.0), (0.0, 0.0, 0.0))
     data = report.to_json(campaign)
     text = report.to_markdown(data)
     assert "Kill rate **66.7 %**" in text
-    assert "| bfc_allocator.py | 4 | 2 | 1 | 0 | 1 | 0 | 66.7 % |" in text
+    assert "| bfc_allocator.py | 4 | 2 | 1 | 0 | 1 | 0 | 0 | 66.7 % |" in text
     assert "### c (survived)" in text and "+if a <= b:" in text
     rows = {r["module"]: r for r in data["by_module"]}
     assert rows["tensor.py"]["kill_rate"] is None

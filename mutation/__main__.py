@@ -89,7 +89,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             rate = s["kill_rate"]
             print(f"seed {seed}: kill rate {100 * rate:.1f} % ({s['killed']}/{s['counted']}; "
                   f"{s['survived']} survived, {s['error']} errors, {s['equivalent']} equivalent, "
-                  f"{s['gpu-only']} GPU-only); report {md_path}" if rate is not None
+                  f"{s['unspecified']} unspecified, {s['gpu-only']} GPU-only); report {md_path}"
+                  if rate is not None
                   else f"seed {seed}: nothing counted; report {md_path}", flush=True)
             if args.publish:
                 target = PUBLISHED_DIR / f"seed-{seed}"
@@ -110,8 +111,8 @@ def cmd_rescore(args: argparse.Namespace) -> int:
     _, md_path = report.write_data(data, folder)
     s = data["summary"]
     print(f"kill rate {report._pct(s['kill_rate'])} ({s['killed']}/{s['counted']}; "
-          f"{s['survived']} survived, {s['equivalent']} equivalent, {s['gpu-only']} GPU-only); "
-          f"report {md_path}")
+          f"{s['survived']} survived, {s['equivalent']} equivalent, {s['unspecified']} "
+          f"unspecified, {s['gpu-only']} GPU-only); report {md_path}")
     return 0
 
 

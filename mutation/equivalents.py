@@ -7,10 +7,16 @@ meta-tests say so) when its line changes. ``kind`` is
 - ``equivalent``: the mutant changes nothing the specification defines: the same results,
   the same state, the same calls, in every case (for instance a clamp at a bound the value
   can never reach, or a bin index clamped with ``>=`` instead of ``>`` at the bound);
+- ``unspecified``: the mutant changes behaviour that no clause defines, so no conformance
+  test may require it (the size of the CPU device's thread pool, the wording of a log line
+  or an error message, the model the reference worker trains, an option of the reference's
+  own command line, an attribute that is no part of the API);
 - ``gpu-only``: the mutant changes only a path taken on a real GPU (the ``cuda`` backend),
   whose clauses are skipped where no GPU is present.
 
-Both kinds are left out of the kill rate and listed in the report with their reasons. A
+All three kinds are left out of the kill rate and listed in the report with their reasons.
+An ``unspecified`` entry is a decision that the specification should stay silent there;
+where it should not, the clause is extended and the mutant gets a test instead. A
 listed mutant that a run kills (``--check-equivalents``) is reported as a mistake in the list.
 """
 
@@ -25,7 +31,7 @@ from .operators import Mutant
 __all__ = ["Equivalent", "EQUIVALENTS_PATH", "KINDS", "load", "problems"]
 
 EQUIVALENTS_PATH = Path(__file__).resolve().parent / "equivalents.toml"
-KINDS = ("equivalent", "gpu-only")
+KINDS = ("equivalent", "unspecified", "gpu-only")
 _FIELDS = ("key", "line", "change", "kind", "reason")
 
 

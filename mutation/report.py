@@ -1,7 +1,7 @@
 """The report of a campaign: ``mutation.json`` and ``mutation.md``.
 
 The kill rate is ``killed / (killed + survived + error)``: mutants on the reviewed list
-(``equivalent``, ``gpu-only``) are left out and listed with their reasons; a harness error
+(``equivalent``, ``unspecified``, ``gpu-only``) are left out and listed with their reasons; a harness error
 counts against the suite (it is no kill). Tables per runtime module and per operator; every
 survivor with its diff; every kill with the test and clause that caught it; the cost per
 mutant (wall and CPU seconds) with the machine's load, since the figures depend on it.
@@ -26,11 +26,11 @@ from .targets import ROOT
 
 __all__ = ["summary", "to_json", "to_markdown", "write", "rescore"]
 
-EXCLUDED_OUTCOMES = ("equivalent", "gpu-only")
+EXCLUDED_OUTCOMES = ("equivalent", "unspecified", "gpu-only")
 
 
 def _counts(results: list[MutantResult]) -> dict[str, Any]:
-    out = {k: 0 for k in ("sampled", "killed", "survived", "error", "equivalent", "gpu-only")}
+    out = {k: 0 for k in ("sampled", "killed", "survived", "error", *EXCLUDED_OUTCOMES)}
     out["sampled"] = len(results)
     for r in results:
         out[r.outcome] += 1
@@ -77,7 +77,7 @@ def _table(results: list[MutantResult], field: str) -> list[dict[str, Any]]:
     for name in sorted(groups):
         c = _counts(groups[name])
         rows.append({field: name, **{k: c[k] for k in ("sampled", "killed", "survived", "error",
-                                                         "equivalent", "gpu-only", "kill_rate")}})
+                                                         *EXCLUDED_OUTCOMES, "kill_rate")}})
     return rows
 
 
@@ -131,9 +131,10 @@ def to_markdown(data: dict[str, Any]) -> str:
         *([f"Rescored with the reviewed list of {data['rescored']} (nothing was run again).",
            ""] if data.get("rescored") else []),
         f"Kill rate **{_pct(s['kill_rate'])}**: {s['killed']} killed of {s['counted']} "
-        f"non-equivalent mutants ({s['survived']} survived, {s['error']} harness errors); "
-        f"{s['equivalent']} equivalent and {s['gpu-only']} GPU-only mutants left out "
-        f"(reviewed list, reasons below).",
+        f"counted mutants ({s['survived']} survived, {s['error']} harness errors); "
+        f"{s['equivalent']} equivalent, {s['unspecified']} changing only unspecified "
+        f"behaviour and {s['gpu-only']} GPU-only mutants left out (reviewed list, reasons "
+        f"below).",
         "",
         f"- killed by a failing test {s['killed_by']['test']}, by a timeout "
         f"{s['killed_by']['timeout']}, at import {s['killed_by']['import']}, by a test "
@@ -172,12 +173,13 @@ def to_markdown(data: dict[str, Any]) -> str:
     for title, key, field in (("By module", "by_module", "module"),
                               ("By operator", "by_operator", "operator")):
         lines += [f"## {title}", "",
-                  f"| {field} | sampled | killed | survived | error | equivalent | gpu-only "
-                  f"| kill rate |", "|---|---|---|---|---|---|---|---|"]
+                  f"| {field} | sampled | killed | survived | error | equivalent | unspecified "
+                  f"| gpu-only | kill rate |", "|---|---|---|---|---|---|---|---|---|"]
         for row in data[key]:
             lines.append(f"| {row[field]} | {row['sampled']} | {row['killed']} | "
                          f"{row['survived']} | {row['error']} | {row['equivalent']} | "
-                         f"{row['gpu-only']} | {_pct(row['kill_rate'])} |")
+                         f"{row['unspecified']} | {row['gpu-only']} | "
+                         f"{_pct(row['kill_rate'])} |")
         lines.append("")
     mutants = data["mutants"]
     survivors = [r for r in mutants if r["outcome"] in ("survived", "error")]
@@ -200,7 +202,7 @@ def to_markdown(data: dict[str, Any]) -> str:
         lines += [f"- {r['key']} was killed outside the map of `{r['module']}`, by "
                   f"{r['test']}: add `{r['map_gap']}`" for r in gaps]
         lines.append("")
-    left_out = [r for r in mutants if r["outcome"] in ("equivalent", "gpu-only")]
+    left_out = [r for r in mutants if r["outcome"] in EXCLUDED_OUTCOMES]
     lines += ["## Left out of the rate (reviewed list)", ""]
     if left_out:
         lines += ["| mutant | line | change | kind | reason |", "|---|---|---|---|---|"]
