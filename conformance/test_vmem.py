@@ -84,6 +84,28 @@ def test_vmem_enabled_builds_the_wrapper(rt, tf_env, value):
     assert host_sim.alloc_calls == [], "building the VMem allocator allocated host memory"
 
 
+@pytest.mark.clause("VMEM-1", "VMEM-6")
+def test_factory_and_constructor_defaults(rt, tf_env):
+    """tf_gpu_id=0, physical_total_memory=0 and a 10 s host retry, when not given."""
+    gpu = rt.BFCAllocator(rt.SimulatedDeviceMemory(MiB), MiB, False, "GPU_0_bfc")
+    clock = VirtualClock(auto_advance=True)
+    vmem = rt.maybe_create_gpu_vmem_allocator(gpu, host_sub_allocator=rt.SimulatedHostMemory(0),
+                                              clock=clock)
+    got = (vmem.name, vmem.host_allocator.name, vmem.memory_planned)
+    assert got == ("GPUVMem_0_bfc", "GPUHost_0_bfc", 0), (
+        f"maybe_create_gpu_vmem_allocator without tf_gpu_id or physical_total_memory: "
+        f"(name, host name, memory_planned) = {got}, expected ('GPUVMem_0_bfc', "
+        f"'GPUHost_0_bfc', 0) [VMEM-1]")
+    assert vmem.allocate_raw(256, 2 * MiB) is None          # no host memory: retried
+    waits = [r.duration_us for r in clock.records]
+    assert waits == [T_10S], f"the host allocator's retry waited {waits}, expected [{T_10S}] " \
+                             f"(retry_timeout_us defaults to 10 s) [VMEM-1]"
+    direct = rt.GPUVMemAllocator(gpu, vmem.host_allocator)
+    assert (direct.name, direct.memory_planned) == ("GPUVMem_0_bfc", 0), (
+        f"GPUVMemAllocator(device, host): ({direct.name!r}, {direct.memory_planned}), "
+        f"expected ('GPUVMem_0_bfc', 0) [VMEM-6]")
+
+
 @pytest.mark.clause("VMEM-1")
 def test_host_allocator_has_no_garbage_collection(rt, tf_env):
     tf_env.set("TF_CUDA_HOST_MEM_LIMIT_IN_MB", "4")
@@ -254,6 +276,21 @@ def test_memory_planned(rt, tf_env, physical, percent, env):
     assert vmem.memory_planned == expected, (
         f"GPUVMemAllocator(physical_total_memory={physical}) with TF_RO_PLANNED_GPU={env!r}: "
         f"memory_planned {vmem.memory_planned}, expected {expected} [VMEM-6]")
+
+
+@pytest.mark.clause("VMEM-6")
+@pytest.mark.parametrize("physical,planned,errors", [(-1, 0, 1), (-GiB, 0, 1), (0, 0, 0),
+                                                     (1, 1, 0)])
+def test_negative_physical_memory_counts_as_zero(rt, tf_env, caplog, physical, planned, errors):
+    device = rt.BFCAllocator(rt.SimulatedDeviceMemory(MiB), MiB, True, "GPU_0_bfc")
+    host = rt.BFCAllocator(rt.SimulatedHostMemory(MiB), MiB, True, "GPUHost_0_bfc")
+    vmem = rt.GPUVMemAllocator(device, host, physical_total_memory=physical)
+    assert vmem.memory_planned == planned, (
+        f"GPUVMemAllocator(physical_total_memory={physical}): memory_planned "
+        f"{vmem.memory_planned}, expected {planned} [VMEM-6]")
+    logged = runtime_records(caplog, rt, logging.ERROR)
+    assert len(logged) == errors, (f"physical_total_memory={physical} logged {len(logged)} "
+                                   f"errors, expected {errors} [VMEM-6]")
 
 
 @pytest.mark.clause("VMEM-6", "ENV-2")
