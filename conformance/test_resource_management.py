@@ -14,6 +14,7 @@ import logging
 import os
 import tempfile
 import threading
+from decimal import Decimal
 
 import pytest
 from hypothesis import given
@@ -166,6 +167,33 @@ def test_layout_and_ignored_keys(rt, managed, vclock) -> None:
 
 
 @pytest.mark.clause("RM-3")
+def test_member_names_in_other_spellings_are_other_keys(rt, managed) -> None:
+    rm, _ = managed
+    rm.parse_manage_info_from_json(json.dumps(
+        {"gpuConfigInfo": {BUS: {"maxDeviceMem": 4 * MiB}}, "perfControl": 40}))
+    doc = ('{"PerfControl": 10, "perfcontrol": 20, "perfControl ": 30, " perfControl": 31, '
+           '"perfControl\\u00a0": 32, "GPUConfigInfo": {"%s": {"maxDeviceMem": 1048576}}, '
+           '"gpuconfiginfo": {"%s": {"maxDeviceMem": 1048576}}, '
+           '"gpuConfigInfo": {"%s": {"MaxDeviceMem": 1048576, "maxdevicemem": 2097152, '
+           '"maxDeviceMem ": 3145728}}}' % (BUS, BUS, BUS))
+    assert rm.parse_manage_info_from_json(doc) is True, \
+        "ignored keys in other spellings were counted as rejections [RM-3]"
+    assert (rm.perf_control, rm.memory_limits) == (40, {BUS: 4 * MiB}), (
+        f"keys spelled differently from perfControl / gpuConfigInfo / maxDeviceMem changed "
+        f"the state to {(rm.perf_control, rm.memory_limits)} [RM-3]")
+
+
+@pytest.mark.clause("RM-3")
+def test_the_last_of_duplicate_keys_counts(rt, managed) -> None:
+    rm, _ = managed
+    assert rm.parse_manage_info_from_json(
+        '{"perfControl": 10, "gpuConfigInfo": {"%s": {"maxDeviceMem": 1, "maxDeviceMem": 2}}, '
+        '"perfControl": 20}' % BUS)
+    assert (rm.perf_control, rm.memory_limits) == (20, {BUS: 2}), \
+        f"duplicate keys gave {(rm.perf_control, rm.memory_limits)}, expected the last [RM-3]"
+
+
+@pytest.mark.clause("RM-3")
 @pytest.mark.parametrize("doc", [
     {}, {"gpuConfigInfo": None}, {"perfControl": None},
     {"gpuConfigInfo": {BUS: {}}}, {"gpuConfigInfo": {BUS: {"maxDeviceMem": None}}},
@@ -201,6 +229,47 @@ def test_integer_forms_accepted_for_perf_control(rt, managed, text, value) -> No
     assert ok and rm.perf_control == value, \
         f"perfControl {text} gave {rm.perf_control} (returned {ok}) [RM-4]"
     rm.parse_manage_info_from_json('{"perfControl": 100}')       # never leave it suspended
+
+
+@pytest.mark.clause("RM-4")
+@pytest.mark.parametrize("text,value", [("-0", 0), ("-0.0", 0), ("1E2", 100), ("1.00e2", 100),
+                                        ("100e-2", 1), ("0e5", 0), ("99.000", 99),
+                                        ("1000e-1", 100)])
+def test_perf_control_integer_edges(rt, managed, text, value) -> None:
+    rm, _ = managed
+    rm.parse_manage_info_from_json('{"perfControl": 77}')
+    ok = rm.parse_manage_info_from_json(f'{{"perfControl": {text}}}')
+    got = rm.perf_control
+    rm.parse_manage_info_from_json('{"perfControl": 100}')       # never leave it suspended
+    assert ok and got == value, \
+        f"perfControl {text} gave {got} (returned {ok}), expected {value} [RM-4]"
+
+
+@pytest.mark.clause("RM-4", "RM-6")
+@pytest.mark.parametrize("text", ["100.0000000000000000001", "1001e-1", "-1e-400", "101e0",
+                                  "-0.5", "99.5"])
+def test_perf_control_just_out_of_range_or_fractional(rt, managed, text) -> None:
+    rm, _ = managed
+    rm.parse_manage_info_from_json('{"perfControl": 77}')
+    ok = rm.parse_manage_info_from_json(f'{{"perfControl": {text}}}')
+    assert not ok and rm.perf_control == 77, \
+        f"perfControl {text} gave {rm.perf_control} (returned {ok}), expected 77 kept [RM-4]"
+
+
+@pytest.mark.clause("RM-4")
+@pytest.mark.parametrize("text,accepted", [("1.8446744073709551616e19", False),
+                                           ("18446744073709551615.0", True),
+                                           ("-0.0", True), ("1.8446744073709551615e19", True),
+                                           ("18446744073709551615.5", False)])
+def test_max_device_mem_at_the_uint64_bound(rt, managed, text, accepted) -> None:
+    rm, _ = managed
+    rm.parse_manage_info_from_json(f'{{"gpuConfigInfo": {{"{BUS}": {{"maxDeviceMem": 5}}}}}}')
+    ok = rm.parse_manage_info_from_json(
+        f'{{"gpuConfigInfo": {{"{BUS}": {{"maxDeviceMem": {text}}}}}}}')
+    expected = int(Decimal(text)) if accepted else 5
+    assert ok is accepted and rm.memory_limits == {BUS: expected}, (
+        f"maxDeviceMem {text}: returned {ok}, limits {rm.memory_limits}; expected "
+        f"{'accepted' if accepted else 'rejected'} [RM-4]")
 
 
 GOOD = {"name": "good", "gpuConfigInfo": {BUS: {"maxDeviceMem": 8 * MiB}}, "perfControl": 40}
@@ -401,6 +470,29 @@ def test_short_shrink_is_retried_until_reached(rt, rt_managed, vclock) -> None:
     rm.run_action(post(rt, ctx))
     assert bytes_limit(g0) == MiB, (f"after the live chunk was freed the next boundary left the "
                                     f"limit at {bytes_limit(g0)}, expected 1 MiB (retry) [RM-9]")
+
+
+@pytest.mark.clause("RM-3", "RM-9")
+def test_bus_ids_in_other_spellings_name_no_gpu(rt, rt_managed, vclock, caplog) -> None:
+    ctx, writer, (g0, g1) = rt_managed
+    rm = ctx.resource_management
+    bus = bus_id(rt, g0)
+    spellings = [bus.upper(), " " + bus, bus + " ", "0000:" + bus, bus + "\u00a0",
+                 bus.replace(":00.", ":0.")]
+    caplog.set_level(logging.WARNING)
+    deliver(lambda: writer.write(config_document(limits={k: 16 * MiB for k in spellings})),
+            vclock)
+    assert set(rm.memory_limits) == set(spellings), \
+        f"memory_limits keys {sorted(rm.memory_limits)}, expected the keys as written [RM-7]"
+    caplog.clear()
+    rm.run_action(post(rt, ctx))
+    assert (bytes_limit(g0), bytes_limit(g1)) == (64 * MiB, 64 * MiB), (
+        f"limits under bus id keys spelled differently from {bus!r} were applied: "
+        f"{(bytes_limit(g0), bytes_limit(g1))} [RM-3]")
+    errors = runtime_records(caplog, rt, logging.ERROR)
+    assert len(errors) == len(spellings), (
+        f"{len(spellings)} keys naming no GPU logged {len(errors)} errors, expected one each "
+        f"[RM-9]")
 
 
 @pytest.mark.clause("RM-9")
