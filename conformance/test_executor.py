@@ -628,6 +628,19 @@ def test_cost_us_waits_on_the_clock_before_the_kernel(rt, auto_clock) -> None:
             s.run(["bad"])
 
 
+@pytest.mark.clause("EXEC-12")
+@pytest.mark.parametrize("bad", [True, 1.5, "5", -1, None])
+def test_cost_us_must_be_a_non_negative_int(rt, ctx, bad) -> None:
+    g = rt.Graph()
+    g.add_node("ok", "PyFunc", device=GPU, cost_us=0, func=lambda: np.float32(0))
+    g.add_node("bad", "PyFunc", device=GPU, cost_us=bad, func=lambda: np.float32(0))
+    s = ctx.new_session(g)
+    (ok,) = s.run(["ok"])
+    with pytest.raises(rt.GraphError):
+        s.run(["bad"])
+        pytest.fail(f"cost_us={bad!r} was accepted [EXEC-12]")
+
+
 @pytest.mark.clause("EXEC-13", "EXEC-6")
 def test_no_allocator_or_thread_leak_over_1000_steps(rt, ctx) -> None:
     g = rt.Graph()

@@ -151,6 +151,36 @@ def test_idle_slot_before_each_launch(rt, managed, n: int, idle: int) -> None:
         f"set_executor_queued_op_num({graph_id}, {n}) expected [OPM-5]"
 
 
+@pytest.mark.clause("OPM-5")
+def test_a_failed_step_counts_the_ops_it_queued(rt, managed) -> None:
+    """A chain of five GPU ops whose second fails: two were queued (the failing one included);
+    the three after it never became ready, so they are not counted."""
+    log = Log()
+    clock, rm = managed.clock, managed.rm
+    graph_ids: list[int] = []
+    managed.ctx.registry.register(0, 0, recording_action(
+        rt, "pre", Log(), on_run=lambda options: graph_ids.append(options.graph_id)))
+
+    def fail(x):
+        raise RuntimeError("planned")
+
+    g = rt.Graph()
+    g.add_node("op0", "PyFunc", device=GPU, func=probe(log, "op0", clock, rm))
+    g.add_node("op1", "PyFunc", ["op0"], device=GPU, func=fail)
+    for i in range(2, 5):
+        g.add_node(f"op{i}", "PyFunc", [f"op{i - 1}"], device=GPU,
+                   func=probe(log, f"op{i}", clock, rm))
+    s = managed.ctx.new_session(g)
+    managed.throttle(50, 5000)
+    with pytest.raises(rt.OpError):
+        s.run(["op4"])
+    (graph_id,) = graph_ids
+    got = rm.get_executor_queued_op_num(graph_id)
+    assert got == 2, (f"a managed step that failed at its second GPU op recorded {got} queued "
+                      f"ops, expected 2 (the ops it queued) [OPM-5]")
+    assert [e[0] for e in log.snapshot()] == ["op0"], f"ops launched {log.snapshot()} [OPM-7]"
+
+
 @pytest.mark.clause("OPM-3", "OPM-4")
 def test_fifo_launch_order(rt, managed) -> None:
     log = Log()

@@ -245,6 +245,30 @@ def test_sess_duration_includes_pre_actions(rt, auto_clock) -> None:
                 f"41 (step) = 1041 for both POST actions [SESS-4]")
 
 
+@pytest.mark.clause("SESS-4")
+@pytest.mark.capability("virtual_clock")
+def test_sess_duration_counts_from_run_entry(rt, auto_clock) -> None:
+    """A feed whose conversion takes clock time (its __array__ sleeps on the clock): the
+    duration counts from the entry of run(), before the feeds are converted."""
+    with sim_runtime(rt, clock=auto_clock) as c:
+        log = Log()
+        c.registry.register(POST, 1, recording_action(rt, "post", log))
+
+        class SlowToConvert:
+            def __array__(self, dtype=None, copy=None):
+                auto_clock.sleep_us(400)
+                return np.array([1.0, 2.0], np.float32)
+
+        s = c.new_session(step_graph(rt, Log()))
+        for _ in range(2):
+            log.clear()
+            s.run(["out"], {"x": SlowToConvert()})
+            (entry,) = log.snapshot()
+            assert entry[2] == 400, (
+                f"sess_duration_us = {entry[2]} for a step whose only clock time is the 400 µs "
+                f"feed conversion: the start must be taken on entry to run() [SESS-4]")
+
+
 @pytest.mark.clause("SESS-5")
 def test_failed_step_skips_post_and_raises(rt, ctx) -> None:
     log = Log()
@@ -376,6 +400,38 @@ def test_close_cancels_a_running_step(rt, ctx) -> None:
         f"the running step must fail with CancelledError, got {result} [SESS-8]"
     assert log.snapshot() == [], "a node started after close() cancelled the step [EXEC-9]"
     assert "error" not in closed, f"close() raised {closed.get('error')!r}"
+
+
+@pytest.mark.clause("SESS-8")
+@pytest.mark.capability("resource_management", "gpu_op_manager", "virtual_clock")
+def test_close_during_the_pre_actions_cancels_the_step(rt, auto_clock) -> None:
+    """A PRE action closes the session: the step that follows fails with CancelledError, even
+    a throttled one whose only node is a GPU op (queued at once, never handed to the
+    session's pool, so only the cancellation can stop it)."""
+    with sim_runtime(rt, clock=auto_clock) as c:
+        rm = rt.GPUResourceManagement(None, clock=auto_clock, registry=c.registry)
+        try:
+            log = Log()
+            c.registry.register(PRE, 0, recording_action(
+                rt, "pre", log, on_run=lambda options: options.session.close()))
+            c.registry.register(POST, 1, recording_action(rt, "post", log))
+            g = rt.Graph()
+            g.add_node("g", "PyFunc", device=GPU, func=py_func(log, "kernel"))
+            for managed in (False, True):
+                if managed:
+                    rm.parse_manage_info_from_json('{"perfControl": 50}')
+                    rm.set_estimated_idle_time(1000)
+                log.clear()
+                s = c.new_session(g)
+                with pytest.raises(rt.CancelledError):
+                    s.run(["g"])
+                    pytest.fail(f"a session closed by its PRE action ran its step "
+                                f"({'throttled' if managed else 'unthrottled'}) [SESS-8]")
+                assert "kernel" not in log.snapshot() and \
+                    not any(e[0] == "post" for e in log.snapshot() if isinstance(e, tuple)), (
+                    f"after close() in a PRE action the step ran: {log.snapshot()} [SESS-8]")
+        finally:
+            rm.close()
 
 
 @pytest.mark.clause("SESS-8")

@@ -247,6 +247,34 @@ def test_fragment_when_the_pool_had_room(rt, runtimes, tmp_path) -> None:
         a.deallocate_raw(p)
 
 
+@pytest.mark.clause("STAT-6")
+@pytest.mark.parametrize("host_request,reason", [(64 * MiB, "FRAGMENT"),
+                                                 (64 * MiB + 256, "OOM")])
+def test_demand_equal_to_the_pool_is_fragment(rt, runtimes, tmp_path, host_request,
+                                              reason) -> None:
+    """Device peak 64 MiB in a 128 MiB pool whose free space is two 32 MiB holes; a 64 MiB
+    host region makes the demand exactly the pool, one more chunk makes it 192 MiB."""
+    ctx = runtimes(gpu_memory_bytes=128 * MiB)
+    h = Harness(rt, ctx, tmp_path / "status.json")
+    a = gpus(ctx)[0].get_allocator()
+    ptrs = [a.allocate_raw(256, 32 * MiB) for _ in range(4)]
+    a.deallocate_raw(ptrs[0])
+    a.deallocate_raw(ptrs[2])
+    a.clear_stats()                                  # device peak = 64 MiB in use
+    host = a.allocate_raw(256, host_request)         # no 64 MiB hole: host fallback
+    assert h.run(1000)
+    got = figures_of(h.doc(), bus_id(rt, gpus(ctx)[0]))
+    demand = got["deviceMemUsedMax"] + got["hostMemUsedMax"]
+    assert (got["deviceMemPoolSize"], got["deviceMemUsedMax"], demand == 128 * MiB) == (
+        128 * MiB, 64 * MiB, reason == "FRAGMENT"), f"figures {got} [STAT-5]"
+    assert got["swapReason"] == reason, (
+        f"device max {got['deviceMemUsedMax']} + host max {got['hostMemUsedMax']} = {demand} "
+        f"against a pool of {got['deviceMemPoolSize']}: swapReason {got['swapReason']!r}, "
+        f"expected {reason!r} (OOM only when the demand exceeds the pool) [STAT-6]")
+    for p in (ptrs[1], ptrs[3], host):
+        a.deallocate_raw(p)
+
+
 @pytest.mark.clause("STAT-5", "STAT-7")
 def test_no_vmem_gpu_gives_null_usage(rt, runtimes, control_env, tmp_path) -> None:
     control_env.setenv("TF_GPU_VMEM", "false")

@@ -376,6 +376,68 @@ def test_stats_merge_only_the_peak(rt, tf_env):
     assert s.vmem.get_stats().peak_bytes_in_use == MiB and h is not None
 
 
+class SharedStatsAllocator:
+    """A minimal device or host allocator whose get_stats() returns one shared object (or
+    None); it serves nothing, so a VMem allocator over it only forwards stats."""
+
+    def __init__(self, rt, stats) -> None:
+        self.stats = stats
+        self.name = "shared"
+
+    def allocate_raw(self, alignment, num_bytes, attributes=None):
+        return None
+
+    def deallocate_raw(self, ptr):
+        pass
+
+    def tracks_allocation_sizes(self):
+        return True
+
+    def get_stats(self):
+        return self.stats
+
+    def clear_stats(self):
+        pass
+
+
+@pytest.mark.clause("VMEM-8")
+def test_stats_are_a_new_copy_every_time(rt, tf_env):
+    shared = rt.AllocatorStats(num_allocs=3, bytes_in_use=1000, peak_bytes_in_use=4000,
+                               largest_alloc_size=2000, bytes_limit=8000)
+    device = SharedStatsAllocator(rt, shared)
+    host = rt.BFCAllocator(rt.SimulatedHostMemory(GiB), GiB, True, "GPUHost_0_bfc",
+                           retry_timeout_us=0)
+    h = host.allocate_raw(256, 512)
+    vmem = rt.GPUVMemAllocator(device, host)
+    first = vmem.get_stats()
+    assert first is not shared and first.peak_bytes_in_use == 4000 + 512, (
+        f"vmem.get_stats() = {first}, expected a copy with peak 4000 + 512 [VMEM-8]")
+    assert (shared.peak_bytes_in_use, shared.num_allocs) == (4000, 3), (
+        f"vmem.get_stats() changed the device's own stats object: {shared} [VMEM-8]")
+    first.num_allocs = 99
+    first.peak_bytes_in_use = 1
+    second = vmem.get_stats()
+    assert (second.num_allocs, second.peak_bytes_in_use, second.bytes_in_use,
+            second.largest_alloc_size, second.bytes_limit) == (3, 4512, 1000, 2000, 8000), (
+        f"after the caller changed the returned stats the next call gave {second} [VMEM-8]")
+    host.deallocate_raw(h)
+
+
+@pytest.mark.clause("VMEM-8")
+def test_stats_without_host_or_device_stats(rt, tf_env):
+    device = rt.BFCAllocator(rt.SimulatedDeviceMemory(MiB), MiB, False, "GPU_0_bfc",
+                             retry_timeout_us=0)
+    p = device.allocate_raw(256, 4096)
+    vmem = rt.GPUVMemAllocator(device, SharedStatsAllocator(rt, None))
+    got = vmem.get_stats()
+    assert got is not None and got.peak_bytes_in_use == 4096, (
+        f"a host allocator without stats counts as 0: got {got} [VMEM-8]")
+    vmem_none = rt.GPUVMemAllocator(SharedStatsAllocator(rt, None), device)
+    assert vmem_none.get_stats() is None, \
+        "a device allocator without stats gave the VMem allocator stats [VMEM-8]"
+    device.deallocate_raw(p)
+
+
 # --- VMEM-9 ------------------------------------------------------------------------------
 
 @pytest.mark.clause("VMEM-9", "BFC-12")
