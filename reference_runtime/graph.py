@@ -14,7 +14,7 @@ from typing import Any, Iterable, Iterator
 __all__ = ["Graph", "Node", "GraphError", "parse_tensor_name", "canonical_device_name"]
 
 _NAME = re.compile(r"^[A-Za-z0-9_.][A-Za-z0-9_.\-/]*$")
-_SHORT_DEVICE = re.compile(r"^/?(?:device:)?(?P<type>[A-Za-z]+):(?P<index>\d+)$")
+_SHORT_DEVICE = re.compile(r"^/?(?:device:)?(?P<type>[A-Za-z]+):(?P<index>[0-9]+)$")
 
 
 class GraphError(ValueError):
@@ -35,7 +35,7 @@ def canonical_device_name(device: str) -> str:
     """``"/gpu:0"``, ``"GPU:0"``, ``"/device:GPU:0"`` -> ``"/device:GPU:0"``; others unchanged."""
     if not isinstance(device, str) or not device:
         raise GraphError(f"device must be a non-empty string, got {device!r}")
-    m = _SHORT_DEVICE.match(device)
+    m = _SHORT_DEVICE.fullmatch(device)
     if m:
         return f"/device:{m['type'].upper()}:{int(m['index'])}"
     return device
@@ -67,7 +67,7 @@ class Graph:
         """Add a node and return its name. ``"^x"`` in ``inputs`` is a control input."""
         from .kernels import OpRegistry  # the op must be known
 
-        if not isinstance(name, str) or not _NAME.match(name):
+        if not isinstance(name, str) or not _NAME.fullmatch(name):  # "$" allows a last newline
             raise GraphError(f"add_node({name!r}, {op!r}): invalid node name")
         if name in self._nodes:
             raise GraphError(f"add_node({name!r}, {op!r}): a node named {name!r} exists")
