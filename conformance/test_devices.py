@@ -56,6 +56,27 @@ def test_lookup_unknown_is_a_key_error(rt, runtimes, name) -> None:
         f"lookup_device({name!r}) error does not name the known devices: {info.value} [DEVICE-2]"
 
 
+@pytest.mark.clause("DEVICE-2")
+@pytest.mark.parametrize("name", [" GPU:0", "GPU:0 ", "GPU: 0", "GPU:0\n", "\tGPU:1",
+                                  "GPU:\uff10", "GPU:\u0661", "/device:GPU:0\n",
+                                  PREFIX + "GPU:0 ", "/job:localhost/replica:\u0660/task:0/gpu:0"])
+def test_lookup_takes_no_white_space_or_other_digits(rt, runtimes, name) -> None:
+    ctx = runtimes(num_gpus=2)
+    with pytest.raises(KeyError):
+        ctx.device_mgr.lookup_device(name)
+        pytest.fail(f"lookup_device({name!r}) found a device [DEVICE-2]")
+
+
+@pytest.mark.clause("DEVICE-2")
+@pytest.mark.parametrize("name,expected", [("GPU:01", "GPU:1"), ("gPu:1", "GPU:1"),
+                                           ("/device:cpu:00", "CPU:0")])
+def test_lookup_index_and_type_spellings(rt, runtimes, name, expected) -> None:
+    ctx = runtimes(num_gpus=2)
+    found = ctx.device_mgr.lookup_device(name)
+    assert found.name == PREFIX + expected, \
+        f"lookup_device({name!r}) = {found.name}, expected {PREFIX + expected} [DEVICE-2]"
+
+
 @pytest.mark.clause("DEVICE-3")
 @pytest.mark.capability("vmem", "bfc")
 def test_gpu_allocator_stack(rt, runtimes) -> None:

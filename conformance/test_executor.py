@@ -60,6 +60,18 @@ def test_non_ascii_output_index_is_part_of_the_name(rt, ref) -> None:
         g.validate()
         pytest.fail(f"input {ref!r} validated: it names no node [EXEC-1]")
 
+@pytest.mark.clause("EXEC-1")
+@pytest.mark.parametrize("name", ["a\n", "\na", "a\t", "a b", "\u00e9", "\uff41", "-a", "/a",
+                                  "a:0", "^a"])
+def test_node_names_outside_the_pattern_are_refused(rt, name) -> None:
+    g = rt.Graph()
+    with pytest.raises(rt.GraphError):
+        g.add_node(name, "NoOp")
+        pytest.fail(f"add_node({name!r}) accepted a name outside "
+                    f"[A-Za-z0-9_.][A-Za-z0-9_./-]* [EXEC-1]")
+    assert g.nodes == [], f"a refused add_node({name!r}) left a node [EXEC-1]"
+
+
 @pytest.mark.clause("EXEC-2")
 def test_validation_rejects_unknown_inputs_bad_indices_and_cycles(rt, ctx) -> None:
     g = rt.Graph()
