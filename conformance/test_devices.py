@@ -10,6 +10,7 @@ import pytest
 from conformance.control_helpers import (MiB, bus_id, control_env, gpus,  # noqa: F401
                                          pool_bytes, runtimes)
 from fixtures.threads import antman_threads, no_thread_leak  # noqa: F401
+from fixtures.virtual_clock import VirtualClock
 
 pytestmark = pytest.mark.capability("resource_management")
 
@@ -273,6 +274,33 @@ def test_runtime_context_lifecycle(rt, no_thread_leak, control_env, tmp_path) ->
     ctx.close()
     with pytest.raises(RuntimeError):
         ctx.new_session(None)
+
+
+@pytest.mark.clause("API-7", "DEVICE-8")
+def test_create_runtime_defaults(rt, control_env, tmp_path) -> None:
+    """num_gpus=1, gpu_memory_bytes=1 << 30, allow_growth=False, poll_interval_s=1.0, a new
+    registry."""
+    cfg = tmp_path / "cfg.json"
+    cfg.write_text('{"perfControl": 100}')
+    clock = VirtualClock()
+    control_env.setenv("TF_GPU_VMEM", "false")   # RM-1 forces growth; measure without RM first
+    with rt.create_runtime(backend="sim", config_file=None, status_file=None) as ctx:
+        (gpu,) = gpus(ctx)
+        p = gpu.get_allocator().allocate_raw(256, 256)
+        got = (gpu.attributes.memory_limit, pool_bytes(gpu))
+        gpu.get_allocator().deallocate_raw(p)
+        assert got == (1 << 30, 1 << 30), (
+            f"create_runtime() built one GPU with (memory_limit, pool after a 256-byte "
+            f"allocation) = {got}, expected (1 GiB, 1 GiB): no growth [API-7]")
+        assert ctx.registry is not rt.global_registry(), \
+            "create_runtime(registry=None) used the global registry [API-7]"
+    with rt.create_runtime(backend="sim", config_file=str(cfg), status_file=None,
+                           clock=clock) as ctx:
+        clock.wait_for_waiters(1)
+        waits = clock.sleeps_of("antman-file-listener")
+        assert waits == [1_000_000], (
+            f"create_runtime() without poll_interval_s: listener waits {waits}, expected "
+            f"[1000000] µs [API-7]")
 
 
 @pytest.mark.clause("DEVICE-8")
