@@ -922,6 +922,43 @@ def test_adjustment_finds_the_gpu_by_bus_id(rt, runtimes, caplog) -> None:
 
 
 @pytest.mark.clause("RM-17")
+def test_adjustment_takes_the_first_gpu_of_any_case(rt) -> None:
+    """A device manager of duck-typed devices: "GPU " is no GPU, "gPu" is; of two GPUs with
+    the same bus id the first is taken."""
+
+    class Attrs:
+        def __init__(self, desc: str) -> None:
+            self.physical_device_desc = desc
+
+    class Dev:
+        def __init__(self, device_type: str, bus: str) -> None:
+            self.device_type = device_type
+            self.attributes = Attrs(f"device: 0, name: X, pci bus id: 0000:{bus}, "
+                                    f"compute capability: 7.0")
+            self.bfc = rt.BFCAllocator(rt.SimulatedDeviceMemory(64 * MiB), 64 * MiB, True,
+                                       f"{device_type}_bfc")
+
+        def get_allocator(self, attrs=None):
+            return self.bfc
+
+    class Mgr:
+        def __init__(self, devices) -> None:
+            self.devices = devices
+
+        def list_devices(self):
+            return list(self.devices)
+
+    spaced, lower, upper = Dev("GPU ", "3b:00.0"), Dev("gPu", "3b:00.0"), Dev("GPU", "3b:00.0")
+    other = Dev("GPU", "3c:00.0")
+    mgr = Mgr([spaced, other, lower, upper])
+    assert rt.GPUUsageAdjustment().adjust_mem_limit("3b:00.0", 8 * MiB, mgr) is True
+    limits = [d.bfc.get_stats().bytes_limit for d in (spaced, other, lower, upper)]
+    assert limits == [64 * MiB, 64 * MiB, 8 * MiB, 64 * MiB], (
+        f"limits of ('GPU ', other bus, 'gPu', 'GPU') = {limits}: the first device whose type "
+        f"upper-cased is 'GPU' with bus 3b:00.0 must be adjusted, only it [RM-17]")
+
+
+@pytest.mark.clause("RM-17")
 def test_adjustment_without_vmem_uses_the_bfc(rt, runtimes, control_env) -> None:
     control_env.setenv("TF_GPU_VMEM", "false")
     ctx = runtimes()
