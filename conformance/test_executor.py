@@ -99,6 +99,52 @@ def test_validation_rejects_unknown_inputs_bad_indices_and_cycles(rt, ctx) -> No
         f"cycle error {msg!r} must list the cycle a -> b -> c [EXEC-2]"
 
 
+def cycle_in(message: str) -> list[str]:
+    return message.split("cycle:", 1)[1].strip().split(" -> ")
+
+
+@pytest.mark.clause("EXEC-2")
+@pytest.mark.parametrize("edges,members", [
+    ({"a": ["c"], "b": ["a"], "c": ["^b"]}, {"a", "b", "c"}),
+    ({"s": ["s"]}, {"s"}),
+    ({"x": [], "a": ["^x", "^d"], "b": ["^a"], "c": ["^b"], "d": ["^c"], "e": ["^d"]},
+     {"a", "b", "c", "d"}),
+    ({"x": [], "y": ["^x"], "p": ["q"], "q": ["p"]}, {"p", "q"}),
+    ({"a": ["^n", "^c"], "n": [], "b": ["^a"], "c": ["^b"]}, {"a", "b", "c"}),
+    ({"e": ["^d"], "a": ["^x", "^d"], "x": [], "b": ["^a"], "c": ["^b"], "d": ["^c"]},
+     {"a", "b", "c", "d"}),
+], ids=["three", "self", "behind-a-root", "apart", "beside-a-finished-branch",
+        "entered-from-outside"])
+def test_cycle_message_follows_the_data_flow(rt, edges, members) -> None:
+    g = rt.Graph()
+    for name, inputs in edges.items():
+        g.add_node(name, "NoOp" if not inputs else "Identity", inputs)
+    with pytest.raises(rt.GraphError) as info:
+        g.validate()
+    names = cycle_in(str(info.value))
+    takes = {n: {i.lstrip("^") for i in ins} for n, ins in edges.items()}
+    assert names[0] == names[-1] and set(names) == members \
+        and len(names) == len(members) + 1, (
+            f"cycle listed as {names}, expected the nodes {sorted(members)} once each, the "
+            f"first repeated last [EXEC-2]")
+    bad = [(a, b) for a, b in zip(names, names[1:]) if a not in takes[b]]
+    assert not bad, (f"cycle {' -> '.join(names)}: {bad} are not producer -> consumer pairs "
+                     f"(each node must be followed by one that takes it as input) [EXEC-2]")
+
+
+@pytest.mark.clause("EXEC-2")
+def test_validation_ends_on_a_deep_graph_of_diamonds(rt) -> None:
+    """64 diamonds in a chain: 2^64 paths from the first node to the last. A search that
+    walks every path (re-entering finished nodes) never ends."""
+    g = rt.Graph()
+    g.add_node("a0", "NoOp")
+    for i in range(64):
+        g.add_node(f"b{i}", "Identity", [f"^a{i}"])
+        g.add_node(f"c{i}", "Identity", [f"^a{i}"])
+        g.add_node(f"a{i + 1}", "Identity", [f"^b{i}", f"^c{i}"])
+    g.validate()
+    assert len(g.nodes) == 193, f"{len(g.nodes)} nodes [EXEC-2]"
+
 @pytest.mark.clause("EXEC-2")
 def test_unknown_device_fails_the_run_naming_node_and_device(rt, ctx) -> None:
     g = rt.Graph()
