@@ -356,6 +356,28 @@ def test_a_buffer_is_freed_when_its_last_consumer_has_run(rt, ctx) -> None:
     assert alloc.get_stats().bytes_in_use == base, "step buffers left after run [EXEC-6]"
 
 
+@pytest.mark.clause("EXEC-5")
+@pytest.mark.parametrize("value,count,largest", [
+    (np.bool_(True), 1, 1), (np.uint8(7), 1, 1), (np.zeros(0, np.float32), 0, 0),
+    (np.zeros((3, 0), np.float32), 0, 0), (np.float32(1), 1, 4)],
+    ids=["bool", "uint8", "empty", "empty-2d", "float32"])
+def test_one_byte_outputs_are_allocated_and_empty_ones_are_not(rt, ctx, value, count,
+                                                               largest) -> None:
+    g = rt.Graph()
+    g.add_node("v", "PyFunc", device=CPU, func=lambda: value)
+    s = ctx.new_session(g)
+    alloc = allocator_of(ctx, CPU)
+    s.run(["v"])
+    alloc.clear_stats()
+    (out,) = s.run(["v"])
+    stats = alloc.get_stats()
+    assert (stats.num_allocs, stats.largest_alloc_size) == (count, largest), (
+        f"an output of {np.asarray(value).nbytes} bytes made {stats.num_allocs} allocations "
+        f"(largest {stats.largest_alloc_size}), expected {count} ({largest}): every non-empty "
+        f"output is allocated, an empty one is not [EXEC-5]")
+    np.testing.assert_array_equal(out, value, err_msg="the fetched value [EXEC-5]")
+
+
 @pytest.mark.clause("EXEC-5", "EXEC-6")
 def test_variables_and_constants_are_session_owned(rt, ctx) -> None:
     alloc = allocator_of(ctx, GPU)
