@@ -781,8 +781,8 @@ def test_default_retry_timeout_is_10_s(rt, tf_env, kind):
         bfc = rt.BFCAllocator(sim, MiB, False, "GPU_0_bfc", clock=clock)
     else:
         bfc = rt.GPUBFCAllocator(sim, MiB, "GPU_0_bfc", clock=clock)
-    assert bfc.allocate_raw(256, MiB) is not None
-    assert bfc.allocate_raw(256, 256) is None
+    assert bfc.allocate_raw(256, MiB) is not None, f"{kind}: allocate_raw(256, 1 MiB) [BFC-12]"
+    assert bfc.allocate_raw(256, 256) is None, f"{kind}: a request beyond the pool [BFC-12]"
     waits = [r.duration_us for r in clock.records]
     assert waits == [T_10S], (f"{kind} built without retry_timeout_us waited {waits} for a "
                               f"request it cannot meet, expected one wait of {T_10S} µs "
@@ -808,11 +808,12 @@ def test_retry_deadline_counts_from_the_second_failed_attempt(rt):
     slow = rt.BFCAllocator(Slow(), GiB, True, "GPU_0_bfc", clock=clock,
                            retry_timeout_us=T_10S)
     sim.fail = False
-    assert slow.allocate_raw(256, 256) is not None          # region 1 MiB, next 2 MiB
+    first = slow.allocate_raw(256, 256)                     # region 1 MiB, next 2 MiB
     sim.fail = True
-    assert slow.allocate_raw(256, 2 * MiB, no_retry(rt)) is None   # spends the backpedal
+    spent = slow.allocate_raw(256, 2 * MiB, no_retry(rt))   # spends the backpedal
+    assert first is not None and spent is None, f"setup: {first}, {spent} [BFC-12]"
     start, records, calls = clock.now_us(), len(clock.records), len(sim.alloc_calls)
-    assert slow.allocate_raw(256, 2 * MiB) is None
+    assert slow.allocate_raw(256, 2 * MiB) is None, "a refused request succeeded [BFC-12]"
     waits = [r.duration_us for r in clock.records[records:]]
     assert sim.alloc_calls[calls:] == [2 * MiB] * 4, (
         f"attempts {sim.alloc_calls[calls:]}, expected 4 [BFC-12]")
@@ -831,7 +832,8 @@ def test_each_free_wakes_every_waiter_of_its_time(rt):
     clock = VirtualClock()
     bfc, sim = make(rt, MiB, growth=False, clock=clock, timeout_us=T_10S)
     p1, p2 = bfc.allocate_raw(256, 512 * KiB), bfc.allocate_raw(256, 512 * KiB)
-    assert bfc.memory_map().total_region_allocated_bytes == MiB and None not in (p1, p2)
+    assert bfc.memory_map().total_region_allocated_bytes == MiB and None not in (p1, p2), \
+        f"setup: two 512 KiB chunks fill the 1 MiB pool: {p1}, {p2} [BFC-12]"
     waiters = [_run(lambda: bfc.allocate_raw(256, 512 * KiB), f"antman-test-waiter-{i}")
                for i in range(2)]
     try:

@@ -226,6 +226,7 @@ def test_select_strips_every_white_space(rt, name) -> None:
 def test_select_takes_no_other_spelling(rt, name) -> None:
     with pytest.raises(ValueError) as info:
         rt.select_backend(name)
+        pytest.fail(f"select_backend({name!r}) chose a backend [DEVICE-7]")
     assert repr(name) in str(info.value) or name in str(info.value), \
         f"select_backend({name!r}) error does not name the value: {info.value} [DEVICE-7]"
 

@@ -271,6 +271,7 @@ def test_bad_workload_arguments_are_value_errors(rt, arg, value) -> None:
     with sim_runtime(rt) as ctx:
         with pytest.raises(ValueError) as info:
             rt.MLPWorkload(ctx, **{arg: value})
+            pytest.fail(f"MLPWorkload({arg}={value!r}) was accepted [E2E-1]")
         assert arg in str(info.value), \
             f"MLPWorkload({arg}={value!r}) error {info.value} does not name {arg} [E2E-1]"
 

@@ -121,6 +121,7 @@ def test_cycle_message_follows_the_data_flow(rt, edges, members) -> None:
         g.add_node(name, "NoOp" if not inputs else "Identity", inputs)
     with pytest.raises(rt.GraphError) as info:
         g.validate()
+        pytest.fail(f"a graph with the cycle {sorted(members)} validated [EXEC-2]")
     names = cycle_in(str(info.value))
     takes = {n: {i.lstrip("^") for i in ins} for n, ins in edges.items()}
     assert names[0] == names[-1] and set(names) == members \

@@ -174,11 +174,13 @@ def test_a_failed_step_counts_the_ops_it_queued(rt, managed) -> None:
     managed.throttle(50, 5000)
     with pytest.raises(rt.OpError):
         s.run(["op4"])
+        pytest.fail("a step whose second GPU op raised succeeded [OPM-5]")
     (graph_id,) = graph_ids
     got = rm.get_executor_queued_op_num(graph_id)
     assert got == 2, (f"a managed step that failed at its second GPU op recorded {got} queued "
                       f"ops, expected 2 (the ops it queued) [OPM-5]")
-    assert [e[0] for e in log.snapshot()] == ["op0"], f"ops launched {log.snapshot()} [OPM-7]"
+    assert [e[0] for e in log.snapshot()] == ["op0"], \
+        f"ops launched {log.snapshot()}, expected op0 only [OPM-5]"
 
 
 @pytest.mark.clause("OPM-3", "OPM-4")

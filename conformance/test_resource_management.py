@@ -188,7 +188,7 @@ def test_the_last_of_duplicate_keys_counts(rt, managed) -> None:
     rm, _ = managed
     assert rm.parse_manage_info_from_json(
         '{"perfControl": 10, "gpuConfigInfo": {"%s": {"maxDeviceMem": 1, "maxDeviceMem": 2}}, '
-        '"perfControl": 20}' % BUS)
+        '"perfControl": 20}' % BUS), "a document with duplicate keys was rejected [RM-3]"
     assert (rm.perf_control, rm.memory_limits) == (20, {BUS: 2}), \
         f"duplicate keys gave {(rm.perf_control, rm.memory_limits)}, expected the last [RM-3]"
 
@@ -483,7 +483,7 @@ def test_bus_ids_in_other_spellings_name_no_gpu(rt, rt_managed, vclock, caplog) 
     deliver(lambda: writer.write(config_document(limits={k: 16 * MiB for k in spellings})),
             vclock)
     assert set(rm.memory_limits) == set(spellings), \
-        f"memory_limits keys {sorted(rm.memory_limits)}, expected the keys as written [RM-7]"
+        f"memory_limits keys {sorted(rm.memory_limits)}, expected the keys as written [RM-3]"
     caplog.clear()
     rm.run_action(post(rt, ctx))
     assert (bytes_limit(g0), bytes_limit(g1)) == (64 * MiB, 64 * MiB), (
@@ -951,7 +951,8 @@ def test_adjustment_takes_the_first_gpu_of_any_case(rt) -> None:
     spaced, lower, upper = Dev("GPU ", "3b:00.0"), Dev("gPu", "3b:00.0"), Dev("GPU", "3b:00.0")
     other = Dev("GPU", "3c:00.0")
     mgr = Mgr([spaced, other, lower, upper])
-    assert rt.GPUUsageAdjustment().adjust_mem_limit("3b:00.0", 8 * MiB, mgr) is True
+    assert rt.GPUUsageAdjustment().adjust_mem_limit("3b:00.0", 8 * MiB, mgr) is True, \
+        "adjust_mem_limit('3b:00.0') found no GPU among 'GPU ', 'gPu' and 'GPU' [RM-17]"
     limits = [d.bfc.get_stats().bytes_limit for d in (spaced, other, lower, upper)]
     assert limits == [64 * MiB, 64 * MiB, 8 * MiB, 64 * MiB], (
         f"limits of ('GPU ', other bus, 'gPu', 'GPU') = {limits}: the first device whose type "

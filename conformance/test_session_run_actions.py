@@ -206,13 +206,14 @@ def test_unregister_is_by_identity_not_equality(rt) -> None:
     greedy, target = EqualsEverything(rt, log, "greedy"), Recorder(rt, log, "target")
     reg.register(1, 0, greedy)
     reg.register(1, 0, target)
-    assert reg.unregister(1, 0, target) is True
+    assert reg.unregister(1, 0, target) is True, "unregister(target) returned False [REG-5]"
     reg.run_grouping(1, options(rt))
     assert log == ["greedy"], (f"unregister(target) with an action before it that == every "
                                f"object: the run was {log}, expected ['greedy'] [REG-5]")
     assert reg.unregister(1, 0, Recorder(rt, log, "stranger")) is False, \
         "unregister of an object never registered returned True (compared with ==) [REG-5]"
-    assert [a for _, a in reg.actions(1)] == [greedy]
+    assert [a for _, a in reg.actions(1)] == [greedy], \
+        f"registrations left: {reg.actions(1)}, expected the greedy action only [REG-5]"
 
 
 @pytest.mark.clause("REG-5")

@@ -164,9 +164,10 @@ def test_windows_100_s_old_are_not_reaveraged(harness, age, reaveraged) -> None:
     """Graph 1's window [1000, 1050] (mean 1025, stored 1000) is re-averaged at a check
     only while its newest entry is less than 100 s old."""
     h = harness
-    assert h.run(1000, graph=1)                  # t=0: first check, graph_1 stored 1000
-    assert h.later(10).run(3000, graph=2)        # t=10: graph_2 is new: stored 3000
-    assert not h.later(1).run(1050, graph=1)     # t=11: recorded, no check
+    setup = (h.run(1000, graph=1),               # t=0: first check, graph_1 stored 1000
+             h.later(10).run(3000, graph=2),     # t=10: graph_2 is new: stored 3000
+             h.later(1).run(1050, graph=1))      # t=11: recorded, no check
+    assert setup == (True, True, False), f"dumps of the set-up runs: {setup} [STAT-4]"
     dumped = h.later(age).run(3000, graph=2)     # t=11+age: a check; graph_2 unchanged
     assert dumped is reaveraged, (
         f"a check when graph_1's newest entry is {age} s old "
@@ -181,10 +182,11 @@ def test_windows_100_s_old_are_not_reaveraged(harness, age, reaveraged) -> None:
 @pytest.mark.parametrize("age,expected", [(99, 5000), (100, 1000), (101, 1000)])
 def test_mini_batch_duration_ignores_graphs_100_s_old(harness, age, expected) -> None:
     h = harness
-    assert h.run(5000, graph=1)                  # t=0: graph_1 stored 5000, recorded at 0
-    assert h.later(10).run(1000, graph=2)        # t=10: graph_2 stored 1000
+    setup = (h.run(5000, graph=1),               # t=0: graph_1 stored 5000, recorded at 0
+             h.later(10).run(1000, graph=2))     # t=10: graph_2 stored 1000
     p = alloc(h.ctx, MiB)                        # a figure changes: the next check dumps
-    assert h.later(age - 10).run(1000, graph=2), f"no dump at t={age} [STAT-3]"
+    dumped = h.later(age - 10).run(1000, graph=2)
+    assert setup == (True, True) and dumped, f"dumps {setup}, then {dumped} at t={age} [STAT-7]"
     got = h.doc()["miniBatchDuration"]
     assert got == expected, (f"miniBatchDuration {got} with graph_1 (5000 µs) stored {age} s "
                              f"ago, expected {expected}: only graphs less than 100 s old "
@@ -262,11 +264,11 @@ def test_demand_equal_to_the_pool_is_fragment(rt, runtimes, tmp_path, host_reque
     a.deallocate_raw(ptrs[2])
     a.clear_stats()                                  # device peak = 64 MiB in use
     host = a.allocate_raw(256, host_request)         # no 64 MiB hole: host fallback
-    assert h.run(1000)
+    assert h.run(1000), "the first run did not dump [STAT-6]"
     got = figures_of(h.doc(), bus_id(rt, gpus(ctx)[0]))
     demand = got["deviceMemUsedMax"] + got["hostMemUsedMax"]
     assert (got["deviceMemPoolSize"], got["deviceMemUsedMax"], demand == 128 * MiB) == (
-        128 * MiB, 64 * MiB, reason == "FRAGMENT"), f"figures {got} [STAT-5]"
+        128 * MiB, 64 * MiB, reason == "FRAGMENT"), f"figures {got} [STAT-6]"
     assert got["swapReason"] == reason, (
         f"device max {got['deviceMemUsedMax']} + host max {got['hostMemUsedMax']} = {demand} "
         f"against a pool of {got['deviceMemPoolSize']}: swapReason {got['swapReason']!r}, "

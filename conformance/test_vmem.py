@@ -96,7 +96,8 @@ def test_factory_and_constructor_defaults(rt, tf_env):
         f"maybe_create_gpu_vmem_allocator without tf_gpu_id or physical_total_memory: "
         f"(name, host name, memory_planned) = {got}, expected ('GPUVMem_0_bfc', "
         f"'GPUHost_0_bfc', 0) [VMEM-1]")
-    assert vmem.allocate_raw(256, 2 * MiB) is None          # no host memory: retried
+    assert vmem.allocate_raw(256, 2 * MiB) is None, \
+        "a fallback without host memory succeeded [VMEM-1]"
     waits = [r.duration_us for r in clock.records]
     assert waits == [T_10S], f"the host allocator's retry waited {waits}, expected [{T_10S}] " \
                              f"(retry_timeout_us defaults to 10 s) [VMEM-1]"
