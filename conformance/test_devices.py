@@ -34,6 +34,19 @@ def test_names_and_order(rt, runtimes) -> None:
             and isinstance(a.physical_device_desc, str), f"{d.name}.attributes = {a!r} [DEVICE-1]"
 
 
+@pytest.mark.clause("DEVICE-1")
+def test_list_devices_is_a_copy(rt, runtimes) -> None:
+    ctx = runtimes(num_gpus=2, backend="sim")
+    got = ctx.device_mgr.list_devices()
+    gpu1 = got[2]
+    got.clear()
+    assert [d.name for d in ctx.device_mgr.list_devices()] == \
+        [PREFIX + "CPU:0", PREFIX + "GPU:0", PREFIX + "GPU:1"], \
+        "clearing the list list_devices() returned changed the device manager [DEVICE-1]"
+    assert ctx.device_mgr.lookup_device("GPU:1") is gpu1, \
+        "lookup_device lost a device after the returned list was cleared [DEVICE-1]"
+
+
 @pytest.mark.clause("DEVICE-2")
 @pytest.mark.parametrize("name,expected", [
     (PREFIX + "GPU:1", "GPU:1"), ("/device:GPU:1", "GPU:1"), ("device:GPU:0", "GPU:0"),

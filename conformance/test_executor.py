@@ -49,6 +49,18 @@ def test_add_node_returns_the_name_and_rejects_bad_nodes(rt) -> None:
 
 
 @pytest.mark.clause("EXEC-1")
+def test_graph_nodes_is_a_copy(rt) -> None:
+    g = rt.Graph()
+    g.add_node("a", "Placeholder", dtype="float32")
+    g.add_node("b", "Identity", ["a"])
+    nodes = g.nodes
+    nodes.pop()
+    nodes.clear()
+    assert [n.name for n in g.nodes] == ["a", "b"], \
+        "changing the list Graph.nodes returned changed the graph [EXEC-1]"
+
+
+@pytest.mark.clause("EXEC-1")
 @pytest.mark.parametrize("ref", ["a:\u00b2", "a:\uff11", "a: 1"])
 def test_non_ascii_output_index_is_part_of_the_name(rt, ref) -> None:
     g = rt.Graph()
@@ -473,6 +485,33 @@ def test_kernel_error_fails_the_step(rt, ctx, device: str) -> None:
     assert log.snapshot() == [], "the consumer of the failed node ran [EXEC-9]"
     assert allocator_of(ctx, device).get_stats().bytes_in_use == before, \
         f"the failed step left buffers allocated on {device} [EXEC-6]"
+
+
+@pytest.mark.clause("EXEC-6", "EXEC-9")
+@pytest.mark.parametrize("device", [CPU, GPU])
+def test_a_failed_step_frees_buffers_whose_consumers_never_ran(rt, ctx, device: str) -> None:
+    """'a' feeds 'bad', which raises, and 'later', which also needs 'bad': 'later' never runs,
+    so a's buffer still waits for it when the step ends; the step must free it anyway."""
+    log = Log()
+
+    def fail(x):
+        raise ValueError("planned")
+
+    g = rt.Graph()
+    g.add_node("a", "PyFunc", device=device, func=lambda: np.ones(1000, np.float32))
+    g.add_node("bad", "PyFunc", ["a"], device=device, func=fail)
+    g.add_node("later", "PyFunc", ["a", "bad"], device=device, func=py_func(log, "later"))
+    s = ctx.new_session(g)
+    alloc = allocator_of(ctx, device)
+    before = alloc.get_stats().bytes_in_use
+    for _ in range(3):
+        with pytest.raises(rt.OpError):
+            s.run(["later"])
+            pytest.fail("a step whose node raised succeeded [EXEC-6]")
+        assert alloc.get_stats().bytes_in_use == before, (
+            f"after the failed step {alloc.get_stats().bytes_in_use - before} bytes are still "
+            f"in use on {device}: a's buffer, held for 'later' which never ran [EXEC-6]")
+    assert log.snapshot() == [], "the consumer of a failed node ran [EXEC-6]"
 
 
 @pytest.mark.clause("EXEC-8")

@@ -453,6 +453,21 @@ def test_limits_accumulate_and_left_out_gpus_keep_theirs(rt, rt_managed, vclock)
     assert bytes_limit(g0) == 64 * MiB, "writing the initial limit did not lift the limit [RM-7]"
 
 
+@pytest.mark.clause("RM-7")
+def test_memory_limits_is_a_copy(rt, rt_managed, vclock) -> None:
+    ctx, writer, (g0, _) = rt_managed
+    rm = ctx.resource_management
+    deliver(lambda: writer.write(limits_doc(rt, {g0: 16 * MiB})), vclock)
+    got = rm.memory_limits
+    got[bus_id(rt, g0)] = MiB
+    got["ff:00.0"] = MiB
+    assert rm.memory_limits == {bus_id(rt, g0): 16 * MiB}, \
+        f"changing the dict memory_limits returned changed it: {rm.memory_limits} [RM-7]"
+    rm.run_action(post(rt, ctx))
+    assert bytes_limit(g0) == 16 * MiB, \
+        f"changing memory_limits' copy changed the limit applied: {bytes_limit(g0)} [RM-7]"
+
+
 @pytest.mark.clause("RM-9")
 def test_short_shrink_is_retried_until_reached(rt, rt_managed, vclock) -> None:
     ctx, writer, (g0, _) = rt_managed

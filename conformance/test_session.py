@@ -83,6 +83,25 @@ def test_fetch_order_targets_and_copies(rt, ctx) -> None:
 
 
 @pytest.mark.clause("SESS-2")
+@pytest.mark.parametrize("device", [CPU, GPU])
+def test_fetched_values_are_copies(rt, ctx, device) -> None:
+    g = rt.Graph()
+    g.add_node("v", "Variable", device=device, initial_value=np.array([1.0, 2.0], np.float32))
+    g.add_node("c", "Const", device=device, value=np.array([3.0, 4.0], np.float32))
+    g.add_node("s", "Add", ["v", "c"], device=device)
+    s = ctx.new_session(g)
+    v, c, total = s.run(["v", "c", "s"])
+    for array in (v, c, total):
+        array[...] = 99.0
+    v2, c2, total2 = s.run(["v", "c", "s"])
+    np.testing.assert_array_equal(v2, [1.0, 2.0],
+                                  err_msg="changing a fetched variable changed it [SESS-2]")
+    np.testing.assert_array_equal(c2, [3.0, 4.0],
+                                  err_msg="changing a fetched constant changed it [SESS-2]")
+    np.testing.assert_array_equal(total2, [4.0, 6.0], err_msg=f"Add after the change [SESS-2]")
+
+
+@pytest.mark.clause("SESS-2")
 def test_feeding_a_node_replaces_its_kernel(rt, ctx) -> None:
     log = Log()
     s = ctx.new_session(step_graph(rt, log))
