@@ -318,6 +318,21 @@ def test_no_queueing_when_not_managed(rt, managed, perf: int, idle: int, device:
     assert clock.sleeps_of(OP_MANAGER_PREFIX) == []
 
 
+@pytest.mark.clause("OPM-1")
+@pytest.mark.parametrize("perf,idle", [(99, 1), (1, 1), (99, 2)])
+def test_managed_just_inside_the_bounds(rt, managed, perf: int, idle: int) -> None:
+    """perfControl 99 (below 100) and E = 1 (above 0) make a managed step."""
+    log = Log()
+    s = managed.ctx.new_session(chain(rt, 1, log, managed.clock, managed.rm))
+    managed.throttle(perf, idle)
+    t0 = managed.clock.now_us()
+    s.run(["op0"])
+    ((_, launched, left, thread),) = log.snapshot()
+    assert thread.startswith(OP_MANAGER_PREFIX) and (launched - t0, left) == (idle, 0), (
+        f"perf={perf}, E={idle}: the GPU op ran on {thread} at {launched - t0} µs with E={left}; "
+        f"expected a managed step: queued, launched after an idle slot of {idle} µs [OPM-1]")
+
+
 # -- OPM-6, OPM-7 ----------------------------------------------------------------------------
 
 @pytest.mark.clause("OPM-6")
