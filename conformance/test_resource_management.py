@@ -640,6 +640,24 @@ def run_model(rt, rm, clock, steps) -> None:
 
 
 @pytest.mark.clause("RM-10")
+@pytest.mark.parametrize("d,expected", [(0, 50), (9, 41), (10, 40), (11, 39), (12, 138)])
+def test_step_no_longer_than_its_idle_time(rt, control_env, d, expected) -> None:
+    """perf 1; the first step (d = 0) sleeps 50, so S = E = 50; the executor then spends 10
+    of it in the step. A step with d <= consumed = 10 counts actual = 1 (total 100); one
+    with d > 10 counts d - 10 (d = 12: total 200): sleep = total - d - 50."""
+    clock = VirtualClock(auto_advance=True)
+    with throttled(rt, clock) as rm:
+        rm.parse_manage_info_from_json('{"perfControl": 1}')
+        rm.run_action(rt.SessionRunActionOptions(sess_duration_us=0))
+        rm.spend_idle_time(10)
+        rm.run_action(rt.SessionRunActionOptions(sess_duration_us=d))
+        sleeps = [r.duration_us for r in clock.records]
+        assert sleeps == [50] + ([expected] if expected else []), (
+            f"perf 1, 10 µs of idle spent, d={d}: slept {sleeps}, expected [50, {expected}] "
+            f"(actual = d - consumed if d > consumed else 1) [RM-10]")
+
+
+@pytest.mark.clause("RM-10")
 def test_in_step_idle_time_is_deducted(rt, control_env) -> None:
     with throttled(rt, VirtualClock(auto_advance=True)) as rm:
         in_step_idle(rm)
