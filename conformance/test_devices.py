@@ -318,6 +318,24 @@ def test_create_runtime_defaults(rt, control_env, tmp_path) -> None:
 
 
 @pytest.mark.clause("DEVICE-8")
+@pytest.mark.parametrize("bad", [-1, True, 1.0, "1"])
+def test_num_gpus_must_be_an_int_in_range(rt, control_env, bad) -> None:
+    with pytest.raises(ValueError):
+        rt.create_runtime(num_gpus=bad, backend=rt.SimBackend(2, 16 * MiB), config_file=None,
+                          status_file=None)
+        pytest.fail(f"create_runtime(num_gpus={bad!r}) built a runtime [DEVICE-8]")
+
+
+@pytest.mark.clause("DEVICE-8")
+def test_zero_gpus_is_a_cpu_only_runtime(rt, control_env) -> None:
+    with rt.create_runtime(num_gpus=0, backend=rt.SimBackend(2, 16 * MiB), config_file=None,
+                           status_file=None) as ctx:
+        names = [d.name for d in ctx.device_mgr.list_devices()]
+        assert names == [PREFIX + "CPU:0"], \
+            f"create_runtime(num_gpus=0) built {names}, expected the CPU device only [DEVICE-8]"
+
+
+@pytest.mark.clause("DEVICE-8")
 def test_too_many_gpus(rt, control_env) -> None:
     with pytest.raises(ValueError):
         rt.create_runtime(num_gpus=2, backend=rt.SimBackend(1, 16 * MiB), config_file=None,

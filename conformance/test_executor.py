@@ -283,6 +283,30 @@ def test_variables_assign_and_gradient_descent(rt, ctx, device: str) -> None:
         s.run(["assign"], {"value": np.zeros(3, np.float32)})
 
 
+@pytest.mark.clause("EXEC-5")
+@pytest.mark.parametrize("device", [CPU, GPU])
+def test_forwarded_outputs_are_the_variable(rt, ctx, device: str) -> None:
+    """Assign, ApplyGradientDescent and Identity forward their input 0: their output is the
+    variable itself, so it can be the variable of the next update."""
+    g = rt.Graph()
+    g.add_node("v", "Variable", device=device, initial_value=np.array([1.0, 2.0], np.float32))
+    g.add_node("alpha", "Const", device=device, value=np.float32(0.5))
+    g.add_node("value", "Placeholder", device=device, dtype="float32")
+    g.add_node("delta", "Placeholder", device=device, dtype="float32")
+    g.add_node("assign", "Assign", ["v", "value"], device=device)
+    g.add_node("step1", "ApplyGradientDescent", ["assign", "alpha", "delta"], device=device)
+    g.add_node("ident", "Identity", ["step1"], device=device)
+    g.add_node("step2", "ApplyGradientDescent", ["ident", "alpha", "delta"], device=device)
+    s = ctx.new_session(g)
+    (out,) = s.run(["step2"], {"value": np.array([10.0, 20.0], np.float32),
+                               "delta": np.array([2.0, 4.0], np.float32)})
+    (v,) = s.run(["v"])
+    np.testing.assert_allclose(v, [8.0, 16.0], err_msg=(
+        "v after Assign(10, 20) then two updates of 0.5 * (2, 4) through Assign's and "
+        "Identity's outputs: those outputs must be the variable itself [EXEC-5]"))
+    np.testing.assert_allclose(out, v, err_msg="step2's output is the variable [EXEC-5]")
+
+
 @pytest.mark.clause("EXEC-4")
 def test_pyfunc_outputs_and_shape_errors(rt, ctx) -> None:
     g = rt.Graph()
