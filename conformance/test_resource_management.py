@@ -12,8 +12,10 @@ import contextlib
 import json
 import logging
 import os
+import sys
 import tempfile
 import threading
+import time
 from decimal import Decimal
 
 import pytest
@@ -792,6 +794,77 @@ def test_zero_suspends_until_non_zero(rt, no_thread_leak, managed, vclock, liste
         "resuming changed the idle-time state or slept [RM-12]"
 
 
+class ObservedRealClock:
+    """Real time, real events (a set event wakes its waiter at once), and a count of the
+    threads blocked in ``wait`` so that a test can wait for them without sleeping."""
+
+    def __init__(self) -> None:
+        self._cv = threading.Condition()
+        self.waiting = 0
+
+    def now_us(self) -> int:
+        return time.monotonic_ns() // 1000
+
+    def time_s(self) -> int:
+        return int(time.time())
+
+    def wait(self, event: threading.Event, timeout_us: int) -> bool:
+        with self._cv:
+            self.waiting += 1
+            self._cv.notify_all()
+        try:
+            return event.wait(max(timeout_us, 0) / 1e6)
+        finally:
+            with self._cv:
+                self.waiting -= 1
+
+    def sleep_us(self, duration_us: int, cancel: threading.Event | None = None) -> bool:
+        return not self.wait(cancel or threading.Event(), duration_us)
+
+    def wait_for(self, count: int, timeout_s: float = 10.0) -> bool:
+        with self._cv:
+            return self._cv.wait_for(lambda: self.waiting >= count, timeout_s)
+
+
+@pytest.mark.clause("RM-12")
+def test_waking_many_suspended_steps_while_they_leave(rt, control_env, tmp_path) -> None:
+    """24 steps suspended at perfControl 0; a non-zero value wakes them all while the first
+    ones woken already leave their suspension (thread switches forced every microsecond).
+    The waking must neither raise nor miss a step, round after round, nor at close()."""
+    clock = ObservedRealClock()
+    fl = rt.FileListener(clock=VirtualClock())
+    rm = rt.GPUResourceManagement(str(tmp_path / "cfg.json"), clock=clock, file_listener=fl)
+    n, rounds = 24, 12
+    old_interval = sys.getswitchinterval()
+    try:
+        for r in range(rounds):
+            rm.parse_manage_info_from_json('{"perfControl": 0}')
+            steps = [run_in_thread(lambda: rm.run_action(post(rt)), name=f"step-{r}-{i}")
+                     for i in range(n)]
+            assert clock.wait_for(n), f"round {r}: {clock.waiting} of {n} steps suspended [RM-12]"
+            sys.setswitchinterval(1e-6)
+            try:
+                if r < rounds - 1:
+                    ok = rm.parse_manage_info_from_json('{"perfControl": 50}')
+                else:
+                    rm.close()
+                    ok = True
+            except RuntimeError as exc:
+                ok = exc
+            finally:
+                sys.setswitchinterval(old_interval)
+            assert ok is True, (f"round {r}: waking {n} suspended steps raised {ok!r} (the set "
+                                f"of suspended steps changed while it was walked) [RM-12]")
+            left = [t.name for t, _ in steps if not joined(t)]
+            assert not left, f"round {r}: steps still suspended after the wake: {left} [RM-12]"
+            assert all("error" not in out for _, out in steps), \
+                f"round {r}: a suspended step raised [RM-12]"
+    finally:
+        sys.setswitchinterval(old_interval)
+        rm.close()
+        fl.close()
+
+
 @pytest.mark.clause("RM-12", "CLK-3")
 def test_close_ends_a_suspension(rt, no_thread_leak, managed, vclock) -> None:
     rm, _ = managed
@@ -906,6 +979,98 @@ def test_spend_idle_time_is_atomic_under_threads(rt, managed) -> None:
     assert (rm.get_estimated_idle_time(), rm.idle_overrun) == (0, 2000), (
         f"10000 concurrent spend_idle_time(1) from E = 8000 left E = "
         f"{rm.get_estimated_idle_time()}, overrun {rm.idle_overrun}; expected 0, 2000 [RM-14]")
+
+
+@contextlib.contextmanager
+def frequent_thread_switches():
+    """Make the interpreter switch threads every microsecond: a read-modify-write that is not
+    atomic then loses updates within a few thousand operations."""
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(old)
+
+
+def hammer(workers: list) -> list[BaseException]:
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(len(workers))
+
+    def run(work) -> None:
+        barrier.wait()
+        try:
+            work()
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(w,)) for w in workers]
+    with frequent_thread_switches():
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+    assert not any(t.is_alive() for t in threads), "a hammering thread did not end"
+    return errors
+
+
+@pytest.mark.clause("RM-14")
+def test_spend_idle_time_is_atomic_under_frequent_switches(rt, managed) -> None:
+    rm, _ = managed
+    rm.set_estimated_idle_time(16_000)
+
+    def spend() -> None:
+        for _ in range(5000):
+            rm.spend_idle_time(1)
+
+    errors = hammer([spend] * 4)
+    assert not errors, f"spend_idle_time raised {errors[:1]} [RM-14]"
+    assert (rm.get_estimated_idle_time(), rm.idle_overrun) == (0, 4000), (
+        f"20000 concurrent spend_idle_time(1) from E = 16000 left E = "
+        f"{rm.get_estimated_idle_time()}, overrun {rm.idle_overrun}; expected 0, 4000: an "
+        f"update was lost [RM-14]")
+
+
+@pytest.mark.clause("RM-15")
+def test_queued_op_high_water_mark_under_frequent_switches(rt, managed) -> None:
+    rm, _ = managed
+    keys = [("graph", k) for k in range(4)]
+
+    def setter(offset: int):
+        def work() -> None:
+            for n in range(1, 3001):
+                for key in keys:
+                    rm.set_executor_queued_op_num(key, n + offset if n % 2 else offset)
+        return work
+
+    errors = hammer([setter(o) for o in (0, 1, 2)])
+    assert not errors, f"set_executor_queued_op_num raised {errors[:1]} [RM-15]"
+    got = [rm.get_executor_queued_op_num(key) for key in keys]
+    assert got == [3001] * 4, (f"the high-water marks after concurrent sets are {got}, "
+                               f"expected the maximum ever set, 3001: a larger value was "
+                               f"overwritten by a smaller one [RM-15]")
+
+
+@pytest.mark.clause("RM-7")
+def test_memory_limits_can_be_read_while_configs_arrive(rt, managed) -> None:
+    rm, _ = managed
+    seen: list[int] = []
+
+    def writer() -> None:
+        for i in range(400):
+            rm.parse_manage_info_from_json(json.dumps(
+                {"gpuConfigInfo": {f"{i % 256:02x}:{i // 256:02x}.0": {"maxDeviceMem": i}}}))
+
+    def reader() -> None:
+        for _ in range(3000):
+            seen.append(len(rm.memory_limits))
+
+    errors = hammer([writer, reader, reader])
+    assert not errors, (f"reading memory_limits while configs were parsed raised "
+                        f"{errors[:1]!r} [RM-7]")
+    assert len(rm.memory_limits) == 400, \
+        f"memory_limits holds {len(rm.memory_limits)} bus ids, expected 400 [RM-7]"
+    assert all(0 <= n <= 400 for n in seen), f"a read saw {max(seen)} bus ids [RM-7]"
 
 
 @pytest.mark.clause("RM-15")
