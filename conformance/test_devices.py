@@ -211,6 +211,30 @@ def test_cpu_device_pool_and_allocator(rt, no_thread_leak, runtimes) -> None:
     assert left == [], f"CPU device close() left threads {left} [DEVICE-6]"
 
 
+@pytest.mark.clause("DEVICE-6")
+def test_cpu_allocator_statistics(rt, runtimes) -> None:
+    ctx = runtimes()
+    a = ctx.device_mgr.lookup_device("CPU:0").get_allocator()
+
+    def figures():
+        s = a.get_stats()
+        return (s.num_allocs, s.bytes_in_use, s.peak_bytes_in_use, s.largest_alloc_size)
+
+    assert figures() == (0, 0, 0, 0), f"a new CPU allocator's stats {figures()} [DEVICE-6]"
+    p, q = a.allocate_raw(64, 100), a.allocate_raw(64, 300)
+    assert figures() == (2, 400, 400, 300), f"after allocations of 100 and 300: {figures()} " \
+                                            f"[DEVICE-6]"
+    a.deallocate_raw(p)
+    assert figures() == (2, 300, 400, 300), f"after freeing the 100: {figures()} [DEVICE-6]"
+    a.clear_stats()
+    assert figures() == (0, 300, 300, 0), f"after clear_stats(): {figures()} [DEVICE-6]"
+    first = a.get_stats()
+    first.num_allocs = 99
+    assert figures() == (0, 300, 300, 0), \
+        f"changing the returned stats changed the allocator's: {figures()} [DEVICE-6]"
+    a.deallocate_raw(q)
+
+
 @pytest.mark.clause("DEVICE-7")
 @pytest.mark.parametrize("name", ["sim", " SIM ", "Sim"])
 def test_select_sim(rt, name) -> None:

@@ -307,6 +307,86 @@ def test_forwarded_outputs_are_the_variable(rt, ctx, device: str) -> None:
     np.testing.assert_allclose(out, v, err_msg="step2's output is the variable [EXEC-5]")
 
 
+F32 = np.float32
+BAD_KERNEL_INPUTS = {
+    # id: (op, {input: ("ph" | "var", value)}, inputs of the node, attrs)
+    "matmul-vector": ("MatMul", {"a": ("ph", np.ones(3, F32)), "b": ("ph", np.ones((3, 2), F32))},
+                      ["a", "b"], {}),
+    "matmul-inner": ("MatMul", {"a": ("ph", np.ones((2, 3), F32)),
+                                "b": ("ph", np.ones((2, 3), F32))}, ["a", "b"], {}),
+    "matmul-transposed": ("MatMul", {"a": ("ph", np.ones((2, 3), F32)),
+                                     "b": ("ph", np.ones((3, 2), F32))}, ["a", "b"],
+                          {"transpose_a": True}),
+    "biasadd-2d-bias": ("BiasAdd", {"v": ("ph", np.ones((2, 3), F32)),
+                                    "b": ("ph", np.ones((1, 3), F32))}, ["v", "b"], {}),
+    "biasadd-1d-value": ("BiasAdd", {"v": ("ph", np.ones(3, F32)), "b": ("ph", np.ones(3, F32))},
+                         ["v", "b"], {}),
+    "biasadd-mismatch": ("BiasAdd", {"v": ("ph", np.ones((2, 3), F32)),
+                                     "b": ("ph", np.ones(2, F32))}, ["v", "b"], {}),
+    "biasaddgrad-1d": ("BiasAddGrad", {"g": ("ph", np.ones(3, F32))}, ["g"], {}),
+    "add-no-broadcast": ("Add", {"x": ("ph", np.ones(3, F32)), "y": ("ph", np.ones(4, F32))},
+                         ["x", "y"], {}),
+    "add-one-input": ("Add", {"x": ("ph", np.ones(3, F32))}, ["x"], {}),
+    "relugrad-mismatch": ("ReluGrad", {"g": ("ph", np.ones(3, F32)),
+                                       "f": ("ph", np.ones(4, F32))}, ["g", "f"], {}),
+    "xent-vector": ("SoftmaxCrossEntropyWithLogits", {"l": ("ph", np.ones(3, F32)),
+                                                      "y": ("ph", np.ones(3, F32))},
+                    ["l", "y"], {}),
+    "xent-mismatch": ("SoftmaxCrossEntropyWithLogits", {"l": ("ph", np.ones((2, 3), F32)),
+                                                        "y": ("ph", np.ones((2, 4), F32))},
+                      ["l", "y"], {}),
+    "sum-axis": ("Sum", {"x": ("ph", np.ones((2, 3), F32))}, ["x"], {"axis": 2}),
+    "mean-axis": ("Mean", {"x": ("ph", np.ones((2, 3), F32))}, ["x"], {"axis": -3}),
+    "identity-two-inputs": ("Identity", {"x": ("ph", np.ones(3, F32)),
+                                         "y": ("ph", np.ones(3, F32))}, ["x", "y"], {}),
+    "assign-shape": ("Assign", {"v": ("var", np.ones(3, F32)), "x": ("ph", np.ones(4, F32))},
+                     ["v", "x"], {}),
+    "assign-not-a-variable": ("Assign", {"v": ("ph", np.ones(3, F32)),
+                                         "x": ("ph", np.ones(3, F32))}, ["v", "x"], {}),
+    "sgd-shape": ("ApplyGradientDescent", {"v": ("var", np.ones(3, F32)),
+                                           "a": ("ph", np.float32(0.5)),
+                                           "d": ("ph", np.ones(4, F32))}, ["v", "a", "d"], {}),
+    "sgd-alpha-vector": ("ApplyGradientDescent", {"v": ("var", np.ones(3, F32)),
+                                                  "a": ("ph", np.ones(1, F32)),
+                                                  "d": ("ph", np.ones(3, F32))},
+                         ["v", "a", "d"], {}),
+    "sgd-not-a-variable": ("ApplyGradientDescent", {"v": ("ph", np.ones(3, F32)),
+                                                    "a": ("ph", np.float32(0.5)),
+                                                    "d": ("ph", np.ones(3, F32))},
+                           ["v", "a", "d"], {}),
+    "const-without-value": ("Const", {}, [], {}),
+    "pyfunc-not-callable": ("PyFunc", {}, [], {"func": 3}),
+    "pyfunc-too-few": ("PyFunc", {}, [], {"num_outputs": 2, "func": lambda: (np.ones(1),)}),
+    "pyfunc-none": ("PyFunc", {}, [], {"func": lambda: None}),
+}
+
+
+@pytest.mark.clause("EXEC-4")
+@pytest.mark.parametrize("case", sorted(BAD_KERNEL_INPUTS))
+@pytest.mark.parametrize("device", [CPU, GPU])
+def test_bad_kernel_inputs_are_invalid_arguments(rt, ctx, case: str, device: str) -> None:
+    op, inputs, refs, attrs = BAD_KERNEL_INPUTS[case]
+    g = rt.Graph()
+    feeds = {}
+    for name, (kind, value) in inputs.items():
+        if kind == "var":
+            g.add_node(name, "Variable", device=device, initial_value=value)
+        else:
+            g.add_node(name, "Placeholder", device=device, dtype="float32")
+            feeds[name] = value
+    g.add_node("bad", op, refs, device=device, **attrs)
+    n_out = rt.OpRegistry.global_registry().lookup(op).num_outputs_for(attrs)
+    s = ctx.new_session(g)
+    with pytest.raises(rt.OpError) as info:
+        s.run([f"bad:{i}" for i in range(max(n_out, 1))] if n_out else [], feeds,
+              [] if n_out else ["bad"])
+        pytest.fail(f"{case}: the step succeeded [EXEC-4]")
+    e = info.value
+    assert isinstance(e, rt.InvalidArgumentError) and e.node_name == "bad", (
+        f"{case} on {device}: the step raised {type(e).__name__}({e}) with node_name "
+        f"{e.node_name!r}, expected InvalidArgumentError naming 'bad' [EXEC-4]")
+
+
 @pytest.mark.clause("EXEC-4")
 def test_pyfunc_outputs_and_shape_errors(rt, ctx) -> None:
     g = rt.Graph()
