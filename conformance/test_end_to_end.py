@@ -285,16 +285,23 @@ def test_smallest_workload_arguments_are_valid(rt) -> None:
 
 
 @pytest.mark.clause("E2E-1")
-@pytest.mark.parametrize("sizes", [dict(), dict(batch=64, input_dim=32, hidden=200, layers=3)])
-def test_step_bytes_bounds_a_steps_peak(rt, tf_env, sizes) -> None:
-    tf_env.set("TF_GPU_VMEM", "false")                   # one BFC: its peak is the device's
-    with sim_runtime(rt, gpu_memory_bytes=256 * MiB) as ctx:
-        wl = rt.MLPWorkload(ctx, **sizes)
-        bfc = ctx.device_mgr.lookup_device(GPU).get_allocator()
-        held = bfc.get_stats().bytes_in_use               # variables and constants
-        bfc.clear_stats()
+@pytest.mark.parametrize("sizes", [
+    dict(), dict(batch=64, input_dim=32, hidden=200, layers=3),
+    dict(batch=1, input_dim=300, hidden=2, layers=1, classes=2),
+    dict(batch=256, input_dim=2, hidden=8, layers=4, classes=2),
+    dict(batch=2, input_dim=4, hidden=512, layers=2, classes=64),
+    dict(batch=128, input_dim=16, hidden=16, layers=1, classes=128),
+], ids=["default", "deep", "wide-input", "big-batch", "wide-hidden", "many-classes"])
+def test_step_bytes_bounds_a_steps_peak(rt, sizes) -> None:
+    """On the CPU device, whose allocator counts requested bytes (DEVICE-6), unrounded."""
+    cpu = "/device:CPU:0"
+    with sim_runtime(rt) as ctx:
+        wl = rt.MLPWorkload(ctx, device=cpu, **sizes)
+        allocator = ctx.device_mgr.lookup_device(cpu).get_allocator()
+        held = allocator.get_stats().bytes_in_use         # variables and constants
+        allocator.clear_stats()
         wl.step()
-        peak = bfc.get_stats().peak_bytes_in_use - held
+        peak = allocator.get_stats().peak_bytes_in_use - held
         assert 0 < peak <= wl.step_bytes, (
             f"a step of {wl!r} held {peak} bytes beyond its variables at its peak, more than "
             f"step_bytes = {wl.step_bytes} [E2E-1]")
