@@ -619,6 +619,34 @@ def test_a_failed_step_frees_buffers_whose_consumers_never_ran(rt, ctx, device: 
 
 
 @pytest.mark.clause("EXEC-8")
+def test_every_op_error_carries_its_message(rt, tf_env, auto_clock) -> None:
+    tf_env.set("TF_GPU_VMEM", "false")
+
+    def fail():
+        raise ValueError("boom")
+
+    def custom():
+        raise rt.InvalidArgumentError("custom reason")
+
+    with sim_runtime(rt, gpu_memory_bytes=1 << 20, clock=auto_clock) as c:
+        g = rt.Graph()
+        g.add_node("unknown", "PyFunc", device=GPU, func=fail)
+        g.add_node("custom", "PyFunc", device=GPU, func=custom)
+        g.add_node("big", "PyFunc", device=GPU, func=lambda: np.ones(1 << 19, np.float32))
+        s = c.new_session(g)
+        errors = []
+        for fetch in (["unknown"], ["custom"], ["big"], ["nowhere"]):
+            with pytest.raises(rt.OpError) as info:
+                s.run(fetch)
+                pytest.fail(f"run({fetch}) succeeded [EXEC-8]")
+            errors.append(info.value)
+    for e in errors:
+        assert isinstance(e.message, str) and e.message == str(e) and e.message, (
+            f"{type(e).__name__}: message attribute {getattr(e, 'message', None)!r}, "
+            f"text {str(e)!r}: the message attribute must be the error's text [EXEC-8]")
+
+
+@pytest.mark.clause("EXEC-8")
 def test_op_error_from_a_kernel_is_the_step_error(rt, ctx) -> None:
     def fail():
         raise rt.InvalidArgumentError("custom reason")

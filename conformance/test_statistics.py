@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
+import threading
 
 import pytest
 
@@ -75,6 +77,41 @@ def test_default_path_from_environment(rt, runtimes, control_env, tmp_path) -> N
     rt.GPUStatistics(clock=VirtualClock()).run_action(rt.SessionRunActionOptions(
         device_mgr=ctx.device_mgr, graph_id=1, sess_duration_us=100))
     assert path.exists(), "GPU_STATUS_FILE was not used as the default path [STAT-1]"
+
+
+@pytest.mark.clause("STAT-2")
+def test_concurrent_runs_keep_the_windows_sound(rt, harness) -> None:
+    """Threads record steps of one graph, and of new graphs, while another checks the figures
+    at every call (the clock moves 10 s before each), with thread switches forced every
+    microsecond: no call raises."""
+    h = harness
+    stats, errors = h.stats, []
+
+    def boundaries(graph: int, d: int, checking: bool) -> None:
+        try:
+            for i in range(600):
+                if checking:
+                    h.clock.advance(10 * S)
+                stats.run_action(h.rt.SessionRunActionOptions(
+                    device_mgr=h.ctx.device_mgr, graph_id=graph if graph else 10_000 + i * 7 + d,
+                    sess_duration_us=d + i % 7))
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=boundaries, args=args)
+               for args in ((1, 1000, True), (1, 1500, False), (0, 1, False),
+                            (0, 2, False))]
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+    finally:
+        sys.setswitchinterval(old)
+    assert not any(t.is_alive() for t in threads), "concurrent run_action calls hung [STAT-2]"
+    assert not errors, f"concurrent run_action calls raised {errors[:1]!r} [STAT-2]"
 
 
 @pytest.mark.clause("STAT-3")
