@@ -1170,6 +1170,16 @@ def test_simulated_memory(rt, kind):
 
 
 @pytest.mark.clause("API-3")
+def test_allocator_stats_and_attributes_defaults(rt):
+    s = rt.AllocatorStats()
+    got = (s.num_allocs, s.bytes_in_use, s.peak_bytes_in_use, s.largest_alloc_size,
+           s.bytes_limit, s.bytes_reserved, s.peak_bytes_reserved, s.bytes_reservable_limit)
+    assert got == (0, 0, 0, 0, None, 0, 0, None), f"AllocatorStats() = {got} [API-3]"
+    assert rt.AllocationAttributes().no_retry_on_failure is False, \
+        "AllocationAttributes() must retry by default [API-3]"
+
+
+@pytest.mark.clause("API-3")
 def test_simulated_memories_never_collide(rt):
     mems = [rt.SimulatedDeviceMemory(MiB), rt.SimulatedDeviceMemory(MiB),
             rt.SimulatedHostMemory(MiB), rt.SimulatedHostMemory(MiB)]
