@@ -314,6 +314,34 @@ def test_demand_equal_to_the_pool_is_fragment(rt, runtimes, tmp_path, host_reque
         a.deallocate_raw(p)
 
 
+@pytest.mark.clause("STAT-5")
+def test_gpus_are_found_once_by_the_first_check_that_finds_any(rt, runtimes, tmp_path,
+                                                                caplog) -> None:
+    first, other = runtimes(num_gpus=1), runtimes(num_gpus=2)
+    h = Harness(rt, first, tmp_path / "status.json")
+    caplog.set_level(logging.ERROR)
+    h.stats.run_action(rt.SessionRunActionOptions(device_mgr=None, graph_id=1,
+                                                  sess_duration_us=1000))
+    assert h.path.exists() and h.doc()["gpuUsageInfo"] is None, \
+        f"a first check without a device manager: {h.doc()} [STAT-5]"
+    assert len(runtime_records(caplog, rt, logging.ERROR)) == 1, \
+        "a check without a device manager logged no error [STAT-5]"
+    h.later(10)
+    assert h.run(1000), "the check that first finds the GPUs did not dump [STAT-5]"
+    found = sorted(h.doc()["gpuUsageInfo"])
+    assert found == [bus_id(rt, gpus(first)[0])], f"tracked {found} [STAT-5]"
+    p = gpus(other)[1].get_allocator().allocate_raw(256, MiB)
+    h.later(10)
+    h.path.unlink(missing_ok=True)
+    h.stats.run_action(rt.SessionRunActionOptions(device_mgr=other.device_mgr, graph_id=1,
+                                                  sess_duration_us=3000))
+    assert h.path.exists(), "a mean moved from 1000 to 1666 µs and nothing was dumped [STAT-5]"
+    assert sorted(h.doc()["gpuUsageInfo"]) == found, (
+        f"a later check over another device manager tracked {sorted(h.doc()['gpuUsageInfo'])}"
+        f", expected the GPUs found first {found} [STAT-5]")
+    gpus(other)[1].get_allocator().deallocate_raw(p)
+
+
 @pytest.mark.clause("STAT-5", "STAT-7")
 def test_no_vmem_gpu_gives_null_usage(rt, runtimes, control_env, tmp_path) -> None:
     control_env.setenv("TF_GPU_VMEM", "false")
