@@ -357,6 +357,8 @@ BAD_KERNEL_INPUTS = {
     "const-without-value": ("Const", {}, [], {}),
     "pyfunc-not-callable": ("PyFunc", {}, [], {"func": 3}),
     "pyfunc-too-few": ("PyFunc", {}, [], {"num_outputs": 2, "func": lambda: (np.ones(1),)}),
+    "pyfunc-too-many": ("PyFunc", {}, [], {"num_outputs": 2,
+                                           "func": lambda: (np.ones(1), np.ones(1), np.ones(1))}),
     "pyfunc-none": ("PyFunc", {}, [], {"func": lambda: None}),
 }
 
