@@ -342,6 +342,24 @@ def test_create_runtime_defaults(rt, control_env, tmp_path) -> None:
 
 
 @pytest.mark.clause("DEVICE-8")
+def test_close_joins_the_listener_with_handlers_of_its_own(rt, no_thread_leak, control_env,
+                                                           tmp_path) -> None:
+    """A handler registered on the context's listener besides the runtime's keeps its thread
+    running after the resource management left it; close() must still stop and join it."""
+    cfg = tmp_path / "cfg.json"
+    cfg.write_text('{"perfControl": 100}')
+    ctx = rt.create_runtime(num_gpus=1, gpu_memory_bytes=16 * MiB, config_file=str(cfg),
+                            status_file=None, poll_interval_s=0.05)
+    ctx.file_listener.register_file_listener(str(tmp_path / "other.json"), "mine",
+                                             lambda content: None)
+    ctx.close()
+    assert not ctx.file_listener.is_running(), \
+        "RuntimeContext.close() left the file listener running [DEVICE-8]"
+    left = [t.name for t in antman_threads() if t.name == "antman-file-listener"]
+    assert left == [], f"RuntimeContext.close() returned with {left} alive [DEVICE-8]"
+
+
+@pytest.mark.clause("DEVICE-8")
 @pytest.mark.parametrize("bad", [-1, True, 1.0, "1"])
 def test_num_gpus_must_be_an_int_in_range(rt, control_env, bad) -> None:
     with pytest.raises(ValueError):
