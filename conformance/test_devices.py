@@ -288,6 +288,10 @@ def test_sim_backend_defaults(rt) -> None:
     got = (backend.name, backend.gpu_count(), backend.gpu_info(0).total_memory)
     assert got == ("sim", 1, 1 << 30), \
         f"SimBackend() has (name, GPUs, memory) {got}, expected ('sim', 1, 1 GiB) [DEVICE-7]"
+    chosen = rt.select_backend("sim")
+    got = (chosen.gpu_count(), chosen.gpu_info(0).total_memory)
+    assert got == (1, 1 << 30), \
+        f"select_backend('sim') gave (GPUs, memory) {got}, expected (1, 1 GiB) [DEVICE-7]"
 
 
 @pytest.mark.clause("DEVICE-7")

@@ -158,6 +158,19 @@ def test_validation_ends_on_a_deep_graph_of_diamonds(rt) -> None:
     g.validate()
     assert len(g.nodes) == 193, f"{len(g.nodes)} nodes [EXEC-2]"
 
+
+@pytest.mark.clause("SESS-3", "EXEC-10")
+def test_a_run_of_a_deep_graph_of_diamonds_ends(rt, ctx) -> None:
+    """Pruning to what a target needs walks each node once, not each of its 2^64 paths."""
+    g = rt.Graph()
+    g.add_node("a0", "NoOp")
+    for i in range(64):
+        g.add_node(f"b{i}", "NoOp", [f"^a{i}"])
+        g.add_node(f"c{i}", "NoOp", [f"^a{i}"])
+        g.add_node(f"a{i + 1}", "NoOp", [f"^b{i}", f"^c{i}"])
+    assert ctx.new_session(g).run([], target_nodes=["a64"]) == [], \
+        "a target-only run returned values [EXEC-10]"
+
 @pytest.mark.clause("EXEC-2")
 def test_unknown_device_fails_the_run_naming_node_and_device(rt, ctx) -> None:
     g = rt.Graph()

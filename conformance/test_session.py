@@ -454,6 +454,56 @@ def test_close_during_the_pre_actions_cancels_the_step(rt, auto_clock) -> None:
 
 
 @pytest.mark.clause("SESS-8")
+def test_close_waits_for_a_run_in_its_post_actions(rt, ctx) -> None:
+    """The step is over and its pool idle; the run is still in a POST action: close() from
+    another thread returns only once that run has returned."""
+    log = Log()
+    in_post, release = threading.Event(), threading.Event()
+
+    def hold(options) -> None:
+        in_post.set()
+        assert release.wait(10), "the test never released the POST action [SESS-8]"
+        log.add("post returned")
+
+    ctx.registry.register(POST, 1, recording_action(rt, "post", Log(), on_run=hold))
+    s = ctx.new_session(step_graph(rt, Log()))
+    runner, result = run_in_thread(lambda: s.run(["out"], FEED), "test-session-run")
+    assert in_post.wait(10), "the run did not reach its POST action [SESS-8]"
+    closer, closed = run_in_thread(lambda: (s.close(), log.add("close returned")),
+                                   "test-session-close")
+    wait_until(lambda: s.closed, "close() to begin")
+    closer.join(0.3)
+    assert closer.is_alive(), \
+        "close() returned while another thread's run was still in its POST action [SESS-8]"
+    release.set()
+    assert joined(runner) and joined(closer), "run() or close() hung [SESS-8]"
+    assert log.snapshot() == ["post returned", "close returned"], \
+        f"events {log.snapshot()}: close() must return after the run [SESS-8]"
+    assert "error" not in result and "error" not in closed, f"{result} {closed} [SESS-8]"
+
+
+@pytest.mark.clause("SESS-8")
+@pytest.mark.capability("resource_management", "virtual_clock")
+def test_close_wakes_a_step_suspended_in_its_post_actions(rt, virtual_clock, tmp_path) -> None:
+    """perfControl 0 suspends the run in the RM action; close() from another thread wakes it
+    (wake_suspended) and returns, without the virtual clock moving."""
+    config = tmp_path / "config.json"
+    config.write_text('{"perfControl": 0}')
+    with sim_runtime(rt, clock=virtual_clock, config_file=str(config),
+                     poll_interval_s=3600.0) as c:
+        s = c.new_session(step_graph(rt, Log()))
+        runner, result = run_in_thread(lambda: s.run(["out"], FEED), "test-session-run")
+        virtual_clock.wait_for_waiters(2)              # the listener and the suspended step
+        start = virtual_clock.now_us()
+        closer, _ = run_in_thread(s.close, "test-session-close")
+        assert joined(closer) and joined(runner), \
+            "close() did not end a run suspended at perfControl 0 [SESS-8]"
+        assert virtual_clock.now_us() == start, \
+            "close() needed the clock to move to end the suspension [SESS-8]"
+        assert "error" not in result, f"the suspended run raised {result['error']!r} [SESS-8]"
+
+
+@pytest.mark.clause("SESS-8")
 def test_close_from_another_sessions_node_waits_for_the_running_step(rt, ctx) -> None:
     """Session B's node (on B's inter-op pool) closes session A while A's step runs: that
     thread is not one of A's, so close() must wait for A's step before it returns."""
