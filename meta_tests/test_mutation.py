@@ -112,7 +112,8 @@ def test_mutants_are_exact_one_place_edits(runtime_population) -> None:
 
 def test_keys_are_unique_and_ignore_unrelated_edits() -> None:
     before = {m.key for m in mutants_of_source("snippet.py", SNIPPET)}
-    edited = SNIPPET.replace("class Counter:", "def helper(y):\n    return y + 1\n\n\nclass Counter:")
+    edited = SNIPPET.replace("class Counter:",
+                             "def helper(y):\n    return y + 1\n\n\nclass Counter:")
     after = {m.key for m in mutants_of_source("snippet.py", edited)}
     assert before <= after, f"keys changed by an unrelated edit: {sorted(before - after)}"
     assert len(after) == len(mutants_of_source("snippet.py", edited))
@@ -177,10 +178,10 @@ def test_reviewed_list_matches_the_mutants(runtime_population) -> None:
 
 
 @pytest.mark.parametrize("body,error", [
-    ('key = "k"\nline = "x"\nchange = "c"\nkind = "equivalent"\n', "missing"),
-    ('key = "k"\nline = "x"\nchange = "c"\nkind = "maybe"\nreason = "r"\n', "kind"),
-    ('key = "k"\nline = "x"\nchange = "c"\nkind = "equivalent"\nreason = "r"\nnote = 1\n',
-     "unknown"),
+    ('key = "k"\nline = "x"\nchange = "c"\nmutated = "y"\nkind = "equivalent"\n', "missing"),
+    ('key = "k"\nline = "x"\nchange = "c"\nmutated = "y"\nkind = "maybe"\nreason = "r"\n', "kind"),
+    ('key = "k"\nline = "x"\nchange = "c"\nmutated = "y"\nkind = "equivalent"\nreason = "r"\n'
+     'note = 1\n', "unknown"),
 ])
 def test_malformed_reviewed_entries_are_refused(tmp_path: Path, body: str, error: str) -> None:
     path = tmp_path / "eq.toml"
@@ -190,7 +191,8 @@ def test_malformed_reviewed_entries_are_refused(tmp_path: Path, body: str, error
 
 
 def test_a_key_listed_twice_is_refused(tmp_path: Path) -> None:
-    entry = '[[mutant]]\nkey = "k"\nline = "x"\nchange = "c"\nkind = "equivalent"\nreason = "r"\n'
+    entry = ('[[mutant]]\nkey = "k"\nline = "x"\nchange = "c"\nmutated = "y"\n'
+             'kind = "equivalent"\nreason = "r"\n')
     path = tmp_path / "eq.toml"
     path.write_text(entry + entry, encoding="utf-8")
     with pytest.raises(ValueError, match="twice"):
@@ -205,6 +207,19 @@ def test_entry_text_round_trips(snippet_mutants: list[Mutant], tmp_path: Path) -
     assert eq.problems(entries, snippet_mutants) == [] and entries[m.key].reason == \
         'a "quoted" reason'
     assert eq.problems(entries, []) and "no such mutant" in eq.problems(entries, [])[0]
+
+
+def test_an_entry_names_which_of_two_like_mutants_it_means(tmp_path: Path) -> None:
+    # f(0, 0) -> f(-1, 0) and f(0, -1): the same line and change; only `mutated` tells them apart
+    mutants = [m for m in mutants_of_source("m.py", "def g(f):\n    f(0, 0)\n")
+               if m.replacement == "-1"]
+    assert sorted(m.mutated_text for m in mutants) == ["f(-1, 0)", "f(0, -1)"]
+    first, second = mutants
+    path = tmp_path / "eq.toml"
+    path.write_text(eq.entry_text(first, "equivalent", "r").replace(
+        repr(first.mutated_text).strip("'"), second.mutated_text), encoding="utf-8")
+    found = eq.problems(eq.load(path), mutants)
+    assert len(found) == 1 and second.mutated_text in found[0]
 
 
 # --- classification of runs ------------------------------------------------------------
@@ -290,7 +305,7 @@ def test_rescore_applies_the_reviewed_list() -> None:
     campaign = CampaignResult(Campaign(seed="1", sample=2), 10, {}, results, None, 0.0, 1.0,
                               (0.0, 0.0, 0.0), (0.0, 0.0, 0.0))
     data = report.to_json(campaign)
-    entries = {k: eq.Equivalent(k, "if a < b:", "'<' -> '<='", "equivalent", "r" * 20)
+    entries = {k: eq.Equivalent(k, "if a < b:", "'<' -> '<='", "if a <= b:", "equivalent", "r" * 20)
                for k in ("a", "c")}
     again = report.rescore(data, entries)
     outcomes = {m["key"]: (m["outcome"], m["list_mistake"]) for m in again["mutants"]}

@@ -1,8 +1,10 @@
 """The reviewed list of mutants the suite cannot kill by construction (``equivalents.toml``).
 
-Each entry names one mutant by its key and repeats, for the reader, the line it edits and the
-change; both are checked against the generated mutant, so an entry goes stale (and the
-meta-tests say so) when its line changes. ``kind`` is
+Each entry names one mutant by its key and repeats, for the reader, the line it edits, the
+change and the line after it (``mutated``, which tells apart two mutants making the same change
+on one line, such as ``f(0, 0)`` becoming ``f(-1, 0)`` or ``f(0, -1)``); all three are checked
+against the generated mutant, so an entry goes stale (and the meta-tests say so) when its line
+changes. ``kind`` is
 
 - ``equivalent``: the mutant changes nothing the specification defines: the same results,
   the same state, the same calls, in every case (for instance a clamp at a bound the value
@@ -32,7 +34,7 @@ __all__ = ["Equivalent", "EQUIVALENTS_PATH", "KINDS", "load", "problems"]
 
 EQUIVALENTS_PATH = Path(__file__).resolve().parent / "equivalents.toml"
 KINDS = ("equivalent", "unspecified", "gpu-only")
-_FIELDS = ("key", "line", "change", "kind", "reason")
+_FIELDS = ("key", "line", "change", "mutated", "kind", "reason")
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,7 @@ class Equivalent:
     key: str
     line: str
     change: str
+    mutated: str
     kind: str
     reason: str
 
@@ -75,9 +78,11 @@ def problems(entries: dict[str, Equivalent], mutants: list[Mutant]) -> list[str]
         if mutant is None:
             out.append(f"{key}: no such mutant (the line changed or moved to another "
                        f"function): review the entry ({entry.line!r}, {entry.change})")
-        elif (mutant.line_text, mutant.describe()) != (entry.line, entry.change):
-            out.append(f"{key}: the entry says {entry.line!r} {entry.change}, the mutant is "
-                       f"{mutant.line_text!r} {mutant.describe()}")
+        elif ((mutant.line_text, mutant.describe(), mutant.mutated_text)
+              != (entry.line, entry.change, entry.mutated)):
+            out.append(f"{key}: the entry says {entry.line!r} {entry.change} giving "
+                       f"{entry.mutated!r}, the mutant is {mutant.line_text!r} "
+                       f"{mutant.describe()} giving {mutant.mutated_text!r}")
     return out
 
 
@@ -86,4 +91,5 @@ def entry_text(mutant: Mutant, kind: str, reason: str) -> str:
     def q(text: str) -> str:
         return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
     return (f"[[mutant]]\nkey = {q(mutant.key)}\nline = {q(mutant.line_text)}\n"
-            f"change = {q(mutant.describe())}\nkind = {q(kind)}\nreason = {q(reason)}\n")
+            f"change = {q(mutant.describe())}\nmutated = {q(mutant.mutated_text)}\n"
+            f"kind = {q(kind)}\nreason = {q(reason)}\n")

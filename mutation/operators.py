@@ -94,6 +94,8 @@ class Mutant:
     replacement: str
     line_text: str         # the edited line, stripped (names the mutant for a reader)
     occurrence: int = 0    # among mutants with the same key material in the same function
+    mutated_text: str = ""  # the edited line after the edit, stripped (tells apart two
+    #                         mutants with the same line and change, e.g. f(0, 0) -> f(0, -1))
 
     @property
     def key(self) -> str:
@@ -340,9 +342,12 @@ class _Generator:
             replacement += "\n" * lost
         elif lost > 0:          # keep every later line where it was: (value\n...\n)
             replacement = "(" + replacement + "\n" * lost + ")"
+        line_start = self.src.line_starts[line - 1]
+        after = self.src.text[line_start:start] + replacement + self.src.text[end:]
         self.found.append(Mutant(self.module, ".".join(self.scope) or "<module>", operator,
                                  line, start, end, original, replacement,
-                                 self.src.lines[line - 1].strip()))
+                                 self.src.lines[line - 1].strip(),
+                                 mutated_text=after.split("\n", 1)[0].strip()))
 
     def operator_token(self, left: ast.AST, right: ast.AST, text: str) -> tuple[int, int] | None:
         """The span of the operator ``text`` between two operands (first match)."""
@@ -482,7 +487,7 @@ class _Generator:
             n = seen.get(material, 0)
             seen[material] = n + 1
             out.append(Mutant(m.module, m.function, m.operator, m.line, m.start, m.end,
-                              m.original, m.replacement, m.line_text, n))
+                              m.original, m.replacement, m.line_text, n, m.mutated_text))
         return out
 
 
