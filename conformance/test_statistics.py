@@ -114,6 +114,57 @@ def test_concurrent_runs_keep_the_windows_sound(rt, harness) -> None:
     assert not errors, f"concurrent run_action calls raised {errors[:1]!r} [STAT-2]"
 
 
+@pytest.mark.clause("STAT-2")
+def test_reaveraging_reads_each_window_at_one_instant(rt, harness) -> None:
+    """One thread's every step re-averages (the clock moves 10 s before each) while three
+    others keep appending to the windows of 20 graphs, with thread switches forced every
+    microsecond: a re-averaging that iterated the live windows, rather than copies taken at
+    one instant, would meet one changing under it."""
+    h = harness
+    stats, errors, done = h.stats, [], threading.Event()
+
+    def options(graph: int):
+        return h.rt.SessionRunActionOptions(device_mgr=h.ctx.device_mgr, graph_id=graph,
+                                            sess_duration_us=1000)
+
+    def checking() -> None:
+        try:
+            for _ in range(3000):
+                if errors:
+                    break
+                h.clock.advance(10 * S)
+                stats.run_action(options(0))
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+        finally:
+            done.set()
+
+    def appending(k: int) -> None:
+        try:
+            i = 0
+            while not done.is_set():
+                stats.run_action(options(1 + (i + k) % 20))
+                i += 1
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=checking)] + [
+        threading.Thread(target=appending, args=(k,)) for k in range(3)]
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+    finally:
+        done.set()
+        sys.setswitchinterval(old)
+    assert not any(t.is_alive() for t in threads), "steps re-averaging windows hung [STAT-2]"
+    assert not errors, f"a step re-averaging windows others append to raised {errors[:1]!r} " \
+        "[STAT-2]"
+
+
 @pytest.mark.clause("STAT-3")
 def test_first_run_then_every_10_s(harness) -> None:
     h = harness
