@@ -318,7 +318,7 @@ def test_runtime_context_lifecycle(rt, no_thread_leak, control_env, tmp_path) ->
         ctx.new_session(None)
 
 
-@pytest.mark.clause("API-7", "DEVICE-8")
+@pytest.mark.clause("DEVICE-8")
 def test_create_runtime_defaults(rt, control_env, tmp_path) -> None:
     """num_gpus=1, gpu_memory_bytes=1 << 30, allow_growth=False, poll_interval_s=1.0, a new
     registry."""
@@ -333,16 +333,16 @@ def test_create_runtime_defaults(rt, control_env, tmp_path) -> None:
         gpu.get_allocator().deallocate_raw(p)
         assert got == (1 << 30, 1 << 30), (
             f"create_runtime() built one GPU with (memory_limit, pool after a 256-byte "
-            f"allocation) = {got}, expected (1 GiB, 1 GiB): no growth [API-7]")
+            f"allocation) = {got}, expected (1 GiB, 1 GiB): no growth [DEVICE-8]")
         assert ctx.registry is not rt.global_registry(), \
-            "create_runtime(registry=None) used the global registry [API-7]"
+            "create_runtime(registry=None) used the global registry [DEVICE-8]"
     with rt.create_runtime(backend="sim", config_file=str(cfg), status_file=None,
                            clock=clock) as ctx:
         clock.wait_for_waiters(1)
         waits = clock.sleeps_of("antman-file-listener")
         assert waits == [1_000_000], (
             f"create_runtime() without poll_interval_s: listener waits {waits}, expected "
-            f"[1000000] µs [API-7]")
+            f"[1000000] µs [DEVICE-8]")
 
 
 @pytest.mark.clause("DEVICE-8")
