@@ -9,6 +9,7 @@ from __future__ import annotations
 import random
 import struct
 import threading
+import time
 
 import pytest
 
@@ -785,6 +786,98 @@ def test_retry_deadline_on_virtual_clock(rt):
         t.join(5)
 
 
+@pytest.mark.clause("BFC-12")
+@pytest.mark.parametrize("kind", ["BFCAllocator", "GPUBFCAllocator"])
+def test_default_retry_timeout_is_10_s(rt, tf_env, kind):
+    clock = VirtualClock(auto_advance=True)
+    sim = rt.SimulatedDeviceMemory(GiB)
+    if kind == "BFCAllocator":
+        bfc = rt.BFCAllocator(sim, MiB, False, "GPU_0_bfc", clock=clock)
+    else:
+        bfc = rt.GPUBFCAllocator(sim, MiB, "GPU_0_bfc", clock=clock)
+    assert bfc.allocate_raw(256, MiB) is not None, f"{kind}: allocate_raw(256, 1 MiB) [BFC-12]"
+    assert bfc.allocate_raw(256, 256) is None, f"{kind}: a request beyond the pool [BFC-12]"
+    waits = [r.duration_us for r in clock.records]
+    assert waits == [T_10S], (f"{kind} built without retry_timeout_us waited {waits} for a "
+                              f"request it cannot meet, expected one wait of {T_10S} µs "
+                              f"[BFC-12]")
+
+
+@pytest.mark.clause("BFC-12")
+def test_retry_deadline_counts_from_the_second_failed_attempt(rt):
+    """Attempts that take clock time (a slow sub-allocator): the deadline is set after the
+    second attempt failed, so the one wait is the whole T whatever the attempts took."""
+    clock = VirtualClock(auto_advance=True)
+    bfc, sim, n = _refusing(rt, clock, T_10S)
+    attempt_us = 3_000
+
+    class Slow:
+        def alloc(self, alignment, num_bytes):
+            clock.advance(attempt_us)
+            return sim.alloc(alignment, num_bytes)
+
+        def free(self, ptr, num_bytes):
+            sim.free(ptr, num_bytes)
+
+    slow = rt.BFCAllocator(Slow(), GiB, True, "GPU_0_bfc", clock=clock,
+                           retry_timeout_us=T_10S)
+    sim.fail = False
+    first = slow.allocate_raw(256, 256)                     # region 1 MiB, next 2 MiB
+    sim.fail = True
+    spent = slow.allocate_raw(256, 2 * MiB, no_retry(rt))   # spends the backpedal
+    assert first is not None and spent is None, f"setup: {first}, {spent} [BFC-12]"
+    start, records, calls = clock.now_us(), len(clock.records), len(sim.alloc_calls)
+    assert slow.allocate_raw(256, 2 * MiB) is None, "a refused request succeeded [BFC-12]"
+    waits = [r.duration_us for r in clock.records[records:]]
+    assert sim.alloc_calls[calls:] == [2 * MiB] * 4, (
+        f"attempts {sim.alloc_calls[calls:]}, expected 4 [BFC-12]")
+    assert waits == [T_10S], (
+        f"with attempts of {attempt_us} µs each the retry waited {waits}, expected one wait of "
+        f"T = {T_10S} µs: the deadline is now + T after the second failed attempt [BFC-12]")
+    assert clock.now_us() - start == 4 * attempt_us + T_10S, (
+        f"the request took {clock.now_us() - start} µs of clock time, expected 4 attempts of "
+        f"{attempt_us} plus T [BFC-12]")
+
+
+@pytest.mark.clause("BFC-12")
+def test_each_free_wakes_every_waiter_of_its_time(rt):
+    """Two requests wait; the first free wakes both (one is served, the other waits again);
+    the second free wakes the one left. The count of waiters must stay exact throughout."""
+    clock = VirtualClock()
+    bfc, sim = make(rt, MiB, growth=False, clock=clock, timeout_us=T_10S)
+    p1, p2 = bfc.allocate_raw(256, 512 * KiB), bfc.allocate_raw(256, 512 * KiB)
+    assert bfc.memory_map().total_region_allocated_bytes == MiB and None not in (p1, p2), \
+        f"setup: two 512 KiB chunks fill the 1 MiB pool: {p1}, {p2} [BFC-12]"
+    waiters = [_run(lambda: bfc.allocate_raw(256, 512 * KiB), f"antman-test-waiter-{i}")
+               for i in range(2)]
+    try:
+        clock.wait_for_waiters(2)
+        bfc.deallocate_raw(p1)
+        limit = time.monotonic() + 5            # real time, generous: one waiter is served
+        while not any(out for _, out in waiters) and time.monotonic() < limit:
+            time.sleep(0.002)
+        clock.wait_for_waiters(1)               # the other is back in its wait
+        served = [out[0] for t, out in waiters if out]
+        assert served == [p1], f"after the first free the waiters got {served} [BFC-12]"
+        bfc.deallocate_raw(p2)
+        for t, _ in waiters:
+            t.join(5)
+        results = sorted(out[0] for _, out in waiters if out)
+        assert all(not t.is_alive() for t, _ in waiters) and results == sorted([p1, p2]), (
+            f"the second free did not wake the remaining waiter: results {results} [BFC-12]")
+        assert clock.now_us() == 0, "a waiter needed the clock to advance [BFC-12]"
+        # And again: a later waiter is woken as the first ones were.
+        t3, out3 = _run(lambda: bfc.allocate_raw(256, 512 * KiB), "antman-test-waiter-3")
+        clock.wait_for_waiters(1)
+        bfc.deallocate_raw(p1)
+        t3.join(5)
+        assert out3 == [p1], f"a third waiter, after two were served, got {out3} [BFC-12]"
+    finally:
+        clock.advance(2 * T_10S)
+        for t, _ in waiters:
+            t.join(5)
+
+
 # --- BFC-13 / BFC-14 / BFC-15 ------------------------------------------------------------
 
 @pytest.mark.clause("BFC-13")
@@ -1090,6 +1183,16 @@ def test_simulated_memory(rt, kind):
     assert mem.alloc(256, 256) is None, f"{kind}.alloc above a lowered capacity [API-3]"
     mem.capacity = 8192
     assert mem.alloc(256, 256) is not None, "[API-3]"
+
+
+@pytest.mark.clause("API-3")
+def test_allocator_stats_and_attributes_defaults(rt):
+    s = rt.AllocatorStats()
+    got = (s.num_allocs, s.bytes_in_use, s.peak_bytes_in_use, s.largest_alloc_size,
+           s.bytes_limit, s.bytes_reserved, s.peak_bytes_reserved, s.bytes_reservable_limit)
+    assert got == (0, 0, 0, 0, None, 0, 0, None), f"AllocatorStats() = {got} [API-3]"
+    assert rt.AllocationAttributes().no_retry_on_failure is False, \
+        "AllocationAttributes() must retry by default [API-3]"
 
 
 @pytest.mark.clause("API-3")

@@ -57,6 +57,53 @@ def test_real_clock_waits(rt) -> None:
         timer.cancel()
 
 
+@pytest.mark.clause("CLK-1")
+def test_real_clock_reads_the_monotonic_clock_in_microseconds(rt) -> None:
+    clock = real_clock(rt)
+    for _ in range(20):
+        before = time.monotonic_ns() // 1000
+        now = clock.now_us()
+        after = time.monotonic_ns() // 1000
+        assert before <= now <= after, (
+            f"now_us() = {now} outside [{before}, {after}], the monotonic clock in µs read "
+            f"around it [CLK-1]")
+        wall_before = int(time.time())
+        t = clock.time_s()
+        wall_after = int(time.time())
+        assert wall_before <= t <= wall_after, \
+            f"time_s() = {t} outside [{wall_before}, {wall_after}] [CLK-1]"
+
+
+@pytest.mark.clause("CLK-1")
+@pytest.mark.parametrize("duration_us", [30_000, 250_000])
+def test_real_clock_waits_last_their_duration(rt, duration_us) -> None:
+    """Lower bounds only: a wait may end late on a loaded machine, never early."""
+    clock = real_clock(rt)
+    ev, cancel = threading.Event(), threading.Event()
+    for what, call, expected in (
+            ("wait(unset event)", lambda: clock.wait(ev, duration_us), False),
+            ("sleep_us()", lambda: clock.sleep_us(duration_us), True),
+            ("sleep_us(unset cancel)", lambda: clock.sleep_us(duration_us, cancel), True)):
+        start = time.monotonic_ns()
+        got = call()
+        took_us = (time.monotonic_ns() - start) // 1000
+        assert got is expected, f"{what} of {duration_us} µs returned {got!r} [CLK-1]"
+        assert took_us >= duration_us - 1000, (
+            f"{what} of {duration_us} µs returned after {took_us} µs [CLK-1]")
+
+
+@pytest.mark.clause("CLK-1")
+def test_real_clock_zero_sleeps(rt) -> None:
+    clock = real_clock(rt)
+    cancel = threading.Event()
+    got = (clock.sleep_us(0), clock.sleep_us(-5), clock.sleep_us(0, cancel))
+    cancel.set()
+    got += (clock.sleep_us(0, cancel), clock.sleep_us(-5, cancel))
+    assert got == (True, True, True, False, False), (
+        f"sleep_us(0), sleep_us(-5), sleep_us(0, unset), sleep_us(0, set), sleep_us(-5, set) "
+        f"returned {got}, expected (True, True, True, False, False) [CLK-1]")
+
+
 @pytest.mark.clause("CLK-2")
 @pytest.mark.capability("resource_management", "file_listener")
 def test_runtime_routes_waits_through_its_clock(rt, runtimes, tmp_path) -> None:

@@ -10,6 +10,7 @@ import pytest
 from conformance.control_helpers import (MiB, bus_id, control_env, gpus,  # noqa: F401
                                          pool_bytes, runtimes)
 from fixtures.threads import antman_threads, no_thread_leak  # noqa: F401
+from fixtures.virtual_clock import VirtualClock
 
 pytestmark = pytest.mark.capability("resource_management")
 
@@ -33,6 +34,19 @@ def test_names_and_order(rt, runtimes) -> None:
             and isinstance(a.physical_device_desc, str), f"{d.name}.attributes = {a!r} [DEVICE-1]"
 
 
+@pytest.mark.clause("DEVICE-1")
+def test_list_devices_is_a_copy(rt, runtimes) -> None:
+    ctx = runtimes(num_gpus=2, backend="sim")
+    got = ctx.device_mgr.list_devices()
+    gpu1 = got[2]
+    got.clear()
+    assert [d.name for d in ctx.device_mgr.list_devices()] == \
+        [PREFIX + "CPU:0", PREFIX + "GPU:0", PREFIX + "GPU:1"], \
+        "clearing the list list_devices() returned changed the device manager [DEVICE-1]"
+    assert ctx.device_mgr.lookup_device("GPU:1") is gpu1, \
+        "lookup_device lost a device after the returned list was cleared [DEVICE-1]"
+
+
 @pytest.mark.clause("DEVICE-2")
 @pytest.mark.parametrize("name,expected", [
     (PREFIX + "GPU:1", "GPU:1"), ("/device:GPU:1", "GPU:1"), ("device:GPU:0", "GPU:0"),
@@ -54,6 +68,27 @@ def test_lookup_unknown_is_a_key_error(rt, runtimes, name) -> None:
         ctx.device_mgr.lookup_device(name)
     assert "GPU:1" in str(info.value), \
         f"lookup_device({name!r}) error does not name the known devices: {info.value} [DEVICE-2]"
+
+
+@pytest.mark.clause("DEVICE-2")
+@pytest.mark.parametrize("name", [" GPU:0", "GPU:0 ", "GPU: 0", "GPU:0\n", "\tGPU:1",
+                                  "GPU:\uff10", "GPU:\u0661", "/device:GPU:0\n",
+                                  PREFIX + "GPU:0 ", "/job:localhost/replica:\u0660/task:0/gpu:0"])
+def test_lookup_takes_no_white_space_or_other_digits(rt, runtimes, name) -> None:
+    ctx = runtimes(num_gpus=2)
+    with pytest.raises(KeyError):
+        ctx.device_mgr.lookup_device(name)
+        pytest.fail(f"lookup_device({name!r}) found a device [DEVICE-2]")
+
+
+@pytest.mark.clause("DEVICE-2")
+@pytest.mark.parametrize("name,expected", [("GPU:01", "GPU:1"), ("gPu:1", "GPU:1"),
+                                           ("/device:cpu:00", "CPU:0")])
+def test_lookup_index_and_type_spellings(rt, runtimes, name, expected) -> None:
+    ctx = runtimes(num_gpus=2)
+    found = ctx.device_mgr.lookup_device(name)
+    assert found.name == PREFIX + expected, \
+        f"lookup_device({name!r}) = {found.name}, expected {PREFIX + expected} [DEVICE-2]"
 
 
 @pytest.mark.clause("DEVICE-3")
@@ -136,6 +171,27 @@ def test_get_pci_bus_id(rt, desc, expected) -> None:
 
 
 @pytest.mark.clause("DEVICE-5")
+@pytest.mark.parametrize("desc,expected", [
+    ("pci bus id:\t0000:3b:00.0", "3b:00.0"),
+    ("pci bus id:\u00a00000:3c:00.0\u2003, compute capability: 8.0", "3c:00.0"),
+    ("pci bus id: 0000:3b:00.0, pci bus id: 0000:3c:00.0", "3b:00.0"),
+    ("name: pci bus id: 0000:3d:00.0", "3d:00.0"),
+    ("pci bus id: 12345678:3b:00.0", "3b:00.0"),
+    ("pci bus id: 123456789:3b:00.0", ""),
+    ("pci bus id: 0000:3b3:00.0", ""),
+    ("pci bus id: 0000:3b:000.0", ""),
+    ("pci bus id: 0000:3b:00.00", ""),
+    ("pci bus id: 0000:3b:00.7", "3b:00.7"),
+    ("pci bus id: 0000:3g:00.0", ""),
+    ("pci  bus id: 0000:3b:00.0", ""),
+    ("pci bus id 0000:3b:00.0", ""),
+])
+def test_get_pci_bus_id_edges(rt, desc, expected) -> None:
+    got = rt.get_pci_bus_id(desc)
+    assert got == expected, f"get_pci_bus_id({desc!r}) = {got!r}, expected {expected!r} [DEVICE-5]"
+
+
+@pytest.mark.clause("DEVICE-5")
 @pytest.mark.parametrize("bad", [None, 5, b"pci bus id: 0000:3b:00.0"])
 def test_get_pci_bus_id_non_str(rt, bad) -> None:
     assert rt.get_pci_bus_id(bad) == "", f"get_pci_bus_id({bad!r}) [DEVICE-5]"
@@ -158,6 +214,30 @@ def test_cpu_device_pool_and_allocator(rt, no_thread_leak, runtimes) -> None:
     assert left == [], f"CPU device close() left threads {left} [DEVICE-6]"
 
 
+@pytest.mark.clause("DEVICE-6")
+def test_cpu_allocator_statistics(rt, runtimes) -> None:
+    ctx = runtimes()
+    a = ctx.device_mgr.lookup_device("CPU:0").get_allocator()
+
+    def figures():
+        s = a.get_stats()
+        return (s.num_allocs, s.bytes_in_use, s.peak_bytes_in_use, s.largest_alloc_size)
+
+    assert figures() == (0, 0, 0, 0), f"a new CPU allocator's stats {figures()} [DEVICE-6]"
+    p, q = a.allocate_raw(64, 100), a.allocate_raw(64, 300)
+    assert figures() == (2, 400, 400, 300), f"after allocations of 100 and 300: {figures()} " \
+                                            f"[DEVICE-6]"
+    a.deallocate_raw(p)
+    assert figures() == (2, 300, 400, 300), f"after freeing the 100: {figures()} [DEVICE-6]"
+    a.clear_stats()
+    assert figures() == (0, 300, 300, 0), f"after clear_stats(): {figures()} [DEVICE-6]"
+    first = a.get_stats()
+    first.num_allocs = 99
+    assert figures() == (0, 300, 300, 0), \
+        f"changing the returned stats changed the allocator's: {figures()} [DEVICE-6]"
+    a.deallocate_raw(q)
+
+
 @pytest.mark.clause("DEVICE-7")
 @pytest.mark.parametrize("name", ["sim", " SIM ", "Sim"])
 def test_select_sim(rt, name) -> None:
@@ -173,6 +253,48 @@ def test_select_bad_names(rt, control_env) -> None:
         rt.select_backend()
     control_env.setenv("ANTMAN_DEVICE", "sim")
     assert rt.select_backend().name == "sim", "ANTMAN_DEVICE=sim was not used [DEVICE-7]"
+
+
+@pytest.mark.clause("DEVICE-7")
+@pytest.mark.parametrize("name", ["\u00a0sim\u2003", "sim\n", "\tSIM"])
+def test_select_strips_every_white_space(rt, name) -> None:
+    assert rt.select_backend(name).name == "sim", f"select_backend({name!r}) [DEVICE-7]"
+
+
+@pytest.mark.clause("DEVICE-7")
+@pytest.mark.parametrize("name", ["\u017fim", "si m", "sim0", "simulated"])
+def test_select_takes_no_other_spelling(rt, name) -> None:
+    with pytest.raises(ValueError) as info:
+        rt.select_backend(name)
+        pytest.fail(f"select_backend({name!r}) chose a backend [DEVICE-7]")
+    assert repr(name) in str(info.value) or name in str(info.value), \
+        f"select_backend({name!r}) error does not name the value: {info.value} [DEVICE-7]"
+
+
+@pytest.mark.clause("DEVICE-7")
+@pytest.mark.parametrize("where", ["argument", "variable"])
+@pytest.mark.parametrize("empty", ["", "   ", "\u00a0"])
+def test_empty_means_auto(rt, control_env, where, empty) -> None:
+    auto = rt.select_backend("auto").name
+    if where == "argument":
+        got = rt.select_backend(empty).name
+    else:
+        control_env.setenv("ANTMAN_DEVICE", empty)
+        got = rt.select_backend().name
+    assert got == auto, (f"select_backend with {empty!r} as the {where} chose {got!r}, "
+                         f"expected what 'auto' chooses ({auto!r}) [DEVICE-7]")
+
+
+@pytest.mark.clause("DEVICE-7")
+def test_sim_backend_defaults(rt) -> None:
+    backend = rt.SimBackend()
+    got = (backend.name, backend.gpu_count(), backend.gpu_info(0).total_memory)
+    assert got == ("sim", 1, 1 << 30), \
+        f"SimBackend() has (name, GPUs, memory) {got}, expected ('sim', 1, 1 GiB) [DEVICE-7]"
+    chosen = rt.select_backend("sim")
+    got = (chosen.gpu_count(), chosen.gpu_info(0).total_memory)
+    assert got == (1, 1 << 30), \
+        f"select_backend('sim') gave (GPUs, memory) {got}, expected (1, 1 GiB) [DEVICE-7]"
 
 
 @pytest.mark.clause("DEVICE-7")
@@ -197,6 +319,69 @@ def test_runtime_context_lifecycle(rt, no_thread_leak, control_env, tmp_path) ->
     ctx.close()
     with pytest.raises(RuntimeError):
         ctx.new_session(None)
+
+
+@pytest.mark.clause("DEVICE-8")
+def test_create_runtime_defaults(rt, control_env, tmp_path) -> None:
+    """num_gpus=1, gpu_memory_bytes=1 << 30, allow_growth=False, poll_interval_s=1.0, a new
+    registry."""
+    cfg = tmp_path / "cfg.json"
+    cfg.write_text('{"perfControl": 100}')
+    clock = VirtualClock()
+    control_env.setenv("TF_GPU_VMEM", "false")   # RM-1 forces growth; measure without RM first
+    with rt.create_runtime(backend="sim", config_file=None, status_file=None) as ctx:
+        (gpu,) = gpus(ctx)
+        p = gpu.get_allocator().allocate_raw(256, 256)
+        got = (gpu.attributes.memory_limit, pool_bytes(gpu))
+        gpu.get_allocator().deallocate_raw(p)
+        assert got == (1 << 30, 1 << 30), (
+            f"create_runtime() built one GPU with (memory_limit, pool after a 256-byte "
+            f"allocation) = {got}, expected (1 GiB, 1 GiB): no growth [DEVICE-8]")
+        assert ctx.registry is not rt.global_registry(), \
+            "create_runtime(registry=None) used the global registry [DEVICE-8]"
+    with rt.create_runtime(backend="sim", config_file=str(cfg), status_file=None,
+                           clock=clock) as ctx:
+        clock.wait_for_waiters(1)
+        waits = clock.sleeps_of("antman-file-listener")
+        assert waits == [1_000_000], (
+            f"create_runtime() without poll_interval_s: listener waits {waits}, expected "
+            f"[1000000] µs [DEVICE-8]")
+
+
+@pytest.mark.clause("DEVICE-8")
+def test_close_joins_the_listener_with_handlers_of_its_own(rt, no_thread_leak, control_env,
+                                                           tmp_path) -> None:
+    """A handler registered on the context's listener besides the runtime's keeps its thread
+    running after the resource management left it; close() must still stop and join it."""
+    cfg = tmp_path / "cfg.json"
+    cfg.write_text('{"perfControl": 100}')
+    ctx = rt.create_runtime(num_gpus=1, gpu_memory_bytes=16 * MiB, config_file=str(cfg),
+                            status_file=None, poll_interval_s=0.05)
+    ctx.file_listener.register_file_listener(str(tmp_path / "other.json"), "mine",
+                                             lambda content: None)
+    ctx.close()
+    assert not ctx.file_listener.is_running(), \
+        "RuntimeContext.close() left the file listener running [DEVICE-8]"
+    left = [t.name for t in antman_threads() if t.name == "antman-file-listener"]
+    assert left == [], f"RuntimeContext.close() returned with {left} alive [DEVICE-8]"
+
+
+@pytest.mark.clause("DEVICE-8")
+@pytest.mark.parametrize("bad", [-1, True, 1.0, "1"])
+def test_num_gpus_must_be_an_int_in_range(rt, control_env, bad) -> None:
+    with pytest.raises(ValueError):
+        rt.create_runtime(num_gpus=bad, backend=rt.SimBackend(2, 16 * MiB), config_file=None,
+                          status_file=None)
+        pytest.fail(f"create_runtime(num_gpus={bad!r}) built a runtime [DEVICE-8]")
+
+
+@pytest.mark.clause("DEVICE-8")
+def test_zero_gpus_is_a_cpu_only_runtime(rt, control_env) -> None:
+    with rt.create_runtime(num_gpus=0, backend=rt.SimBackend(2, 16 * MiB), config_file=None,
+                           status_file=None) as ctx:
+        names = [d.name for d in ctx.device_mgr.list_devices()]
+        assert names == [PREFIX + "CPU:0"], \
+            f"create_runtime(num_gpus=0) built {names}, expected the CPU device only [DEVICE-8]"
 
 
 @pytest.mark.clause("DEVICE-8")

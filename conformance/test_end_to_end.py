@@ -122,6 +122,32 @@ def test_workload_graph_and_api(rt) -> None:
 
 
 @pytest.mark.clause("E2E-1")
+def test_workload_defaults(rt) -> None:
+    """MLPWorkload(target) is MLPWorkload(target, batch=32, input_dim=32, hidden=64, layers=2,
+    classes=10, learning_rate=None, seed=0, device="/device:GPU:0", cost_us=0,
+    num_batches=4): the same graph and the same losses."""
+    spelled = dict(batch=32, input_dim=32, hidden=64, layers=2, classes=10, learning_rate=None,
+                   seed=0, device=GPU, cost_us=0, num_batches=4)
+    runs = []
+    for kwargs in ({}, spelled):
+        with sim_runtime(rt) as ctx:
+            wl = rt.MLPWorkload(ctx, **kwargs)
+            graph = [(n.name, n.op, tuple(n.inputs), tuple(n.control_inputs), n.device,
+                      sorted((k, repr(v)) for k, v in n.attrs.items()
+                             if not isinstance(v, np.ndarray)))
+                     for n in wl.graph.nodes]
+            runs.append((graph, wl.param_bytes, wl.step_bytes,
+                         [wl.step() for _ in range(6)], wl.evaluate()))
+    assert runs[0][0] == runs[1][0], "MLPWorkload(target) builds another graph than with " \
+                                     "its documented defaults spelled out [E2E-1]"
+    assert runs[0][1:] == runs[1][1:], (
+        f"MLPWorkload(target) and MLPWorkload(target, <documented defaults>) differ: "
+        f"(param_bytes, step_bytes, losses, evaluate) {runs[0][1:]} vs {runs[1][1:]} [E2E-1]")
+    assert runs[0][1] == 4 * (32 * 64 + 64 + 64 * 10 + 10), \
+        f"param_bytes {runs[0][1]} of the default workload [E2E-1]"
+
+
+@pytest.mark.clause("E2E-1")
 def test_workload_command_line(rt) -> None:
     env = dict(os.environ, ANTMAN_DEVICE="sim")
     env.pop("GPU_CONFIG_FILE", None)
@@ -133,6 +159,152 @@ def test_workload_command_line(rt) -> None:
     steps = [json.loads(line) for line in proc.stdout.splitlines() if '"step"' in line]
     assert [s["step"] for s in steps] == [0, 1, 2], f"CLI output {proc.stdout!r} [E2E-1]"
     assert all(isinstance(s["loss"], float) and "duration_us" in s for s in steps), "[E2E-1]"
+
+
+def training_graph(wl) -> tuple[str, str, list[tuple[str, str]]]:
+    """(x placeholder, y placeholder, [(weight, bias) per layer]) found by walking the graph:
+    x -> MatMul(h, w) -> BiasAdd(., b) [-> Relu] ... -> SoftmaxCrossEntropyWithLogits(., y)."""
+    nodes = {n.name: n for n in wl.graph.nodes}
+
+    def consumers(name: str, op: str) -> list:
+        return [n for n in nodes.values() if n.op == op and n.inputs and
+                n.inputs[0].split(":")[0] == name and not n.attrs.get("transpose_a")
+                and not n.attrs.get("transpose_b")]
+
+    xent = next(n for n in nodes.values() if n.op == "SoftmaxCrossEntropyWithLogits")
+    layers: list[tuple[str, str]] = []
+    x = next(n.name for n in nodes.values() if n.op == "Placeholder"
+             and any(consumers(n.name, "MatMul")))
+    h = x
+    while True:
+        (mm,) = consumers(h, "MatMul")
+        (ba,) = consumers(mm.name, "BiasAdd")
+        layers.append((mm.inputs[1], ba.inputs[1]))
+        if xent.inputs[0].split(":")[0] == ba.name:
+            return x, xent.inputs[1].split(":")[0], layers
+        (relu,) = consumers(ba.name, "Relu")
+        h = relu.name
+
+
+def reference_sgd_step(x, y, params, lr):
+    """Mean softmax cross-entropy of an MLP (Relu between layers) and one SGD step, float64."""
+    hs, zs, h = [x], [], x
+    for i, (w, b) in enumerate(params):
+        z = h @ w + b
+        zs.append(z)
+        h = np.maximum(z, 0) if i < len(params) - 1 else z
+        hs.append(h)
+    m = h.max(axis=1, keepdims=True)
+    logp = h - m - np.log(np.exp(h - m).sum(axis=1, keepdims=True))
+    loss = float(-(y * logp).sum(axis=1).mean())
+    g = (np.exp(logp) - y) / x.shape[0]
+    new = [None] * len(params)
+    for i in reversed(range(len(params))):
+        w, b = params[i]
+        new[i] = (w - lr * (hs[i].T @ g), b - lr * g.sum(axis=0))
+        if i:
+            g = (g @ w.T) * (zs[i - 1] > 0)
+    return loss, new
+
+
+@pytest.mark.clause("E2E-1")
+@pytest.mark.parametrize("layers,hidden,lr,expected_lr", [
+    (1, 7, None, 0.1), (2, 7, None, 0.1), (3, 100, None, 0.1 * (64 / 100) ** 0.5),
+    (2, 64, None, 0.1), (2, 9, 0.3, 0.3)])
+def test_a_step_is_sgd_on_the_mean_loss(rt, layers, hidden, lr, expected_lr) -> None:
+    batch, input_dim, classes = 6, 5, 3
+    with sim_runtime(rt) as ctx:
+        wl = rt.MLPWorkload(ctx, batch=batch, input_dim=input_dim, hidden=hidden,
+                            layers=layers, classes=classes, learning_rate=lr, seed=3)
+        x_name, y_name, params = training_graph(wl)
+        assert len(params) == layers, f"{len(params)} layers in the graph, expected {layers} [E2E-1]"
+        names = [n for pair in params for n in pair]
+        rng = np.random.default_rng(11)
+        x = rng.standard_normal((batch, input_dim)).astype(np.float32)
+        y = np.eye(classes, dtype=np.float32)[rng.integers(0, classes, batch)]
+        for step in range(2):
+            values = wl.session.run(names)
+            before = [(values[2 * i].astype(np.float64), values[2 * i + 1].astype(np.float64))
+                      for i in range(layers)]
+            expected_loss, expected = reference_sgd_step(x.astype(np.float64), y, before,
+                                                         expected_lr)
+            (loss,) = wl.session.run(["loss"], {x_name: x, y_name: y}, ["train"])
+            assert float(loss) == pytest.approx(expected_loss, rel=1e-4), (
+                f"step {step}: loss {float(loss)}, expected the mean softmax cross-entropy "
+                f"before the update {expected_loss} [E2E-1]")
+            after = wl.session.run(names)
+            for i, (w, b) in enumerate(expected):
+                np.testing.assert_allclose(
+                    after[2 * i], w, rtol=1e-4, atol=1e-6,
+                    err_msg=f"step {step}: weights of layer {i} after one SGD step with "
+                            f"learning rate {expected_lr} [E2E-1]")
+                np.testing.assert_allclose(
+                    after[2 * i + 1], b, rtol=1e-4, atol=1e-6,
+                    err_msg=f"step {step}: biases of layer {i} after one SGD step [E2E-1]")
+
+
+@pytest.mark.clause("E2E-1")
+def test_step_returns_the_loss_before_the_update_and_evaluate_trains_nothing(rt) -> None:
+    with sim_runtime(rt) as ctx:
+        wl = rt.MLPWorkload(ctx, batch=4, input_dim=5, hidden=6, layers=2, classes=3,
+                            num_batches=1, learning_rate=0.5)
+        _, _, params = training_graph(wl)
+        names = [n for pair in params for n in pair]
+        values = wl.session.run(names)
+        first = wl.evaluate()
+        assert [v.tolist() for v in wl.session.run(names)] == [v.tolist() for v in values], \
+            "evaluate() changed a variable [E2E-1]"
+        assert wl.evaluate() == first, "evaluate() twice gave two values [E2E-1]"
+        loss = wl.step()
+        assert loss == pytest.approx(first, rel=1e-6), (
+            f"with one batch, step() returned {loss}, expected the loss before the update "
+            f"{first} (what evaluate() gave) [E2E-1]")
+        assert wl.evaluate() < first, "the step did not update the variables [E2E-1]"
+
+
+@pytest.mark.clause("E2E-1")
+@pytest.mark.parametrize("arg,value", [
+    ("batch", 0), ("batch", -1), ("batch", True), ("batch", 2.0), ("input_dim", 0),
+    ("hidden", 0), ("layers", 0), ("num_batches", 0), ("classes", 1), ("classes", 0),
+    ("cost_us", -1), ("cost_us", 1.5), ("learning_rate", 0), ("learning_rate", -0.1)])
+def test_bad_workload_arguments_are_value_errors(rt, arg, value) -> None:
+    with sim_runtime(rt) as ctx:
+        with pytest.raises(ValueError) as info:
+            rt.MLPWorkload(ctx, **{arg: value})
+            pytest.fail(f"MLPWorkload({arg}={value!r}) was accepted [E2E-1]")
+        assert arg in str(info.value), \
+            f"MLPWorkload({arg}={value!r}) error {info.value} does not name {arg} [E2E-1]"
+
+
+@pytest.mark.clause("E2E-1")
+def test_smallest_workload_arguments_are_valid(rt) -> None:
+    with sim_runtime(rt) as ctx:
+        wl = rt.MLPWorkload(ctx, batch=1, input_dim=1, hidden=1, layers=1, classes=2,
+                            num_batches=1, cost_us=0)
+        assert np.isfinite(wl.step()), "the smallest workload did not train [E2E-1]"
+
+
+@pytest.mark.clause("E2E-1")
+@pytest.mark.parametrize("sizes", [
+    dict(), dict(batch=64, input_dim=32, hidden=200, layers=3),
+    dict(batch=1, input_dim=300, hidden=2, layers=1, classes=2),
+    dict(batch=256, input_dim=2, hidden=8, layers=4, classes=2),
+    dict(batch=2, input_dim=4, hidden=512, layers=2, classes=64),
+    dict(batch=128, input_dim=16, hidden=16, layers=1, classes=128),
+], ids=["default", "deep", "wide-input", "big-batch", "wide-hidden", "many-classes"])
+def test_step_bytes_bounds_a_steps_peak(rt, sizes) -> None:
+    """On the CPU device, whose allocator counts requested bytes (DEVICE-6), unrounded."""
+    cpu = "/device:CPU:0"
+    with sim_runtime(rt) as ctx:
+        wl = rt.MLPWorkload(ctx, device=cpu, **sizes)
+        allocator = ctx.device_mgr.lookup_device(cpu).get_allocator()
+        held = allocator.get_stats().bytes_in_use         # variables and constants
+        allocator.clear_stats()
+        wl.step()
+        peak = allocator.get_stats().peak_bytes_in_use - held
+        assert 0 < peak <= wl.step_bytes, (
+            f"a step of {wl!r} held {peak} bytes beyond its variables at its peak, more than "
+            f"step_bytes = {wl.step_bytes} [E2E-1]")
 
 
 @pytest.mark.clause("E2E-2")

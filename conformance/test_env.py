@@ -65,6 +65,23 @@ def test_bool_bad_value_logs_and_keeps_default(rt, tf_env, caplog, value, defaul
     assert_one_error(caplog, rt, f"read_bool_from_env_var({VAR}={value!r})", "ENV-1")
 
 
+@pytest.mark.clause("ENV-1")
+@pytest.mark.capability("env")
+@pytest.mark.parametrize("value", ["fal\u017fe", "TRUE\u00a0", "\u00a0true", "1\u2003",
+                                   "\uff11", "tru\u0435", "\u0130"])
+def test_bool_unicode_folding_and_spaces_are_errors(rt, tf_env, caplog, value):
+    """Only ASCII letters are lowered, nothing is trimmed: Unicode case folding (a long s
+    folds to "s"), Unicode white space, full-width digits and look-alike letters are errors."""
+    tf_env.set(VAR, value)
+    for default in (True, False):
+        got = rt.read_bool_from_env_var(VAR, default)
+        assert got is default, (f"read_bool_from_env_var({VAR}={value!r}, {default}) = "
+                                f"{got!r}, expected the default [ENV-1]")
+    errors = runtime_records(caplog, rt, logging.ERROR)
+    assert len(errors) == 2, (f"read_bool_from_env_var({VAR}={value!r}) twice logged "
+                              f"{len(errors)} error records, expected 2 [ENV-1]")
+
+
 # --- ENV-2 -----------------------------------------------------------------------------
 
 @pytest.mark.clause("ENV-2")
@@ -99,6 +116,42 @@ def test_int64_unset_gives_default(rt, tf_env, caplog):
     tf_env.unset(VAR)
     assert rt.read_int64_from_env_var(VAR, -7) == -7, "read_int64_from_env_var(unset, -7) [ENV-2]"
     assert_no_error(caplog, rt, "read_int64_from_env_var(unset)", "ENV-2")
+
+
+@pytest.mark.clause("ENV-2")
+@pytest.mark.capability("env")
+@pytest.mark.parametrize("value,expected", [
+    ("0" * 5000 + "7", 7), ("-" + "0" * 5000 + "7", -7), ("0" * 5000, 0),
+    ("0" * 30 + "9223372036854775807", 2**63 - 1), ("-" + "0" * 30 + "9223372036854775808",
+                                                    -2**63),
+    ("1" * 19, int("1" * 19)),
+])
+def test_int64_leading_zeros_do_not_count(rt, tf_env, caplog, value, expected):
+    """Any number of leading zeros: the range is checked on the number, not the length."""
+    tf_env.set(VAR, value)
+    got = rt.read_int64_from_env_var(VAR, 123)
+    assert got == expected, (f"read_int64_from_env_var({VAR}={value[:12]!r}... ({len(value)} "
+                             f"chars), 123) = {got!r}, expected {expected} [ENV-2]")
+    errors = runtime_records(caplog, rt, logging.ERROR)
+    assert not errors, (f"read_int64_from_env_var({value[:12]!r}...) logged "
+                        f"{[r.getMessage()[:80] for r in errors]}, expected nothing [ENV-2]")
+
+
+@pytest.mark.clause("ENV-2")
+@pytest.mark.capability("env")
+@pytest.mark.parametrize("value", ["\u00a05", "5\u00a0", "5\u2003", "\u30005", "\x1c5",
+                                   "5\x1f", "\x855", "\uff15", "0" * 30 + "9223372036854775808",
+                                   "1" + "0" * 19, "-" + "0" * 30 + "9223372036854775809"])
+def test_int64_other_spaces_and_past_the_range_are_errors(rt, tf_env, caplog, value):
+    """Only C white space is skipped (Python's str.strip() would also drop these); a number
+    past int64 is an error however it is padded."""
+    tf_env.set(VAR, value)
+    got = rt.read_int64_from_env_var(VAR, 65536)
+    assert got == 65536, (f"read_int64_from_env_var({VAR}={value!r}, 65536) = {got!r}, "
+                          f"expected the default [ENV-2]")
+    errors = runtime_records(caplog, rt, logging.ERROR)
+    assert len(errors) == 1, (f"read_int64_from_env_var({VAR}={value!r}) logged {len(errors)} "
+                              f"error records, expected exactly 1 [ENV-2]")
 
 
 # --- ENV-3 -----------------------------------------------------------------------------

@@ -48,6 +48,42 @@ def test_add_node_returns_the_name_and_rejects_bad_nodes(rt) -> None:
             pytest.fail(f"add_node{args} accepted ({why}) [EXEC-1]")
 
 
+@pytest.mark.clause("EXEC-1")
+def test_graph_nodes_is_a_copy(rt) -> None:
+    g = rt.Graph()
+    g.add_node("a", "Placeholder", dtype="float32")
+    g.add_node("b", "Identity", ["a"])
+    nodes = g.nodes
+    nodes.pop()
+    nodes.clear()
+    assert [n.name for n in g.nodes] == ["a", "b"], \
+        "changing the list Graph.nodes returned changed the graph [EXEC-1]"
+
+
+@pytest.mark.clause("EXEC-1")
+@pytest.mark.parametrize("ref", ["a:\u00b2", "a:\uff11", "a: 1"])
+def test_non_ascii_output_index_is_part_of_the_name(rt, ref) -> None:
+    g = rt.Graph()
+    g.add_node("a", "Placeholder", dtype="float32")
+    g.add_node("b", "Identity", [ref])
+    (node,) = [n for n in g.nodes if n.name == "b"]
+    assert list(node.inputs) == [ref], f"input {ref!r} recorded as {node.inputs} [EXEC-1]"
+    with pytest.raises(rt.GraphError):
+        g.validate()
+        pytest.fail(f"input {ref!r} validated: it names no node [EXEC-1]")
+
+@pytest.mark.clause("EXEC-1")
+@pytest.mark.parametrize("name", ["a\n", "\na", "a\t", "a b", "\u00e9", "\uff41", "-a", "/a",
+                                  "a:0", "^a"])
+def test_node_names_outside_the_pattern_are_refused(rt, name) -> None:
+    g = rt.Graph()
+    with pytest.raises(rt.GraphError):
+        g.add_node(name, "NoOp")
+        pytest.fail(f"add_node({name!r}) accepted a name outside "
+                    f"[A-Za-z0-9_.][A-Za-z0-9_./-]* [EXEC-1]")
+    assert g.nodes == [], f"a refused add_node({name!r}) left a node [EXEC-1]"
+
+
 @pytest.mark.clause("EXEC-2")
 def test_validation_rejects_unknown_inputs_bad_indices_and_cycles(rt, ctx) -> None:
     g = rt.Graph()
@@ -74,6 +110,66 @@ def test_validation_rejects_unknown_inputs_bad_indices_and_cycles(rt, ctx) -> No
     assert "->" in msg and all(n in msg for n in "abc"), \
         f"cycle error {msg!r} must list the cycle a -> b -> c [EXEC-2]"
 
+
+def cycle_in(message: str) -> list[str]:
+    return message.split("cycle:", 1)[1].strip().split(" -> ")
+
+
+@pytest.mark.clause("EXEC-2")
+@pytest.mark.parametrize("edges,members", [
+    ({"a": ["c"], "b": ["a"], "c": ["^b"]}, {"a", "b", "c"}),
+    ({"s": ["s"]}, {"s"}),
+    ({"x": [], "a": ["^x", "^d"], "b": ["^a"], "c": ["^b"], "d": ["^c"], "e": ["^d"]},
+     {"a", "b", "c", "d"}),
+    ({"x": [], "y": ["^x"], "p": ["q"], "q": ["p"]}, {"p", "q"}),
+    ({"a": ["^n", "^c"], "n": [], "b": ["^a"], "c": ["^b"]}, {"a", "b", "c"}),
+    ({"e": ["^d"], "a": ["^x", "^d"], "x": [], "b": ["^a"], "c": ["^b"], "d": ["^c"]},
+     {"a", "b", "c", "d"}),
+], ids=["three", "self", "behind-a-root", "apart", "beside-a-finished-branch",
+        "entered-from-outside"])
+def test_cycle_message_follows_the_data_flow(rt, edges, members) -> None:
+    g = rt.Graph()
+    for name, inputs in edges.items():
+        g.add_node(name, "NoOp" if not inputs else "Identity", inputs)
+    with pytest.raises(rt.GraphError) as info:
+        g.validate()
+        pytest.fail(f"a graph with the cycle {sorted(members)} validated [EXEC-2]")
+    names = cycle_in(str(info.value))
+    takes = {n: {i.lstrip("^") for i in ins} for n, ins in edges.items()}
+    assert names[0] == names[-1] and set(names) == members \
+        and len(names) == len(members) + 1, (
+            f"cycle listed as {names}, expected the nodes {sorted(members)} once each, the "
+            f"first repeated last [EXEC-2]")
+    bad = [(a, b) for a, b in zip(names, names[1:]) if a not in takes[b]]
+    assert not bad, (f"cycle {' -> '.join(names)}: {bad} are not producer -> consumer pairs "
+                     f"(each node must be followed by one that takes it as input) [EXEC-2]")
+
+
+@pytest.mark.clause("EXEC-2")
+def test_validation_ends_on_a_deep_graph_of_diamonds(rt) -> None:
+    """64 diamonds in a chain: 2^64 paths from the first node to the last. A search that
+    walks every path (re-entering finished nodes) never ends."""
+    g = rt.Graph()
+    g.add_node("a0", "NoOp")
+    for i in range(64):
+        g.add_node(f"b{i}", "Identity", [f"^a{i}"])
+        g.add_node(f"c{i}", "Identity", [f"^a{i}"])
+        g.add_node(f"a{i + 1}", "Identity", [f"^b{i}", f"^c{i}"])
+    g.validate()
+    assert len(g.nodes) == 193, f"{len(g.nodes)} nodes [EXEC-2]"
+
+
+@pytest.mark.clause("SESS-3", "EXEC-10")
+def test_a_run_of_a_deep_graph_of_diamonds_ends(rt, ctx) -> None:
+    """Pruning to what a target needs walks each node once, not each of its 2^64 paths."""
+    g = rt.Graph()
+    g.add_node("a0", "NoOp")
+    for i in range(64):
+        g.add_node(f"b{i}", "NoOp", [f"^a{i}"])
+        g.add_node(f"c{i}", "NoOp", [f"^a{i}"])
+        g.add_node(f"a{i + 1}", "NoOp", [f"^b{i}", f"^c{i}"])
+    assert ctx.new_session(g).run([], target_nodes=["a64"]) == [], \
+        "a target-only run returned values [EXEC-10]"
 
 @pytest.mark.clause("EXEC-2")
 def test_unknown_device_fails_the_run_naming_node_and_device(rt, ctx) -> None:
@@ -200,6 +296,112 @@ def test_variables_assign_and_gradient_descent(rt, ctx, device: str) -> None:
         s.run(["assign"], {"value": np.zeros(3, np.float32)})
 
 
+@pytest.mark.clause("EXEC-5")
+@pytest.mark.parametrize("device", [CPU, GPU])
+def test_forwarded_outputs_are_the_variable(rt, ctx, device: str) -> None:
+    """Assign, ApplyGradientDescent and Identity forward their input 0: their output is the
+    variable itself, so it can be the variable of the next update."""
+    g = rt.Graph()
+    g.add_node("v", "Variable", device=device, initial_value=np.array([1.0, 2.0], np.float32))
+    g.add_node("alpha", "Const", device=device, value=np.float32(0.5))
+    g.add_node("value", "Placeholder", device=device, dtype="float32")
+    g.add_node("delta", "Placeholder", device=device, dtype="float32")
+    g.add_node("assign", "Assign", ["v", "value"], device=device)
+    g.add_node("step1", "ApplyGradientDescent", ["assign", "alpha", "delta"], device=device)
+    g.add_node("ident", "Identity", ["step1"], device=device)
+    g.add_node("step2", "ApplyGradientDescent", ["ident", "alpha", "delta"], device=device)
+    s = ctx.new_session(g)
+    (out,) = s.run(["step2"], {"value": np.array([10.0, 20.0], np.float32),
+                               "delta": np.array([2.0, 4.0], np.float32)})
+    (v,) = s.run(["v"])
+    np.testing.assert_allclose(v, [8.0, 16.0], err_msg=(
+        "v after Assign(10, 20) then two updates of 0.5 * (2, 4) through Assign's and "
+        "Identity's outputs: those outputs must be the variable itself [EXEC-5]"))
+    np.testing.assert_allclose(out, v, err_msg="step2's output is the variable [EXEC-5]")
+
+
+F32 = np.float32
+BAD_KERNEL_INPUTS = {
+    # id: (op, {input: ("ph" | "var", value)}, inputs of the node, attrs)
+    "matmul-vector": ("MatMul", {"a": ("ph", np.ones(3, F32)), "b": ("ph", np.ones((3, 2), F32))},
+                      ["a", "b"], {}),
+    "matmul-inner": ("MatMul", {"a": ("ph", np.ones((2, 3), F32)),
+                                "b": ("ph", np.ones((2, 3), F32))}, ["a", "b"], {}),
+    "matmul-transposed": ("MatMul", {"a": ("ph", np.ones((2, 3), F32)),
+                                     "b": ("ph", np.ones((3, 2), F32))}, ["a", "b"],
+                          {"transpose_a": True}),
+    "biasadd-2d-bias": ("BiasAdd", {"v": ("ph", np.ones((2, 3), F32)),
+                                    "b": ("ph", np.ones((1, 3), F32))}, ["v", "b"], {}),
+    "biasadd-1d-value": ("BiasAdd", {"v": ("ph", np.ones(3, F32)), "b": ("ph", np.ones(3, F32))},
+                         ["v", "b"], {}),
+    "biasadd-mismatch": ("BiasAdd", {"v": ("ph", np.ones((2, 3), F32)),
+                                     "b": ("ph", np.ones(2, F32))}, ["v", "b"], {}),
+    "biasaddgrad-1d": ("BiasAddGrad", {"g": ("ph", np.ones(3, F32))}, ["g"], {}),
+    "add-no-broadcast": ("Add", {"x": ("ph", np.ones(3, F32)), "y": ("ph", np.ones(4, F32))},
+                         ["x", "y"], {}),
+    "add-one-input": ("Add", {"x": ("ph", np.ones(3, F32))}, ["x"], {}),
+    "relugrad-mismatch": ("ReluGrad", {"g": ("ph", np.ones(3, F32)),
+                                       "f": ("ph", np.ones(4, F32))}, ["g", "f"], {}),
+    "xent-vector": ("SoftmaxCrossEntropyWithLogits", {"l": ("ph", np.ones(3, F32)),
+                                                      "y": ("ph", np.ones(3, F32))},
+                    ["l", "y"], {}),
+    "xent-mismatch": ("SoftmaxCrossEntropyWithLogits", {"l": ("ph", np.ones((2, 3), F32)),
+                                                        "y": ("ph", np.ones((2, 4), F32))},
+                      ["l", "y"], {}),
+    "sum-axis": ("Sum", {"x": ("ph", np.ones((2, 3), F32))}, ["x"], {"axis": 2}),
+    "mean-axis": ("Mean", {"x": ("ph", np.ones((2, 3), F32))}, ["x"], {"axis": -3}),
+    "identity-two-inputs": ("Identity", {"x": ("ph", np.ones(3, F32)),
+                                         "y": ("ph", np.ones(3, F32))}, ["x", "y"], {}),
+    "assign-shape": ("Assign", {"v": ("var", np.ones(3, F32)), "x": ("ph", np.ones(4, F32))},
+                     ["v", "x"], {}),
+    "assign-not-a-variable": ("Assign", {"v": ("ph", np.ones(3, F32)),
+                                         "x": ("ph", np.ones(3, F32))}, ["v", "x"], {}),
+    "sgd-shape": ("ApplyGradientDescent", {"v": ("var", np.ones(3, F32)),
+                                           "a": ("ph", np.float32(0.5)),
+                                           "d": ("ph", np.ones(4, F32))}, ["v", "a", "d"], {}),
+    "sgd-alpha-vector": ("ApplyGradientDescent", {"v": ("var", np.ones(3, F32)),
+                                                  "a": ("ph", np.ones(1, F32)),
+                                                  "d": ("ph", np.ones(3, F32))},
+                         ["v", "a", "d"], {}),
+    "sgd-not-a-variable": ("ApplyGradientDescent", {"v": ("ph", np.ones(3, F32)),
+                                                    "a": ("ph", np.float32(0.5)),
+                                                    "d": ("ph", np.ones(3, F32))},
+                           ["v", "a", "d"], {}),
+    "const-without-value": ("Const", {}, [], {}),
+    "pyfunc-not-callable": ("PyFunc", {}, [], {"func": 3}),
+    "pyfunc-too-few": ("PyFunc", {}, [], {"num_outputs": 2, "func": lambda: (np.ones(1),)}),
+    "pyfunc-too-many": ("PyFunc", {}, [], {"num_outputs": 2,
+                                           "func": lambda: (np.ones(1), np.ones(1), np.ones(1))}),
+    "pyfunc-none": ("PyFunc", {}, [], {"func": lambda: None}),
+}
+
+
+@pytest.mark.clause("EXEC-4")
+@pytest.mark.parametrize("case", sorted(BAD_KERNEL_INPUTS))
+@pytest.mark.parametrize("device", [CPU, GPU])
+def test_bad_kernel_inputs_are_invalid_arguments(rt, ctx, case: str, device: str) -> None:
+    op, inputs, refs, attrs = BAD_KERNEL_INPUTS[case]
+    g = rt.Graph()
+    feeds = {}
+    for name, (kind, value) in inputs.items():
+        if kind == "var":
+            g.add_node(name, "Variable", device=device, initial_value=value)
+        else:
+            g.add_node(name, "Placeholder", device=device, dtype="float32")
+            feeds[name] = value
+    g.add_node("bad", op, refs, device=device, **attrs)
+    n_out = rt.OpRegistry.global_registry().lookup(op).num_outputs_for(attrs)
+    s = ctx.new_session(g)
+    with pytest.raises(rt.OpError) as info:
+        s.run([f"bad:{i}" for i in range(max(n_out, 1))] if n_out else [], feeds,
+              [] if n_out else ["bad"])
+        pytest.fail(f"{case}: the step succeeded [EXEC-4]")
+    e = info.value
+    assert isinstance(e, rt.InvalidArgumentError) and e.node_name == "bad", (
+        f"{case} on {device}: the step raised {type(e).__name__}({e}) with node_name "
+        f"{e.node_name!r}, expected InvalidArgumentError naming 'bad' [EXEC-4]")
+
+
 @pytest.mark.clause("EXEC-4")
 def test_pyfunc_outputs_and_shape_errors(rt, ctx) -> None:
     g = rt.Graph()
@@ -284,6 +486,28 @@ def test_a_buffer_is_freed_when_its_last_consumer_has_run(rt, ctx) -> None:
         f"while 'p' ran, {seen[-1] - base} bytes of the step were in use; only its input "
         f"'c' (4000 bytes) may be: 'a' and 'b' had no consumer left [EXEC-6]")
     assert alloc.get_stats().bytes_in_use == base, "step buffers left after run [EXEC-6]"
+
+
+@pytest.mark.clause("EXEC-5")
+@pytest.mark.parametrize("value,count,largest", [
+    (np.bool_(True), 1, 1), (np.uint8(7), 1, 1), (np.zeros(0, np.float32), 0, 0),
+    (np.zeros((3, 0), np.float32), 0, 0), (np.float32(1), 1, 4)],
+    ids=["bool", "uint8", "empty", "empty-2d", "float32"])
+def test_one_byte_outputs_are_allocated_and_empty_ones_are_not(rt, ctx, value, count,
+                                                               largest) -> None:
+    g = rt.Graph()
+    g.add_node("v", "PyFunc", device=CPU, func=lambda: value)
+    s = ctx.new_session(g)
+    alloc = allocator_of(ctx, CPU)
+    s.run(["v"])
+    alloc.clear_stats()
+    (out,) = s.run(["v"])
+    stats = alloc.get_stats()
+    assert (stats.num_allocs, stats.largest_alloc_size) == (count, largest), (
+        f"an output of {np.asarray(value).nbytes} bytes made {stats.num_allocs} allocations "
+        f"(largest {stats.largest_alloc_size}), expected {count} ({largest}): every non-empty "
+        f"output is allocated, an empty one is not [EXEC-5]")
+    np.testing.assert_array_equal(out, value, err_msg="the fetched value [EXEC-5]")
 
 
 @pytest.mark.clause("EXEC-5", "EXEC-6")
@@ -380,6 +604,61 @@ def test_kernel_error_fails_the_step(rt, ctx, device: str) -> None:
     assert log.snapshot() == [], "the consumer of the failed node ran [EXEC-9]"
     assert allocator_of(ctx, device).get_stats().bytes_in_use == before, \
         f"the failed step left buffers allocated on {device} [EXEC-6]"
+
+
+@pytest.mark.clause("EXEC-6", "EXEC-9")
+@pytest.mark.parametrize("device", [CPU, GPU])
+def test_a_failed_step_frees_buffers_whose_consumers_never_ran(rt, ctx, device: str) -> None:
+    """'a' feeds 'bad', which raises, and 'later', which also needs 'bad': 'later' never runs,
+    so a's buffer still waits for it when the step ends; the step must free it anyway."""
+    log = Log()
+
+    def fail(x):
+        raise ValueError("planned")
+
+    g = rt.Graph()
+    g.add_node("a", "PyFunc", device=device, func=lambda: np.ones(1000, np.float32))
+    g.add_node("bad", "PyFunc", ["a"], device=device, func=fail)
+    g.add_node("later", "PyFunc", ["a", "bad"], device=device, func=py_func(log, "later"))
+    s = ctx.new_session(g)
+    alloc = allocator_of(ctx, device)
+    before = alloc.get_stats().bytes_in_use
+    for _ in range(3):
+        with pytest.raises(rt.OpError):
+            s.run(["later"])
+            pytest.fail("a step whose node raised succeeded [EXEC-6]")
+        assert alloc.get_stats().bytes_in_use == before, (
+            f"after the failed step {alloc.get_stats().bytes_in_use - before} bytes are still "
+            f"in use on {device}: a's buffer, held for 'later' which never ran [EXEC-6]")
+    assert log.snapshot() == [], "the consumer of a failed node ran [EXEC-6]"
+
+
+@pytest.mark.clause("EXEC-8")
+def test_every_op_error_carries_its_message(rt, tf_env, auto_clock) -> None:
+    tf_env.set("TF_GPU_VMEM", "false")
+
+    def fail():
+        raise ValueError("boom")
+
+    def custom():
+        raise rt.InvalidArgumentError("custom reason")
+
+    with sim_runtime(rt, gpu_memory_bytes=1 << 20, clock=auto_clock) as c:
+        g = rt.Graph()
+        g.add_node("unknown", "PyFunc", device=GPU, func=fail)
+        g.add_node("custom", "PyFunc", device=GPU, func=custom)
+        g.add_node("big", "PyFunc", device=GPU, func=lambda: np.ones(1 << 19, np.float32))
+        s = c.new_session(g)
+        errors = []
+        for fetch in (["unknown"], ["custom"], ["big"], ["nowhere"]):
+            with pytest.raises(rt.OpError) as info:
+                s.run(fetch)
+                pytest.fail(f"run({fetch}) succeeded [EXEC-8]")
+            errors.append(info.value)
+    for e in errors:
+        assert isinstance(e.message, str) and e.message == str(e) and e.message, (
+            f"{type(e).__name__}: message attribute {getattr(e, 'message', None)!r}, "
+            f"text {str(e)!r}: the message attribute must be the error's text [EXEC-8]")
 
 
 @pytest.mark.clause("EXEC-8")
@@ -562,6 +841,36 @@ def test_async_pyfunc_runs(rt, ctx) -> None:
     np.testing.assert_array_equal(out, [0.0, 2.0], err_msg="async PyFunc [EXEC-3]")
 
 
+@pytest.mark.clause("EXEC-3", "EXEC-11")
+def test_async_attribute_hands_every_consumer_to_the_runner(rt, ctx) -> None:
+    """is_async=True on a PyFunc makes it asynchronous: its consumers, inexpensive ones
+    included, go to the runner (so they can run at the same time), not inline one after
+    the other on the kernel's thread."""
+    log = Log()
+    c2_started = threading.Event()
+
+    def c1_waits_for_c2():
+        assert c2_started.wait(10), ("the consumers of an async node ran one after the other on "
+                                     "one thread: is_async=True was not honoured [EXEC-3]")
+
+    g = rt.Graph()
+    g.add_node("a", "PyFunc", device=CPU, is_async=True, is_expensive=False,
+               func=py_func(log, "a", record="thread"))
+    g.add_node("c1", "PyFunc", ["a"], device=CPU, is_expensive=False,
+               func=py_func(log, "c1", record="thread", before=c1_waits_for_c2))
+    g.add_node("c2", "PyFunc", ["a"], device=CPU, is_expensive=False,
+               func=py_func(log, "c2", record="thread", before=c2_started.set))
+    s = ctx.new_session(g)
+    for _ in range(3):
+        log.clear()
+        c2_started.clear()
+        s.run(["c1", "c2"])
+        t = _threads(log)
+        assert t["c1"][0] != t["c2"][0], (
+            f"the two consumers of an async node ran on one thread: {log.snapshot()} "
+            f"[EXEC-11]")
+
+
 # -- EXEC-12, EXEC-13 ------------------------------------------------------------------------
 
 @pytest.mark.clause("EXEC-12")
@@ -584,6 +893,19 @@ def test_cost_us_waits_on_the_clock_before_the_kernel(rt, auto_clock) -> None:
         g.add_node("bad", "PyFunc", device=GPU, cost_us=-1, func=lambda: np.float32(0))
         with pytest.raises(rt.GraphError):
             s.run(["bad"])
+
+
+@pytest.mark.clause("EXEC-12")
+@pytest.mark.parametrize("bad", [True, 1.5, "5", -1, None])
+def test_cost_us_must_be_a_non_negative_int(rt, ctx, bad) -> None:
+    g = rt.Graph()
+    g.add_node("ok", "PyFunc", device=GPU, cost_us=0, func=lambda: np.float32(0))
+    g.add_node("bad", "PyFunc", device=GPU, cost_us=bad, func=lambda: np.float32(0))
+    s = ctx.new_session(g)
+    (ok,) = s.run(["ok"])
+    with pytest.raises(rt.GraphError):
+        s.run(["bad"])
+        pytest.fail(f"cost_us={bad!r} was accepted [EXEC-12]")
 
 
 @pytest.mark.clause("EXEC-13", "EXEC-6")

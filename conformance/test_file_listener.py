@@ -119,6 +119,36 @@ def test_bad_poll_interval_is_rejected(rt, bad) -> None:
         rt.FileListener(poll_interval_s=bad)
 
 
+@pytest.mark.clause("FL-2")
+@pytest.mark.parametrize("interval_s,interval_us", [(1e-7, 1), (4.9e-7, 1), (1.4e-6, 1),
+                                                    (1.6e-6, 2), (2.5e-6, 2)])
+def test_poll_wait_is_rounded_and_never_zero(rt, no_thread_leak, vclock, tmp_path,
+                                            interval_s, interval_us) -> None:
+    """round(interval × 10^6), at least 1 µs: a tiny interval must not become a busy loop."""
+    with rt.FileListener(clock=vclock, poll_interval_s=interval_s) as fl:
+        register(fl, vclock, tmp_path / "c.json")
+        waits = vclock.sleeps_of(THREAD)
+        assert waits == [interval_us], (f"poll_interval_s={interval_s}: poll waits {waits}, "
+                                        f"expected [{interval_us}] µs [FL-2]")
+
+
+@pytest.mark.clause("FL-2")
+def test_path_order_is_code_point_order(rt, listener, vclock, tmp_path) -> None:
+    log: list = []
+    names = ["b.json", "B.json", "a.json", "_.json", "\u00e9.json"]
+    for name in names:
+        write_text(tmp_path / name, "0")
+    for name in names:
+        register(listener, vclock, tmp_path / name, name, Calls(log, name))
+    log.clear()
+    for name in names:
+        write_text(tmp_path / name, "1")
+    poll(vclock)
+    expected = sorted(names)                  # "B" < "_" < "a" < "b" < "\u00e9"
+    assert [t for t, _ in log] == expected, \
+        f"paths checked in the order {[t for t, _ in log]}, expected {expected} [FL-2]"
+
+
 @pytest.mark.clause("FL-3")
 def test_touch_without_change_delivers_nothing(rt, listener, vclock, tmp_path) -> None:
     path = tmp_path / "c.json"
@@ -266,6 +296,33 @@ def test_handler_may_register_and_unregister(rt, no_thread_leak, listener, vcloc
     write_text(path, "next")
     poll(vclock)
     assert late.contents == ["next"], f"handler registered from a handler got {late.contents} [FL-6]"
+
+
+@pytest.mark.clause("FL-6")
+def test_handlers_of_a_delivery_are_those_registered_when_it_started(rt, listener, vclock,
+                                                                     tmp_path) -> None:
+    path = tmp_path / "c.json"
+    log: list = []
+    late = Calls(log, "late")
+
+    def first(content: str) -> None:
+        log.append(("first", content))
+        if content == "change":
+            listener.unregister_file_listener(str(path), "second")
+            listener.register_file_listener(str(path), "late", late)
+
+    register(listener, vclock, path, "first", first)
+    register(listener, vclock, path, "second", Calls(log, "second"))
+    write_text(path, "change")
+    poll(vclock)
+    assert log == [("first", "change"), ("second", "change")], (
+        f"a delivery whose first handler unregistered the second and registered another "
+        f"called {log}: expected the handlers registered when it started [FL-6]")
+    log.clear()
+    write_text(path, "next")
+    poll(vclock)
+    assert log == [("first", "next"), ("late", "next")], \
+        f"the next delivery called {log}, expected first and late [FL-6]"
 
 
 @pytest.mark.clause("FL-7")
@@ -429,6 +486,39 @@ def test_file_above_the_size_limit(rt, vclock, config_writer, caplog) -> None:
         text = config_writer.write_large(perf=60, size=4096)
         poll(vclock)
         assert cb.contents[1:] == [text], "a file at the limit was not delivered [FL-9]"
+
+
+@pytest.mark.clause("FL-9")
+def test_a_problem_that_comes_back_is_logged_again(rt, listener, vclock, config_writer,
+                                                   caplog) -> None:
+    caplog.set_level(logging.WARNING)
+    config_writer.write(perf=40)
+    cb = register(listener, vclock, config_writer.path)
+    config_writer.write_non_utf8()
+    poll(vclock, 3)
+    text = config_writer.write(perf=41)
+    poll(vclock)
+    config_writer.write_non_utf8()
+    poll(vclock, 3)
+    warnings = runtime_records(caplog, rt, containing=str(config_writer.path))
+    assert len(warnings) == 2, (
+        f"non-UTF-8 content, a good version, then non-UTF-8 content again logged "
+        f"{len(warnings)} warnings, expected 2 (two episodes) [FL-9]")
+    assert cb.contents[1:] == [text], f"delivered {cb.contents[1:]} [FL-9]"
+
+
+@pytest.mark.clause("FL-9")
+def test_size_limit_is_inclusive(rt, vclock, config_writer, caplog) -> None:
+    caplog.set_level(logging.WARNING)
+    with rt.FileListener(clock=vclock, max_file_bytes=4096) as fl:
+        config_writer.write(perf=40)
+        cb = register(fl, vclock, config_writer.path)
+        config_writer.write_large(perf=50, size=4097)
+        poll(vclock, 2)
+        assert len(cb.calls) == 1, "a file of max_file_bytes + 1 bytes was delivered [FL-9]"
+        text = config_writer.write_large(perf=60, size=4096)
+        poll(vclock)
+        assert cb.contents[1:] == [text], "a file of exactly max_file_bytes was not delivered [FL-9]"
 
 
 @pytest.mark.clause("FL-10")

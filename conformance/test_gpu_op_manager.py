@@ -154,6 +154,38 @@ def test_idle_slot_before_each_launch(rt, managed, n: int, idle: int) -> None:
         f"set_executor_queued_op_num({graph_id}, {n}) expected [OPM-5]"
 
 
+@pytest.mark.clause("OPM-5")
+def test_a_failed_step_counts_the_ops_it_queued(rt, managed) -> None:
+    """A chain of five GPU ops whose second fails: two were queued (the failing one included);
+    the three after it never became ready, so they are not counted."""
+    log = Log()
+    clock, rm = managed.clock, managed.rm
+    graph_ids: list[int] = []
+    managed.ctx.registry.register(0, 0, recording_action(
+        rt, "pre", Log(), on_run=lambda options: graph_ids.append(options.graph_id)))
+
+    def fail(x):
+        raise RuntimeError("planned")
+
+    g = rt.Graph()
+    g.add_node("op0", "PyFunc", device=GPU, func=probe(log, "op0", clock, rm))
+    g.add_node("op1", "PyFunc", ["op0"], device=GPU, func=fail)
+    for i in range(2, 5):
+        g.add_node(f"op{i}", "PyFunc", [f"op{i - 1}"], device=GPU,
+                   func=probe(log, f"op{i}", clock, rm))
+    s = managed.ctx.new_session(g)
+    managed.throttle(50, 5000)
+    with pytest.raises(rt.OpError):
+        s.run(["op4"])
+        pytest.fail("a step whose second GPU op raised succeeded [OPM-5]")
+    (graph_id,) = graph_ids
+    got = rm.get_executor_queued_op_num(graph_id)
+    assert got == 2, (f"a managed step that failed at its second GPU op recorded {got} queued "
+                      f"ops, expected 2 (the ops it queued) [OPM-5]")
+    assert [e[0] for e in log.snapshot()] == ["op0"], \
+        f"ops launched {log.snapshot()}, expected op0 only [OPM-5]"
+
+
 @pytest.mark.clause("OPM-3", "OPM-4")
 def test_fifo_launch_order(rt, managed) -> None:
     log = Log()
@@ -293,6 +325,21 @@ def test_no_queueing_when_not_managed(rt, managed, perf: int, idle: int, device:
     assert not any(e[3].startswith(OP_MANAGER_PREFIX) for e in got) and alive == [[]], \
         f"perf={perf}, E={idle}: a GpuOpManager thread existed: {alive} [OPM-1]"
     assert clock.sleeps_of(OP_MANAGER_PREFIX) == [], "[OPM-1]"
+
+
+@pytest.mark.clause("OPM-1")
+@pytest.mark.parametrize("perf,idle", [(99, 1), (1, 1), (99, 2)])
+def test_managed_just_inside_the_bounds(rt, managed, perf: int, idle: int) -> None:
+    """perfControl 99 (below 100) and E = 1 (above 0) make a managed step."""
+    log = Log()
+    s = managed.ctx.new_session(chain(rt, 1, log, managed.clock, managed.rm))
+    managed.throttle(perf, idle)
+    t0 = managed.clock.now_us()
+    s.run(["op0"])
+    ((_, launched, left, thread),) = log.snapshot()
+    assert thread.startswith(OP_MANAGER_PREFIX) and (launched - t0, left) == (idle, 0), (
+        f"perf={perf}, E={idle}: the GPU op ran on {thread} at {launched - t0} µs with E={left}; "
+        f"expected a managed step: queued, launched after an idle slot of {idle} µs [OPM-1]")
 
 
 # -- OPM-6, OPM-7 ----------------------------------------------------------------------------

@@ -12,8 +12,11 @@ import contextlib
 import json
 import logging
 import os
+import sys
 import tempfile
 import threading
+import time
+from decimal import Decimal
 
 import pytest
 from hypothesis import given
@@ -166,6 +169,33 @@ def test_layout_and_ignored_keys(rt, managed, vclock) -> None:
 
 
 @pytest.mark.clause("RM-3")
+def test_member_names_in_other_spellings_are_other_keys(rt, managed) -> None:
+    rm, _ = managed
+    rm.parse_manage_info_from_json(json.dumps(
+        {"gpuConfigInfo": {BUS: {"maxDeviceMem": 4 * MiB}}, "perfControl": 40}))
+    doc = ('{"PerfControl": 10, "perfcontrol": 20, "perfControl ": 30, " perfControl": 31, '
+           '"perfControl\\u00a0": 32, "GPUConfigInfo": {"%s": {"maxDeviceMem": 1048576}}, '
+           '"gpuconfiginfo": {"%s": {"maxDeviceMem": 1048576}}, '
+           '"gpuConfigInfo": {"%s": {"MaxDeviceMem": 1048576, "maxdevicemem": 2097152, '
+           '"maxDeviceMem ": 3145728}}}' % (BUS, BUS, BUS))
+    assert rm.parse_manage_info_from_json(doc) is True, \
+        "ignored keys in other spellings were counted as rejections [RM-3]"
+    assert (rm.perf_control, rm.memory_limits) == (40, {BUS: 4 * MiB}), (
+        f"keys spelled differently from perfControl / gpuConfigInfo / maxDeviceMem changed "
+        f"the state to {(rm.perf_control, rm.memory_limits)} [RM-3]")
+
+
+@pytest.mark.clause("RM-3")
+def test_the_last_of_duplicate_keys_counts(rt, managed) -> None:
+    rm, _ = managed
+    assert rm.parse_manage_info_from_json(
+        '{"perfControl": 10, "gpuConfigInfo": {"%s": {"maxDeviceMem": 1, "maxDeviceMem": 2}}, '
+        '"perfControl": 20}' % BUS), "a document with duplicate keys was rejected [RM-3]"
+    assert (rm.perf_control, rm.memory_limits) == (20, {BUS: 2}), \
+        f"duplicate keys gave {(rm.perf_control, rm.memory_limits)}, expected the last [RM-3]"
+
+
+@pytest.mark.clause("RM-3")
 @pytest.mark.parametrize("doc", [
     {}, {"gpuConfigInfo": None}, {"perfControl": None},
     {"gpuConfigInfo": {BUS: {}}}, {"gpuConfigInfo": {BUS: {"maxDeviceMem": None}}},
@@ -201,6 +231,47 @@ def test_integer_forms_accepted_for_perf_control(rt, managed, text, value) -> No
     assert ok and rm.perf_control == value, \
         f"perfControl {text} gave {rm.perf_control} (returned {ok}) [RM-4]"
     rm.parse_manage_info_from_json('{"perfControl": 100}')       # never leave it suspended
+
+
+@pytest.mark.clause("RM-4")
+@pytest.mark.parametrize("text,value", [("-0", 0), ("-0.0", 0), ("1E2", 100), ("1.00e2", 100),
+                                        ("100e-2", 1), ("0e5", 0), ("99.000", 99),
+                                        ("1000e-1", 100)])
+def test_perf_control_integer_edges(rt, managed, text, value) -> None:
+    rm, _ = managed
+    rm.parse_manage_info_from_json('{"perfControl": 77}')
+    ok = rm.parse_manage_info_from_json(f'{{"perfControl": {text}}}')
+    got = rm.perf_control
+    rm.parse_manage_info_from_json('{"perfControl": 100}')       # never leave it suspended
+    assert ok and got == value, \
+        f"perfControl {text} gave {got} (returned {ok}), expected {value} [RM-4]"
+
+
+@pytest.mark.clause("RM-4", "RM-6")
+@pytest.mark.parametrize("text", ["100.0000000000000000001", "1001e-1", "-1e-400", "101e0",
+                                  "-0.5", "99.5"])
+def test_perf_control_just_out_of_range_or_fractional(rt, managed, text) -> None:
+    rm, _ = managed
+    rm.parse_manage_info_from_json('{"perfControl": 77}')
+    ok = rm.parse_manage_info_from_json(f'{{"perfControl": {text}}}')
+    assert not ok and rm.perf_control == 77, \
+        f"perfControl {text} gave {rm.perf_control} (returned {ok}), expected 77 kept [RM-4]"
+
+
+@pytest.mark.clause("RM-4")
+@pytest.mark.parametrize("text,accepted", [("1.8446744073709551616e19", False),
+                                           ("18446744073709551615.0", True),
+                                           ("-0.0", True), ("1.8446744073709551615e19", True),
+                                           ("18446744073709551615.5", False)])
+def test_max_device_mem_at_the_uint64_bound(rt, managed, text, accepted) -> None:
+    rm, _ = managed
+    rm.parse_manage_info_from_json(f'{{"gpuConfigInfo": {{"{BUS}": {{"maxDeviceMem": 5}}}}}}')
+    ok = rm.parse_manage_info_from_json(
+        f'{{"gpuConfigInfo": {{"{BUS}": {{"maxDeviceMem": {text}}}}}}}')
+    expected = int(Decimal(text)) if accepted else 5
+    assert ok is accepted and rm.memory_limits == {BUS: expected}, (
+        f"maxDeviceMem {text}: returned {ok}, limits {rm.memory_limits}; expected "
+        f"{'accepted' if accepted else 'rejected'} [RM-4]")
 
 
 GOOD = {"name": "good", "gpuConfigInfo": {BUS: {"maxDeviceMem": 8 * MiB}}, "perfControl": 40}
@@ -400,6 +471,21 @@ def test_limits_accumulate_and_left_out_gpus_keep_theirs(rt, rt_managed, vclock)
     assert bytes_limit(g0) == 64 * MiB, "writing the initial limit did not lift the limit [RM-7]"
 
 
+@pytest.mark.clause("RM-7")
+def test_memory_limits_is_a_copy(rt, rt_managed, vclock) -> None:
+    ctx, writer, (g0, _) = rt_managed
+    rm = ctx.resource_management
+    deliver(lambda: writer.write(limits_doc(rt, {g0: 16 * MiB})), vclock)
+    got = rm.memory_limits
+    got[bus_id(rt, g0)] = MiB
+    got["ff:00.0"] = MiB
+    assert rm.memory_limits == {bus_id(rt, g0): 16 * MiB}, \
+        f"changing the dict memory_limits returned changed it: {rm.memory_limits} [RM-7]"
+    rm.run_action(post(rt, ctx))
+    assert bytes_limit(g0) == 16 * MiB, \
+        f"changing memory_limits' copy changed the limit applied: {bytes_limit(g0)} [RM-7]"
+
+
 @pytest.mark.clause("RM-9")
 def test_short_shrink_is_retried_until_reached(rt, rt_managed, vclock) -> None:
     ctx, writer, (g0, _) = rt_managed
@@ -417,6 +503,29 @@ def test_short_shrink_is_retried_until_reached(rt, rt_managed, vclock) -> None:
     rm.run_action(post(rt, ctx))
     assert bytes_limit(g0) == MiB, (f"after the live chunk was freed the next boundary left the "
                                     f"limit at {bytes_limit(g0)}, expected 1 MiB (retry) [RM-9]")
+
+
+@pytest.mark.clause("RM-3", "RM-9")
+def test_bus_ids_in_other_spellings_name_no_gpu(rt, rt_managed, vclock, caplog) -> None:
+    ctx, writer, (g0, g1) = rt_managed
+    rm = ctx.resource_management
+    bus = bus_id(rt, g0)
+    spellings = [bus.upper(), " " + bus, bus + " ", "0000:" + bus, bus + "\u00a0",
+                 bus.replace(":00.", ":0.")]
+    caplog.set_level(logging.WARNING)
+    deliver(lambda: writer.write(config_document(limits={k: 16 * MiB for k in spellings})),
+            vclock)
+    assert set(rm.memory_limits) == set(spellings), \
+        f"memory_limits keys {sorted(rm.memory_limits)}, expected the keys as written [RM-3]"
+    caplog.clear()
+    rm.run_action(post(rt, ctx))
+    assert (bytes_limit(g0), bytes_limit(g1)) == (64 * MiB, 64 * MiB), (
+        f"limits under bus id keys spelled differently from {bus!r} were applied: "
+        f"{(bytes_limit(g0), bytes_limit(g1))} [RM-3]")
+    errors = runtime_records(caplog, rt, logging.ERROR)
+    assert len(errors) == len(spellings), (
+        f"{len(spellings)} keys naming no GPU logged {len(errors)} errors, expected one each "
+        f"[RM-9]")
 
 
 @pytest.mark.clause("RM-9")
@@ -559,6 +668,24 @@ def run_model(rt, rm, clock, steps) -> None:
 
 
 @pytest.mark.clause("RM-10")
+@pytest.mark.parametrize("d,expected", [(0, 50), (9, 41), (10, 40), (11, 39), (12, 138)])
+def test_step_no_longer_than_its_idle_time(rt, control_env, d, expected) -> None:
+    """perf 1; the first step (d = 0) sleeps 50, so S = E = 50; the executor then spends 10
+    of it in the step. A step with d <= consumed = 10 counts actual = 1 (total 100); one
+    with d > 10 counts d - 10 (d = 12: total 200): sleep = total - d - 50."""
+    clock = VirtualClock(auto_advance=True)
+    with throttled(rt, clock) as rm:
+        rm.parse_manage_info_from_json('{"perfControl": 1}')
+        rm.run_action(rt.SessionRunActionOptions(sess_duration_us=0))
+        rm.spend_idle_time(10)
+        rm.run_action(rt.SessionRunActionOptions(sess_duration_us=d))
+        sleeps = [r.duration_us for r in clock.records]
+        assert sleeps == [50] + ([expected] if expected else []), (
+            f"perf 1, 10 µs of idle spent, d={d}: slept {sleeps}, expected [50, {expected}] "
+            f"(actual = d - consumed if d > consumed else 1) [RM-10]")
+
+
+@pytest.mark.clause("RM-10")
 def test_in_step_idle_time_is_deducted(rt, control_env) -> None:
     with throttled(rt, VirtualClock(auto_advance=True)) as rm:
         in_step_idle(rm)
@@ -685,6 +812,77 @@ def test_zero_suspends_until_non_zero(rt, no_thread_leak, managed, vclock, liste
         "resuming changed the idle-time state or slept [RM-12]"
 
 
+class ObservedRealClock:
+    """Real time, real events (a set event wakes its waiter at once), and a count of the
+    threads blocked in ``wait`` so that a test can wait for them without sleeping."""
+
+    def __init__(self) -> None:
+        self._cv = threading.Condition()
+        self.waiting = 0
+
+    def now_us(self) -> int:
+        return time.monotonic_ns() // 1000
+
+    def time_s(self) -> int:
+        return int(time.time())
+
+    def wait(self, event: threading.Event, timeout_us: int) -> bool:
+        with self._cv:
+            self.waiting += 1
+            self._cv.notify_all()
+        try:
+            return event.wait(max(timeout_us, 0) / 1e6)
+        finally:
+            with self._cv:
+                self.waiting -= 1
+
+    def sleep_us(self, duration_us: int, cancel: threading.Event | None = None) -> bool:
+        return not self.wait(cancel or threading.Event(), duration_us)
+
+    def wait_for(self, count: int, timeout_s: float = 10.0) -> bool:
+        with self._cv:
+            return self._cv.wait_for(lambda: self.waiting >= count, timeout_s)
+
+
+@pytest.mark.clause("RM-12")
+def test_waking_many_suspended_steps_while_they_leave(rt, control_env, tmp_path) -> None:
+    """24 steps suspended at perfControl 0; a non-zero value wakes them all while the first
+    ones woken already leave their suspension (thread switches forced every microsecond).
+    The waking must neither raise nor miss a step, round after round, nor at close()."""
+    clock = ObservedRealClock()
+    fl = rt.FileListener(clock=VirtualClock())
+    rm = rt.GPUResourceManagement(str(tmp_path / "cfg.json"), clock=clock, file_listener=fl)
+    n, rounds = 24, 12
+    old_interval = sys.getswitchinterval()
+    try:
+        for r in range(rounds):
+            rm.parse_manage_info_from_json('{"perfControl": 0}')
+            steps = [run_in_thread(lambda: rm.run_action(post(rt)), name=f"step-{r}-{i}")
+                     for i in range(n)]
+            assert clock.wait_for(n), f"round {r}: {clock.waiting} of {n} steps suspended [RM-12]"
+            sys.setswitchinterval(1e-6)
+            try:
+                if r < rounds - 1:
+                    ok = rm.parse_manage_info_from_json('{"perfControl": 50}')
+                else:
+                    rm.close()
+                    ok = True
+            except RuntimeError as exc:
+                ok = exc
+            finally:
+                sys.setswitchinterval(old_interval)
+            assert ok is True, (f"round {r}: waking {n} suspended steps raised {ok!r} (the set "
+                                f"of suspended steps changed while it was walked) [RM-12]")
+            left = [t.name for t, _ in steps if not joined(t)]
+            assert not left, f"round {r}: steps still suspended after the wake: {left} [RM-12]"
+            assert all("error" not in out for _, out in steps), \
+                f"round {r}: a suspended step raised [RM-12]"
+    finally:
+        sys.setswitchinterval(old_interval)
+        rm.close()
+        fl.close()
+
+
 @pytest.mark.clause("RM-12", "CLK-3")
 def test_close_ends_a_suspension(rt, no_thread_leak, managed, vclock) -> None:
     rm, _ = managed
@@ -802,6 +1000,98 @@ def test_spend_idle_time_is_atomic_under_threads(rt, managed) -> None:
         f"[RM-14]")
 
 
+@contextlib.contextmanager
+def frequent_thread_switches():
+    """Make the interpreter switch threads every microsecond: a read-modify-write that is not
+    atomic then loses updates within a few thousand operations."""
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(old)
+
+
+def hammer(workers: list) -> list[BaseException]:
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(len(workers))
+
+    def run(work) -> None:
+        barrier.wait()
+        try:
+            work()
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(w,)) for w in workers]
+    with frequent_thread_switches():
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+    assert not any(t.is_alive() for t in threads), "a hammering thread did not end"
+    return errors
+
+
+@pytest.mark.clause("RM-14")
+def test_spend_idle_time_is_atomic_under_frequent_switches(rt, managed) -> None:
+    rm, _ = managed
+    rm.set_estimated_idle_time(16_000)
+
+    def spend() -> None:
+        for _ in range(5000):
+            rm.spend_idle_time(1)
+
+    errors = hammer([spend] * 4)
+    assert not errors, f"spend_idle_time raised {errors[:1]} [RM-14]"
+    assert (rm.get_estimated_idle_time(), rm.idle_overrun) == (0, 4000), (
+        f"20000 concurrent spend_idle_time(1) from E = 16000 left E = "
+        f"{rm.get_estimated_idle_time()}, overrun {rm.idle_overrun}; expected 0, 4000: an "
+        f"update was lost [RM-14]")
+
+
+@pytest.mark.clause("RM-15")
+def test_queued_op_high_water_mark_under_frequent_switches(rt, managed) -> None:
+    rm, _ = managed
+    keys = [("graph", k) for k in range(4)]
+
+    def setter(offset: int):
+        def work() -> None:
+            for n in range(1, 3001):
+                for key in keys:
+                    rm.set_executor_queued_op_num(key, n + offset if n % 2 else offset)
+        return work
+
+    errors = hammer([setter(o) for o in (0, 1, 2)])
+    assert not errors, f"set_executor_queued_op_num raised {errors[:1]} [RM-15]"
+    got = [rm.get_executor_queued_op_num(key) for key in keys]
+    assert got == [3001] * 4, (f"the high-water marks after concurrent sets are {got}, "
+                               f"expected the maximum ever set, 3001: a larger value was "
+                               f"overwritten by a smaller one [RM-15]")
+
+
+@pytest.mark.clause("RM-7")
+def test_memory_limits_can_be_read_while_configs_arrive(rt, managed) -> None:
+    rm, _ = managed
+    seen: list[int] = []
+
+    def writer() -> None:
+        for i in range(400):
+            rm.parse_manage_info_from_json(json.dumps(
+                {"gpuConfigInfo": {f"{i % 256:02x}:{i // 256:02x}.0": {"maxDeviceMem": i}}}))
+
+    def reader() -> None:
+        for _ in range(3000):
+            seen.append(len(rm.memory_limits))
+
+    errors = hammer([writer, reader, reader])
+    assert not errors, (f"reading memory_limits while configs were parsed raised "
+                        f"{errors[:1]!r} [RM-7]")
+    assert len(rm.memory_limits) == 400, \
+        f"memory_limits holds {len(rm.memory_limits)} bus ids, expected 400 [RM-7]"
+    assert all(0 <= n <= 400 for n in seen), f"a read saw {max(seen)} bus ids [RM-7]"
+
+
 @pytest.mark.clause("RM-15")
 def test_queued_op_high_water_mark(rt, managed) -> None:
     rm, _ = managed
@@ -846,6 +1136,44 @@ def test_adjustment_finds_the_gpu_by_bus_id(rt, runtimes, caplog) -> None:
         "a GPU not found did not log one error per call [RM-17]"
     assert adj.adjust_mem_limit(bus_id(rt, g0), MiB, ctx.device_mgr) is True, \
         "a failed lookup was remembered [RM-17]"
+
+
+@pytest.mark.clause("RM-17")
+def test_adjustment_takes_the_first_gpu_of_any_case(rt) -> None:
+    """A device manager of duck-typed devices: "GPU " is no GPU, "gPu" is; of two GPUs with
+    the same bus id the first is taken."""
+
+    class Attrs:
+        def __init__(self, desc: str) -> None:
+            self.physical_device_desc = desc
+
+    class Dev:
+        def __init__(self, device_type: str, bus: str) -> None:
+            self.device_type = device_type
+            self.attributes = Attrs(f"device: 0, name: X, pci bus id: 0000:{bus}, "
+                                    f"compute capability: 7.0")
+            self.bfc = rt.BFCAllocator(rt.SimulatedDeviceMemory(64 * MiB), 64 * MiB, True,
+                                       f"{device_type}_bfc")
+
+        def get_allocator(self, attrs=None):
+            return self.bfc
+
+    class Mgr:
+        def __init__(self, devices) -> None:
+            self.devices = devices
+
+        def list_devices(self):
+            return list(self.devices)
+
+    spaced, lower, upper = Dev("GPU ", "3b:00.0"), Dev("gPu", "3b:00.0"), Dev("GPU", "3b:00.0")
+    other = Dev("GPU", "3c:00.0")
+    mgr = Mgr([spaced, other, lower, upper])
+    assert rt.GPUUsageAdjustment().adjust_mem_limit("3b:00.0", 8 * MiB, mgr) is True, \
+        "adjust_mem_limit('3b:00.0') found no GPU among 'GPU ', 'gPu' and 'GPU' [RM-17]"
+    limits = [d.bfc.get_stats().bytes_limit for d in (spaced, other, lower, upper)]
+    assert limits == [64 * MiB, 64 * MiB, 8 * MiB, 64 * MiB], (
+        f"limits of ('GPU ', other bus, 'gPu', 'GPU') = {limits}: the first device whose type "
+        f"upper-cased is 'GPU' with bus 3b:00.0 must be adjusted, only it [RM-17]")
 
 
 @pytest.mark.clause("RM-17")

@@ -83,6 +83,25 @@ def test_fetch_order_targets_and_copies(rt, ctx) -> None:
 
 
 @pytest.mark.clause("SESS-2")
+@pytest.mark.parametrize("device", [CPU, GPU])
+def test_fetched_values_are_copies(rt, ctx, device) -> None:
+    g = rt.Graph()
+    g.add_node("v", "Variable", device=device, initial_value=np.array([1.0, 2.0], np.float32))
+    g.add_node("c", "Const", device=device, value=np.array([3.0, 4.0], np.float32))
+    g.add_node("s", "Add", ["v", "c"], device=device)
+    s = ctx.new_session(g)
+    v, c, total = s.run(["v", "c", "s"])
+    for array in (v, c, total):
+        array[...] = 99.0
+    v2, c2, total2 = s.run(["v", "c", "s"])
+    np.testing.assert_array_equal(v2, [1.0, 2.0],
+                                  err_msg="changing a fetched variable changed it [SESS-2]")
+    np.testing.assert_array_equal(c2, [3.0, 4.0],
+                                  err_msg="changing a fetched constant changed it [SESS-2]")
+    np.testing.assert_array_equal(total2, [4.0, 6.0], err_msg=f"Add after the change [SESS-2]")
+
+
+@pytest.mark.clause("SESS-2")
 def test_feeding_a_node_replaces_its_kernel(rt, ctx) -> None:
     log = Log()
     s = ctx.new_session(step_graph(rt, log))
@@ -116,6 +135,34 @@ def test_bad_names_and_missing_feeds(rt, ctx) -> None:
     with pytest.raises(rt.InvalidArgumentError):
         s.run(["use_shaped"], {"shaped": np.zeros((5, 3))})
 
+
+@pytest.mark.clause("SESS-2")
+@pytest.mark.parametrize("args", [
+    ([""], FEED), (["out"], {"": FEED["x"]}), (["out"], FEED, [""]),
+    (["out:\uff11"], FEED), (["out:\u00b2"], FEED), (["out: 1"], FEED), (["out "], FEED),
+    ([" out"], FEED), (["Out"], FEED), (["out"], {"x:\u00b2": FEED["x"]}),
+    (["out"], {"x ": FEED["x"]}), (["out"], FEED, ["double "]), (["out:00"], {"X": FEED["x"]}),
+], ids=lambda a: repr(a)[:40])
+def test_other_spellings_of_names_are_unknown(rt, ctx, args) -> None:
+    """The empty name, white space, case, and non-ASCII digits after ':' name no node."""
+    log = Log()
+    ctx.registry.register(PRE, 0, recording_action(rt, "pre", log))
+    s = ctx.new_session(step_graph(rt, Log()))
+    with pytest.raises(rt.InvalidArgumentError):
+        s.run(*args)
+        pytest.fail(f"run{args!r} did not raise InvalidArgumentError [SESS-2]")
+    assert log.snapshot() == [], \
+        f"run{args!r}: an action ran before the bad name was rejected [SESS-2]"
+
+
+@pytest.mark.clause("SESS-2")
+def test_output_index_may_have_leading_zeros(rt, ctx) -> None:
+    s = ctx.new_session(step_graph(rt, Log()))
+    (a, b) = s.run(["out:00", "out"], {"x:000": FEED["x"]})
+    np.testing.assert_array_equal(a, b, err_msg="'out:00' is output 0 of 'out' [SESS-2]")
+    with pytest.raises(rt.InvalidArgumentError):
+        s.run(["out:01"], FEED)
+        pytest.fail("run(['out:01']) of a one-output node did not raise [SESS-2]")
 
 # -- SESS-3 ----------------------------------------------------------------------------------
 
@@ -215,6 +262,30 @@ def test_sess_duration_includes_pre_actions(rt, auto_clock) -> None:
             assert durations == {"pre": 0, "post1": 1041, "post2": 1041}, (
                 f"sess_duration_us seen by actions: {durations}; expected 700 (PRE) + 300 + "
                 f"41 (step) = 1041 for both POST actions [SESS-4]")
+
+
+@pytest.mark.clause("SESS-4")
+@pytest.mark.capability("virtual_clock")
+def test_sess_duration_counts_from_run_entry(rt, auto_clock) -> None:
+    """A feed whose conversion takes clock time (its __array__ sleeps on the clock): the
+    duration counts from the entry of run(), before the feeds are converted."""
+    with sim_runtime(rt, clock=auto_clock) as c:
+        log = Log()
+        c.registry.register(POST, 1, recording_action(rt, "post", log))
+
+        class SlowToConvert:
+            def __array__(self, dtype=None, copy=None):
+                auto_clock.sleep_us(400)
+                return np.array([1.0, 2.0], np.float32)
+
+        s = c.new_session(step_graph(rt, Log()))
+        for _ in range(2):
+            log.clear()
+            s.run(["out"], {"x": SlowToConvert()})
+            (entry,) = log.snapshot()
+            assert entry[2] == 400, (
+                f"sess_duration_us = {entry[2]} for a step whose only clock time is the 400 µs "
+                f"feed conversion: the start must be taken on entry to run() [SESS-4]")
 
 
 @pytest.mark.clause("SESS-5")
@@ -348,6 +419,88 @@ def test_close_cancels_a_running_step(rt, ctx) -> None:
         f"the running step must fail with CancelledError, got {result} [SESS-8]"
     assert log.snapshot() == [], "a node started after close() cancelled the step [EXEC-9]"
     assert "error" not in closed, f"close() raised {closed.get('error')!r} [SESS-8]"
+
+
+@pytest.mark.clause("SESS-8")
+@pytest.mark.capability("resource_management", "gpu_op_manager", "virtual_clock")
+def test_close_during_the_pre_actions_cancels_the_step(rt, auto_clock) -> None:
+    """A PRE action closes the session: the step that follows fails with CancelledError, even
+    a throttled one whose only node is a GPU op (queued at once, never handed to the
+    session's pool, so only the cancellation can stop it)."""
+    with sim_runtime(rt, clock=auto_clock) as c:
+        rm = rt.GPUResourceManagement(None, clock=auto_clock, registry=c.registry)
+        try:
+            log = Log()
+            c.registry.register(PRE, 0, recording_action(
+                rt, "pre", log, on_run=lambda options: options.session.close()))
+            c.registry.register(POST, 1, recording_action(rt, "post", log))
+            g = rt.Graph()
+            g.add_node("g", "PyFunc", device=GPU, func=py_func(log, "kernel"))
+            for managed in (False, True):
+                if managed:
+                    rm.parse_manage_info_from_json('{"perfControl": 50}')
+                    rm.set_estimated_idle_time(1000)
+                log.clear()
+                s = c.new_session(g)
+                with pytest.raises(rt.CancelledError):
+                    s.run(["g"])
+                    pytest.fail(f"a session closed by its PRE action ran its step "
+                                f"({'throttled' if managed else 'unthrottled'}) [SESS-8]")
+                assert "kernel" not in log.snapshot() and \
+                    not any(e[0] == "post" for e in log.snapshot() if isinstance(e, tuple)), (
+                    f"after close() in a PRE action the step ran: {log.snapshot()} [SESS-8]")
+        finally:
+            rm.close()
+
+
+@pytest.mark.clause("SESS-8")
+def test_close_waits_for_a_run_in_its_post_actions(rt, ctx) -> None:
+    """The step is over and its pool idle; the run is still in a POST action: close() from
+    another thread returns only once that run has returned."""
+    log = Log()
+    in_post, release = threading.Event(), threading.Event()
+
+    def hold(options) -> None:
+        in_post.set()
+        assert release.wait(10), "the test never released the POST action [SESS-8]"
+        log.add("post returned")
+
+    ctx.registry.register(POST, 1, recording_action(rt, "post", Log(), on_run=hold))
+    s = ctx.new_session(step_graph(rt, Log()))
+    runner, result = run_in_thread(lambda: s.run(["out"], FEED), "test-session-run")
+    assert in_post.wait(10), "the run did not reach its POST action [SESS-8]"
+    closer, closed = run_in_thread(lambda: (s.close(), log.add("close returned")),
+                                   "test-session-close")
+    wait_until(lambda: s.closed, "close() to begin")
+    closer.join(0.3)
+    assert closer.is_alive(), \
+        "close() returned while another thread's run was still in its POST action [SESS-8]"
+    release.set()
+    assert joined(runner) and joined(closer), "run() or close() hung [SESS-8]"
+    assert log.snapshot() == ["post returned", "close returned"], \
+        f"events {log.snapshot()}: close() must return after the run [SESS-8]"
+    assert "error" not in result and "error" not in closed, f"{result} {closed} [SESS-8]"
+
+
+@pytest.mark.clause("SESS-8")
+@pytest.mark.capability("resource_management", "virtual_clock")
+def test_close_wakes_a_step_suspended_in_its_post_actions(rt, virtual_clock, tmp_path) -> None:
+    """perfControl 0 suspends the run in the RM action; close() from another thread wakes it
+    (wake_suspended) and returns, without the virtual clock moving."""
+    config = tmp_path / "config.json"
+    config.write_text('{"perfControl": 0}')
+    with sim_runtime(rt, clock=virtual_clock, config_file=str(config),
+                     poll_interval_s=3600.0) as c:
+        s = c.new_session(step_graph(rt, Log()))
+        runner, result = run_in_thread(lambda: s.run(["out"], FEED), "test-session-run")
+        virtual_clock.wait_for_waiters(2)              # the listener and the suspended step
+        start = virtual_clock.now_us()
+        closer, _ = run_in_thread(s.close, "test-session-close")
+        assert joined(closer) and joined(runner), \
+            "close() did not end a run suspended at perfControl 0 [SESS-8]"
+        assert virtual_clock.now_us() == start, \
+            "close() needed the clock to move to end the suspension [SESS-8]"
+        assert "error" not in result, f"the suspended run raised {result['error']!r} [SESS-8]"
 
 
 @pytest.mark.clause("SESS-8")

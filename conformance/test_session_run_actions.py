@@ -67,6 +67,24 @@ def test_unknown_grouping_is_a_value_error(rt, bad) -> None:
         f"a rejected register({bad!r}, ...) left a registration [REG-1]"
 
 
+@pytest.mark.clause("REG-1")
+@pytest.mark.parametrize("bad", [True, False, 1.0, 0.0, 0j])
+def test_values_merely_equal_to_a_grouping_are_value_errors(rt, bad) -> None:
+    """True == 1 and 1.0 == 1, but neither is a Grouping nor an int."""
+    reg, log = rt.SessionRunActionRegistry(), []
+    reg.register(0, 0, Recorder(rt, log, "pre"))
+    reg.register(1, 0, Recorder(rt, log, "post"))
+    for call, args in (("register", (bad, 0, Recorder(rt, log, "x"))),
+                       ("run_grouping", (bad, options(rt))),
+                       ("get_action", (bad, 0, "rec-pre")),
+                       ("actions", (bad,))):
+        with pytest.raises(ValueError):
+            getattr(reg, call)(*args)
+            pytest.fail(f"{call}({bad!r}, ...) did not raise ValueError [REG-1]")
+    assert log == [] and len(reg.actions(0)) == len(reg.actions(1)) == 1, \
+        f"a call with grouping {bad!r} ran {log} or registered [REG-1]"
+
+
 @pytest.mark.clause("REG-2")
 @given(phases=st.lists(st.integers(min_value=-4, max_value=4), max_size=12))
 def test_phases_ascending_then_registration_order(rt, phases) -> None:
@@ -101,6 +119,21 @@ def test_actions_receive_the_options_object(rt) -> None:
     opts = options(rt, graph_id=42, sess_duration_us=1234)
     reg.run_grouping(0, opts)
     assert seen == [opts], f"run_action got {seen}, expected the options passed [REG-2]"
+
+
+@pytest.mark.clause("REG-2")
+def test_actions_returns_a_new_list(rt) -> None:
+    reg, log = rt.SessionRunActionRegistry(), []
+    a, b = Recorder(rt, log, "a"), Recorder(rt, log, "b")
+    reg.register(1, 0, a)
+    got = reg.actions(1)
+    got.append((1, b))
+    got[0] = (0, b)
+    assert reg.actions(1) == [(0, a)], \
+        f"changing the list actions() returned changed the registry: {reg.actions(1)} [REG-2]"
+    assert reg.actions(1) is not reg.actions(1), "actions() returned the same list twice [REG-2]"
+    reg.run_grouping(1, options(rt))
+    assert log == ["a"], f"the run after the list was changed ran {log} [REG-2]"
 
 
 @pytest.mark.clause("REG-3")
@@ -145,6 +178,46 @@ def test_duplicates_run_once_per_registration(rt) -> None:
     reg.register(0, -1, a)
     reg.run_grouping(0, options(rt))
     assert log == ["a", "a", "a"], f"an action registered 3 times ran {len(log)} times [REG-5]"
+
+
+@pytest.mark.clause("REG-4")
+@pytest.mark.parametrize("other", ["Act ", " Act", "Act\u00a0", "ACT", "\uff21ct", "A\u0063t\u200b",
+                                   "Act\n"])
+def test_get_action_takes_no_other_spelling(rt, other) -> None:
+    reg = rt.SessionRunActionRegistry()
+    act = Recorder(rt, [], 1)
+    act.name = "Act"
+    reg.register(1, 2, act)
+    assert reg.get_action(1, 2, other) is None, \
+        f"get_action(POST, 2, {other!r}) matched the action named 'Act' [REG-4]"
+    spelled = Recorder(rt, [], 2)
+    spelled.name = other
+    reg.register(1, 2, spelled)
+    assert reg.get_action(1, 2, "Act") is act and reg.get_action(1, 2, other) is spelled, \
+        f"with 'Act' and {other!r} registered, get_action mixed them up [REG-4]"
+
+
+@pytest.mark.clause("REG-5")
+def test_unregister_is_by_identity_not_equality(rt) -> None:
+    reg, log = rt.SessionRunActionRegistry(), []
+
+    class EqualsEverything(Recorder):
+        def __eq__(self, other) -> bool:
+            return True
+
+        __hash__ = object.__hash__
+
+    greedy, target = EqualsEverything(rt, log, "greedy"), Recorder(rt, log, "target")
+    reg.register(1, 0, greedy)
+    reg.register(1, 0, target)
+    assert reg.unregister(1, 0, target) is True, "unregister(target) returned False [REG-5]"
+    reg.run_grouping(1, options(rt))
+    assert log == ["greedy"], (f"unregister(target) with an action before it that == every "
+                               f"object: the run was {log}, expected ['greedy'] [REG-5]")
+    assert reg.unregister(1, 0, Recorder(rt, log, "stranger")) is False, \
+        "unregister of an object never registered returned True (compared with ==) [REG-5]"
+    assert [a for _, a in reg.actions(1)] == [greedy], \
+        f"registrations left: {reg.actions(1)}, expected the greedy action only [REG-5]"
 
 
 @pytest.mark.clause("REG-5")

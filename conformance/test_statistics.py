@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
+import threading
 
 import pytest
 
@@ -75,6 +77,92 @@ def test_default_path_from_environment(rt, runtimes, control_env, tmp_path) -> N
     rt.GPUStatistics(clock=VirtualClock()).run_action(rt.SessionRunActionOptions(
         device_mgr=ctx.device_mgr, graph_id=1, sess_duration_us=100))
     assert path.exists(), "GPU_STATUS_FILE was not used as the default path [STAT-1]"
+
+
+@pytest.mark.clause("STAT-2")
+def test_concurrent_runs_keep_the_windows_sound(rt, harness) -> None:
+    """Threads record steps of one graph, and of new graphs, while another checks the figures
+    at every call (the clock moves 10 s before each), with thread switches forced every
+    microsecond: no call raises."""
+    h = harness
+    stats, errors = h.stats, []
+
+    def boundaries(graph: int, d: int, checking: bool) -> None:
+        try:
+            for i in range(600):
+                if checking:
+                    h.clock.advance(10 * S)
+                stats.run_action(h.rt.SessionRunActionOptions(
+                    device_mgr=h.ctx.device_mgr, graph_id=graph if graph else 10_000 + i * 7 + d,
+                    sess_duration_us=d + i % 7))
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=boundaries, args=args)
+               for args in ((1, 1000, True), (1, 1500, False), (0, 1, False),
+                            (0, 2, False))]
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+    finally:
+        sys.setswitchinterval(old)
+    assert not any(t.is_alive() for t in threads), "concurrent run_action calls hung [STAT-2]"
+    assert not errors, f"concurrent run_action calls raised {errors[:1]!r} [STAT-2]"
+
+
+@pytest.mark.clause("STAT-2")
+def test_reaveraging_reads_each_window_at_one_instant(rt, harness) -> None:
+    """One thread's every step re-averages (the clock moves 10 s before each) while three
+    others keep appending to the windows of 20 graphs, with thread switches forced every
+    microsecond: a re-averaging that iterated the live windows, rather than copies taken at
+    one instant, would meet one changing under it."""
+    h = harness
+    stats, errors, done = h.stats, [], threading.Event()
+
+    def options(graph: int):
+        return h.rt.SessionRunActionOptions(device_mgr=h.ctx.device_mgr, graph_id=graph,
+                                            sess_duration_us=1000)
+
+    def checking() -> None:
+        try:
+            for _ in range(3000):
+                if errors:
+                    break
+                h.clock.advance(10 * S)
+                stats.run_action(options(0))
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+        finally:
+            done.set()
+
+    def appending(k: int) -> None:
+        try:
+            i = 0
+            while not done.is_set():
+                stats.run_action(options(1 + (i + k) % 20))
+                i += 1
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=checking)] + [
+        threading.Thread(target=appending, args=(k,)) for k in range(3)]
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+    finally:
+        done.set()
+        sys.setswitchinterval(old)
+    assert not any(t.is_alive() for t in threads), "steps re-averaging windows hung [STAT-2]"
+    assert not errors, f"a step re-averaging windows others append to raised {errors[:1]!r} " \
+        "[STAT-2]"
 
 
 @pytest.mark.clause("STAT-3")
@@ -158,6 +246,42 @@ def test_mini_batch_duration_and_stale_graphs(harness) -> None:
     assert h.doc()["miniBatchDuration"] == 15_500, "[STAT-4]"
 
 
+@pytest.mark.clause("STAT-4")
+@pytest.mark.parametrize("age,reaveraged", [(99, True), (100, False), (101, False)])
+def test_windows_100_s_old_are_not_reaveraged(harness, age, reaveraged) -> None:
+    """Graph 1's window [1000, 1050] (mean 1025, stored 1000) is re-averaged at a check
+    only while its newest entry is less than 100 s old."""
+    h = harness
+    setup = (h.run(1000, graph=1),               # t=0: first check, graph_1 stored 1000
+             h.later(10).run(3000, graph=2),     # t=10: graph_2 is new: stored 3000
+             h.later(1).run(1050, graph=1))      # t=11: recorded, no check
+    assert setup == (True, True, False), f"dumps of the set-up runs: {setup} [STAT-4]"
+    dumped = h.later(age).run(3000, graph=2)     # t=11+age: a check; graph_2 unchanged
+    assert dumped is reaveraged, (
+        f"a check when graph_1's newest entry is {age} s old "
+        f"{'dumped' if dumped else 'did not dump'}: its window must be re-averaged (mean "
+        f"1025 against 1000) exactly when that entry is less than 100 s old [STAT-4]")
+    if dumped:
+        assert h.doc()["Durations"] == {"graph_1": 1025, "graph_2": 3000}, \
+            f"Durations {h.doc()['Durations']} [STAT-4]"
+
+
+@pytest.mark.clause("STAT-7")
+@pytest.mark.parametrize("age,expected", [(99, 5000), (100, 1000), (101, 1000)])
+def test_mini_batch_duration_ignores_graphs_100_s_old(harness, age, expected) -> None:
+    h = harness
+    setup = (h.run(5000, graph=1),               # t=0: graph_1 stored 5000, recorded at 0
+             h.later(10).run(1000, graph=2))     # t=10: graph_2 stored 1000
+    p = alloc(h.ctx, MiB)                        # a figure changes: the next check dumps
+    dumped = h.later(age - 10).run(1000, graph=2)
+    assert setup == (True, True) and dumped, f"dumps {setup}, then {dumped} at t={age} [STAT-7]"
+    got = h.doc()["miniBatchDuration"]
+    assert got == expected, (f"miniBatchDuration {got} with graph_1 (5000 µs) stored {age} s "
+                             f"ago, expected {expected}: only graphs less than 100 s old "
+                             f"count [STAT-7]")
+    gpus(h.ctx)[0].get_allocator().deallocate_raw(p)
+
+
 def figures_of(doc: dict, bus: str) -> dict:
     return doc["gpuUsageInfo"][bus]
 
@@ -217,6 +341,62 @@ def test_fragment_when_the_pool_had_room(rt, runtimes, tmp_path) -> None:
          f"{got['swapReason']!r}, expected 'FRAGMENT' [STAT-6]")
     for p in (ptrs[1], ptrs[3], host):
         a.deallocate_raw(p)
+
+
+@pytest.mark.clause("STAT-6")
+@pytest.mark.parametrize("host_request,reason", [(64 * MiB, "FRAGMENT"),
+                                                 (64 * MiB + 256, "OOM")])
+def test_demand_equal_to_the_pool_is_fragment(rt, runtimes, tmp_path, host_request,
+                                              reason) -> None:
+    """Device peak 64 MiB in a 128 MiB pool whose free space is two 32 MiB holes; a 64 MiB
+    host region makes the demand exactly the pool, one more chunk makes it 192 MiB."""
+    ctx = runtimes(gpu_memory_bytes=128 * MiB)
+    h = Harness(rt, ctx, tmp_path / "status.json")
+    a = gpus(ctx)[0].get_allocator()
+    ptrs = [a.allocate_raw(256, 32 * MiB) for _ in range(4)]
+    a.deallocate_raw(ptrs[0])
+    a.deallocate_raw(ptrs[2])
+    a.clear_stats()                                  # device peak = 64 MiB in use
+    host = a.allocate_raw(256, host_request)         # no 64 MiB hole: host fallback
+    assert h.run(1000), "the first run did not dump [STAT-6]"
+    got = figures_of(h.doc(), bus_id(rt, gpus(ctx)[0]))
+    demand = got["deviceMemUsedMax"] + got["hostMemUsedMax"]
+    assert (got["deviceMemPoolSize"], got["deviceMemUsedMax"], demand == 128 * MiB) == (
+        128 * MiB, 64 * MiB, reason == "FRAGMENT"), f"figures {got} [STAT-6]"
+    assert got["swapReason"] == reason, (
+        f"device max {got['deviceMemUsedMax']} + host max {got['hostMemUsedMax']} = {demand} "
+        f"against a pool of {got['deviceMemPoolSize']}: swapReason {got['swapReason']!r}, "
+        f"expected {reason!r} (OOM only when the demand exceeds the pool) [STAT-6]")
+    for p in (ptrs[1], ptrs[3], host):
+        a.deallocate_raw(p)
+
+
+@pytest.mark.clause("STAT-5")
+def test_gpus_are_found_once_by_the_first_check_that_finds_any(rt, runtimes, tmp_path,
+                                                                caplog) -> None:
+    first, other = runtimes(num_gpus=1), runtimes(num_gpus=2)
+    h = Harness(rt, first, tmp_path / "status.json")
+    caplog.set_level(logging.ERROR)
+    h.stats.run_action(rt.SessionRunActionOptions(device_mgr=None, graph_id=1,
+                                                  sess_duration_us=1000))
+    assert h.path.exists() and h.doc()["gpuUsageInfo"] is None, \
+        f"a first check without a device manager: {h.doc()} [STAT-5]"
+    assert len(runtime_records(caplog, rt, logging.ERROR)) == 1, \
+        "a check without a device manager logged no error [STAT-5]"
+    h.later(10)
+    assert h.run(1000), "the check that first finds the GPUs did not dump [STAT-5]"
+    found = sorted(h.doc()["gpuUsageInfo"])
+    assert found == [bus_id(rt, gpus(first)[0])], f"tracked {found} [STAT-5]"
+    p = gpus(other)[1].get_allocator().allocate_raw(256, MiB)
+    h.later(10)
+    h.path.unlink(missing_ok=True)
+    h.stats.run_action(rt.SessionRunActionOptions(device_mgr=other.device_mgr, graph_id=1,
+                                                  sess_duration_us=3000))
+    assert h.path.exists(), "a mean moved from 1000 to 1666 µs and nothing was dumped [STAT-5]"
+    assert sorted(h.doc()["gpuUsageInfo"]) == found, (
+        f"a later check over another device manager tracked {sorted(h.doc()['gpuUsageInfo'])}"
+        f", expected the GPUs found first {found} [STAT-5]")
+    gpus(other)[1].get_allocator().deallocate_raw(p)
 
 
 @pytest.mark.clause("STAT-5", "STAT-7")
@@ -303,3 +483,28 @@ def test_write_failure_is_logged_once(rt, runtimes, tmp_path, caplog) -> None:
         clock.advance(10 * S)
     errors = runtime_records(caplog, rt, logging.ERROR, containing=str(path))
     assert len(errors) == 1, f"{len(errors)} error lines for one unwritable path [STAT-8]"
+
+
+@pytest.mark.clause("STAT-8")
+def test_write_failure_after_a_success_is_logged_again(rt, runtimes, tmp_path, caplog) -> None:
+    ctx = runtimes()
+    folder = tmp_path / "status-dir"
+    path = folder / "status.json"
+    stats = rt.GPUStatistics(str(path), clock=(clock := VirtualClock()))
+    caplog.set_level(logging.ERROR)
+
+    def boundary(d: int) -> None:
+        stats.run_action(rt.SessionRunActionOptions(device_mgr=ctx.device_mgr, graph_id=1,
+                                                    sess_duration_us=d))
+        clock.advance(10 * S)
+
+    boundary(1000)                               # the folder is missing: an error
+    folder.mkdir()
+    boundary(2000)                               # written
+    assert path.exists(), "the status file was not written once its folder existed [STAT-8]"
+    path.unlink()
+    folder.rmdir()
+    boundary(4000)                               # the same reason again, after a success
+    errors = runtime_records(caplog, rt, logging.ERROR, containing=str(path))
+    assert len(errors) == 2, (f"a write failure, a success, then the same failure logged "
+                              f"{len(errors)} error lines, expected 2 [STAT-8]")

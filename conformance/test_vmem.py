@@ -112,6 +112,29 @@ def test_vmem_enabled_builds_the_wrapper(rt, tf_env, value):
     assert host_sim.alloc_calls == [], "building the VMem allocator allocated host memory [VMEM-1]"
 
 
+@pytest.mark.clause("VMEM-1", "VMEM-6")
+def test_factory_and_constructor_defaults(rt, tf_env):
+    """tf_gpu_id=0, physical_total_memory=0 and a 10 s host retry, when not given."""
+    gpu = rt.BFCAllocator(rt.SimulatedDeviceMemory(MiB), MiB, False, "GPU_0_bfc")
+    clock = VirtualClock(auto_advance=True)
+    vmem = rt.maybe_create_gpu_vmem_allocator(gpu, host_sub_allocator=rt.SimulatedHostMemory(0),
+                                              clock=clock)
+    got = (vmem.name, vmem.host_allocator.name, vmem.memory_planned)
+    assert got == ("GPUVMem_0_bfc", "GPUHost_0_bfc", 0), (
+        f"maybe_create_gpu_vmem_allocator without tf_gpu_id or physical_total_memory: "
+        f"(name, host name, memory_planned) = {got}, expected ('GPUVMem_0_bfc', "
+        f"'GPUHost_0_bfc', 0) [VMEM-1]")
+    assert vmem.allocate_raw(256, 2 * MiB) is None, \
+        "a fallback without host memory succeeded [VMEM-1]"
+    waits = [r.duration_us for r in clock.records]
+    assert waits == [T_10S], f"the host allocator's retry waited {waits}, expected [{T_10S}] " \
+                             f"(retry_timeout_us defaults to 10 s) [VMEM-1]"
+    direct = rt.GPUVMemAllocator(gpu, vmem.host_allocator)
+    assert (direct.name, direct.memory_planned) == ("GPUVMem_0_bfc", 0), (
+        f"GPUVMemAllocator(device, host): ({direct.name!r}, {direct.memory_planned}), "
+        f"expected ('GPUVMem_0_bfc', 0) [VMEM-6]")
+
+
 @pytest.mark.clause("VMEM-1")
 def test_host_allocator_has_no_garbage_collection(rt, tf_env):
     tf_env.set("TF_CUDA_HOST_MEM_LIMIT_IN_MB", "4")
@@ -292,6 +315,21 @@ def test_memory_planned(rt, tf_env, physical, percent, env):
         f"memory_planned {vmem.memory_planned}, expected {expected} [VMEM-6]")
 
 
+@pytest.mark.clause("VMEM-6")
+@pytest.mark.parametrize("physical,planned,errors", [(-1, 0, 1), (-GiB, 0, 1), (0, 0, 0),
+                                                     (1, 1, 0)])
+def test_negative_physical_memory_counts_as_zero(rt, tf_env, caplog, physical, planned, errors):
+    device = rt.BFCAllocator(rt.SimulatedDeviceMemory(MiB), MiB, True, "GPU_0_bfc")
+    host = rt.BFCAllocator(rt.SimulatedHostMemory(MiB), MiB, True, "GPUHost_0_bfc")
+    vmem = rt.GPUVMemAllocator(device, host, physical_total_memory=physical)
+    assert vmem.memory_planned == planned, (
+        f"GPUVMemAllocator(physical_total_memory={physical}): memory_planned "
+        f"{vmem.memory_planned}, expected {planned} [VMEM-6]")
+    logged = runtime_records(caplog, rt, logging.ERROR)
+    assert len(logged) == errors, (f"physical_total_memory={physical} logged {len(logged)} "
+                                   f"errors, expected {errors} [VMEM-6]")
+
+
 @pytest.mark.clause("VMEM-6", "ENV-2")
 @pytest.mark.parametrize("value", ["1e3", "", "abc", "99999999999999999999"])
 def test_memory_planned_bad_env(rt, tf_env, caplog, value):
@@ -374,6 +412,68 @@ def test_stats_merge_only_the_peak(rt, tf_env):
     assert (host.num_allocs, host.peak_bytes_in_use, host.largest_alloc_size) == (0, MiB, 0), (
         f"host stats after vmem.clear_stats(): {host} [VMEM-8]")
     assert s.vmem.get_stats().peak_bytes_in_use == MiB and h is not None, "[VMEM-8]"
+
+
+class SharedStatsAllocator:
+    """A minimal device or host allocator whose get_stats() returns one shared object (or
+    None); it serves nothing, so a VMem allocator over it only forwards stats."""
+
+    def __init__(self, rt, stats) -> None:
+        self.stats = stats
+        self.name = "shared"
+
+    def allocate_raw(self, alignment, num_bytes, attributes=None):
+        return None
+
+    def deallocate_raw(self, ptr):
+        pass
+
+    def tracks_allocation_sizes(self):
+        return True
+
+    def get_stats(self):
+        return self.stats
+
+    def clear_stats(self):
+        pass
+
+
+@pytest.mark.clause("VMEM-8")
+def test_stats_are_a_new_copy_every_time(rt, tf_env):
+    shared = rt.AllocatorStats(num_allocs=3, bytes_in_use=1000, peak_bytes_in_use=4000,
+                               largest_alloc_size=2000, bytes_limit=8000)
+    device = SharedStatsAllocator(rt, shared)
+    host = rt.BFCAllocator(rt.SimulatedHostMemory(GiB), GiB, True, "GPUHost_0_bfc",
+                           retry_timeout_us=0)
+    h = host.allocate_raw(256, 512)
+    vmem = rt.GPUVMemAllocator(device, host)
+    first = vmem.get_stats()
+    assert first is not shared and first.peak_bytes_in_use == 4000 + 512, (
+        f"vmem.get_stats() = {first}, expected a copy with peak 4000 + 512 [VMEM-8]")
+    assert (shared.peak_bytes_in_use, shared.num_allocs) == (4000, 3), (
+        f"vmem.get_stats() changed the device's own stats object: {shared} [VMEM-8]")
+    first.num_allocs = 99
+    first.peak_bytes_in_use = 1
+    second = vmem.get_stats()
+    assert (second.num_allocs, second.peak_bytes_in_use, second.bytes_in_use,
+            second.largest_alloc_size, second.bytes_limit) == (3, 4512, 1000, 2000, 8000), (
+        f"after the caller changed the returned stats the next call gave {second} [VMEM-8]")
+    host.deallocate_raw(h)
+
+
+@pytest.mark.clause("VMEM-8")
+def test_stats_without_host_or_device_stats(rt, tf_env):
+    device = rt.BFCAllocator(rt.SimulatedDeviceMemory(MiB), MiB, False, "GPU_0_bfc",
+                             retry_timeout_us=0)
+    p = device.allocate_raw(256, 4096)
+    vmem = rt.GPUVMemAllocator(device, SharedStatsAllocator(rt, None))
+    got = vmem.get_stats()
+    assert got is not None and got.peak_bytes_in_use == 4096, (
+        f"a host allocator without stats counts as 0: got {got} [VMEM-8]")
+    vmem_none = rt.GPUVMemAllocator(SharedStatsAllocator(rt, None), device)
+    assert vmem_none.get_stats() is None, \
+        "a device allocator without stats gave the VMem allocator stats [VMEM-8]"
+    device.deallocate_raw(p)
 
 
 # --- VMEM-9 ------------------------------------------------------------------------------

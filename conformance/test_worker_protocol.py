@@ -141,6 +141,22 @@ def test_max_steps_writes_exactly_n_steps_then_exits_0(worker) -> None:
                     "WORKER-3")
 
 
+@pytest.mark.clause("WORKER-3")
+def test_invalid_knobs_fall_back_to_their_defaults(worker) -> None:
+    """Unparsable or out-of-range knobs: the worker still starts and trains (each knob at its
+    default: ANTMAN_WORKER_MAX_STEPS 0 means it keeps training) and says so on stderr."""
+    w = worker(ANTMAN_WORKER_MAX_STEPS="three", ANTMAN_WORKER_SEED="-1",
+               ANTMAN_WORKER_STEP_MS="nan")
+    steps = w.steps(4)
+    assert [r["step"] for r in steps] == [0, 1, 2, 3], \
+        f"a worker with invalid knobs wrote steps {[r['step'] for r in steps]} [WORKER-3]"
+    tail = w.stderr_tail(1 << 20)       # all of it: a runtime may log much at start
+    missing = [k for k in ("ANTMAN_WORKER_MAX_STEPS", "ANTMAN_WORKER_SEED",
+                           "ANTMAN_WORKER_STEP_MS") if k not in tail]
+    assert not missing, (f"standard error names no invalid value of {missing}: "
+                         f"{tail[-600:]!r} [WORKER-3]")
+
+
 @pytest.mark.clause("WORKER-4")
 def test_stdin_eof_stops_the_worker_with_status_0(worker) -> None:
     w = worker()

@@ -38,6 +38,7 @@ HELLO = "test_hello_then_one_record_per_step"
 MAX_STEPS = "test_max_steps_writes_exactly_n_steps_then_exits_0"
 STDIN = "test_stdin_eof_stops_the_worker_with_status_0"
 STATS = "test_statistics_file_is_valid_and_updated"
+KNOBS = "test_invalid_knobs_fall_back_to_their_defaults"
 
 #: fake -> (outcome of every test, {test: other outcome}, text every non-PASS message has)
 EXPECTED: dict[str, tuple[str, dict[str, str], str]] = {
@@ -47,7 +48,7 @@ EXPECTED: dict[str, tuple[str, dict[str, str], str]] = {
     "garbage": ("FAIL", {}, "not JSON"),
     "missing_field": ("FAIL", {}, "device_limit"),
     "crash_on_config": ("CRASH", {HELLO: "PASS", MAX_STEPS: "PASS", STDIN: "PASS",
-                                  STATS: "FAIL"}, ""),
+                                  STATS: "FAIL", KNOBS: "PASS"}, ""),
 }
 SUBSET = f"{HELLO} or {MAX_STEPS} or {STDIN}"
 

@@ -60,8 +60,8 @@ class DeviceAttributes:
 
 
 _NAME_RE = re.compile(
-    r"^(?:/job:(?P<job>[^/]+)/replica:(?P<replica>\d+)/task:(?P<task>\d+))?"
-    r"/?(?:device:)?(?P<type>[A-Za-z_][A-Za-z0-9_]*):(?P<index>\d+)$")
+    r"^(?:/job:(?P<job>[^/]+)/replica:(?P<replica>[0-9]+)/task:(?P<task>[0-9]+))?"
+    r"/?(?:device:)?(?P<type>[A-Za-z_][A-Za-z0-9_]*):(?P<index>[0-9]+)$")
 
 
 def parse_device_name(name: str) -> tuple[str, int]:
@@ -73,7 +73,7 @@ def parse_device_name(name: str) -> tuple[str, int]:
     """
     if not isinstance(name, str):
         raise ValueError(f"device name must be a str, got {type(name).__name__}")
-    m = _NAME_RE.match(name.strip())
+    m = _NAME_RE.fullmatch(name)        # not match(): "$" also accepts a last newline
     if m is None:
         raise ValueError(f"malformed device name {name!r}")
     if m["job"] is not None and (m["job"], m["replica"], m["task"]) != ("localhost", "0", "0"):
@@ -235,11 +235,11 @@ def select_backend(name: str | None = None, *, num_gpus: int = 1,
     source = "argument"
     if name is None:
         name, source = os.environ.get(DEVICE_ENV_VAR), f"${DEVICE_ENV_VAR}"
-        if name is None or name.strip() == "":
+        if name is None:
             name, source = "auto", "default"
     if not isinstance(name, str):
         raise ValueError(f"backend name must be a str, got {name!r}")
-    key = name.strip().lower()
+    key = name.strip().lower() or "auto"          # empty, from wherever, means "auto"
     if key not in ("sim", "cuda", "auto"):
         raise ValueError(f"unknown device backend {name!r} (from {source}); "
                          f"expected one of 'sim', 'cuda', 'auto'")

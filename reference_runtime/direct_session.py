@@ -68,8 +68,10 @@ def _names(value: Any, what: str) -> list[str]:
     except TypeError:
         raise TypeError(f"{what} must be a str or a sequence of str, got {value!r}") from None
     for n in names:
-        if not isinstance(n, str) or not n:
-            raise TypeError(f"{what} must contain non-empty str names, got {n!r}")
+        if not isinstance(n, str):
+            raise TypeError(f"{what} must contain str names, got {n!r}")
+        if not n:
+            raise InvalidArgumentError(f"{what}: '' is not a node of the graph")
     return names
 
 
@@ -145,6 +147,8 @@ class DirectSession:
             for key, value in feed_dict.items():
                 if not isinstance(key, str):
                     raise TypeError(f"feed_dict keys must be str tensor names, got {key!r}")
+                if not key:
+                    raise InvalidArgumentError("Feed '' is not a node of the graph")
                 node_name, _ = parse_tensor_name(key)
                 if node_name in feeds:
                     raise InvalidArgumentError(f"{key!r} is fed twice")

@@ -64,9 +64,10 @@ def safe_strto64(text: str) -> int | None:
     body = s[1:] if s.startswith("-") else s
     if not body or any(c not in "0123456789" for c in body):
         return None
-    if len(body.lstrip("0")) > 19:                  # past int64 (and Python's digit limit)
+    digits = body.lstrip("0") or "0"                # any number of leading zeros
+    if len(digits) > 19:                            # past int64 (and Python's digit limit)
         return None
-    value = -int(body) if s.startswith("-") else int(body)
+    value = -int(digits) if s.startswith("-") else int(digits)
     if value > INT64_MAX or value < INT64_MIN:
         return None
     return value

@@ -14,7 +14,7 @@ from typing import Any, Iterable, Iterator
 __all__ = ["Graph", "Node", "GraphError", "parse_tensor_name", "canonical_device_name"]
 
 _NAME = re.compile(r"^[A-Za-z0-9_.][A-Za-z0-9_.\-/]*$")
-_SHORT_DEVICE = re.compile(r"^/?(?:device:)?(?P<type>[A-Za-z]+):(?P<index>\d+)$")
+_SHORT_DEVICE = re.compile(r"^/?(?:device:)?(?P<type>[A-Za-z]+):(?P<index>[0-9]+)$")
 
 
 class GraphError(ValueError):
@@ -26,7 +26,7 @@ def parse_tensor_name(ref: str) -> tuple[str, int]:
     if not isinstance(ref, str) or not ref:
         raise GraphError(f"tensor name must be a non-empty string, got {ref!r}")
     name, sep, index = ref.rpartition(":")
-    if sep and index.isdigit():
+    if sep and index.isascii() and index.isdigit():   # ASCII digits only, as TF scans them
         return name, int(index)
     return ref, 0
 
@@ -35,7 +35,7 @@ def canonical_device_name(device: str) -> str:
     """``"/gpu:0"``, ``"GPU:0"``, ``"/device:GPU:0"`` -> ``"/device:GPU:0"``; others unchanged."""
     if not isinstance(device, str) or not device:
         raise GraphError(f"device must be a non-empty string, got {device!r}")
-    m = _SHORT_DEVICE.match(device)
+    m = _SHORT_DEVICE.fullmatch(device)
     if m:
         return f"/device:{m['type'].upper()}:{int(m['index'])}"
     return device
@@ -67,7 +67,7 @@ class Graph:
         """Add a node and return its name. ``"^x"`` in ``inputs`` is a control input."""
         from .kernels import OpRegistry  # the op must be known
 
-        if not isinstance(name, str) or not _NAME.match(name):
+        if not isinstance(name, str) or not _NAME.fullmatch(name):  # "$" allows a last newline
             raise GraphError(f"add_node({name!r}, {op!r}): invalid node name")
         if name in self._nodes:
             raise GraphError(f"add_node({name!r}, {op!r}): a node named {name!r} exists")
@@ -86,8 +86,7 @@ class Graph:
                 if control:
                     raise GraphError(f"add_node({name!r}, {op!r}): data input {ref!r} "
                                      f"after a control input")
-                src, index = parse_tensor_name(ref)
-                data.append(src if index == 0 and ":" not in ref else f"{src}:{index}")
+                data.append(ref)                  # as given (EXEC-1)
         node = Node(name, op, tuple(data), tuple(control), canonical_device_name(device),
                     dict(attrs))
         self._nodes[name] = node

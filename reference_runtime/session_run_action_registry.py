@@ -60,8 +60,8 @@ class SessionRunAction(abc.ABC):
 
 
 def _grouping(grouping: Any) -> Grouping:
-    if isinstance(grouping, bool):
-        raise ValueError(f"grouping must be a Grouping, got {grouping!r}")
+    if isinstance(grouping, bool) or not isinstance(grouping, int):   # 1.0 == 1, True == 1
+        raise ValueError(f"grouping must be a Grouping or an int, got {grouping!r}")
     try:
         return Grouping(grouping)
     except ValueError:
@@ -117,8 +117,8 @@ class SessionRunActionRegistry:
 
     def run_grouping(self, grouping: Grouping | int, options: SessionRunActionOptions) -> None:
         """Run every action of ``grouping``; the first exception stops and propagates."""
-        snapshot = self._snapshots.get(grouping)
-        if snapshot is None or isinstance(grouping, bool):
+        snapshot = self._snapshots.get(grouping) if type(grouping) in (Grouping, int) else None
+        if snapshot is None:
             snapshot = self._snapshots[_grouping(grouping)]
         for _, action in snapshot:
             action.run_action(options)

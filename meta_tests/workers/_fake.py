@@ -14,7 +14,27 @@ import sys
 import threading
 import time
 
-STEP_S = float(os.environ.get("ANTMAN_WORKER_STEP_MS", "20") or 20) / 1000
+
+
+def knob(name: str, default, parse, valid):
+    """An ANTMAN_WORKER_* knob; an invalid value falls back to ``default`` with one line on
+    standard error (WORKER-3), so that a fake fails only by its own defect."""
+    text = os.environ.get(name, "")
+    if not text:
+        return default
+    try:
+        value = parse(text)
+        if valid(value):
+            return value
+    except ValueError:
+        pass
+    sys.stderr.write(f"fake worker: invalid {name}={text!r}, using {default}\n")
+    sys.stderr.flush()
+    return default
+
+
+STEP_S = knob("ANTMAN_WORKER_STEP_MS", 20.0, float, lambda v: math.isfinite(v) and v > 0) / 1000
+knob("ANTMAN_WORKER_SEED", 0, int, lambda v: v >= 0)      # checked, unused: steps are sleeps
 BUS_ID = "3b:00.0"
 LIMIT = 1 << 30
 
@@ -70,7 +90,7 @@ def run(*, defect_at_step: int | None = None, defect=None, on_config_change=None
     """Hello, then steps until stopped; ``defect`` runs before step ``defect_at_step``."""
     stop = stop_event()
     hello()
-    max_steps = int(os.environ.get("ANTMAN_WORKER_MAX_STEPS", "0") or 0)
+    max_steps = knob("ANTMAN_WORKER_MAX_STEPS", 0, int, lambda v: v >= 0)
     seen_config = config_mtime()
     k = 0
     while not stop.is_set() and (max_steps == 0 or k < max_steps):

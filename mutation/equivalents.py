@@ -1,0 +1,95 @@
+"""The reviewed list of mutants the suite cannot kill by construction (``equivalents.toml``).
+
+Each entry names one mutant by its key and repeats, for the reader, the line it edits, the
+change and the line after it (``mutated``, which tells apart two mutants making the same change
+on one line, such as ``f(0, 0)`` becoming ``f(-1, 0)`` or ``f(0, -1)``); all three are checked
+against the generated mutant, so an entry goes stale (and the meta-tests say so) when its line
+changes. ``kind`` is
+
+- ``equivalent``: the mutant changes nothing the specification defines: the same results,
+  the same state, the same calls, in every case (for instance a clamp at a bound the value
+  can never reach, or a bin index clamped with ``>=`` instead of ``>`` at the bound);
+- ``unspecified``: the mutant changes behaviour that no clause defines, so no conformance
+  test may require it (the size of the CPU device's thread pool, the wording of a log line
+  or an error message, the model the reference worker trains, an option of the reference's
+  own command line, an attribute that is no part of the API);
+- ``gpu-only``: the mutant changes only a path taken on a real GPU (the ``cuda`` backend),
+  whose clauses are skipped where no GPU is present.
+
+All three kinds are left out of the kill rate and listed in the report with their reasons.
+An ``unspecified`` entry is a decision that the specification should stay silent there;
+where it should not, the clause is extended and the mutant gets a test instead. A
+listed mutant that a run kills (``--check-equivalents``) is reported as a mistake in the list.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from .operators import Mutant
+
+__all__ = ["Equivalent", "EQUIVALENTS_PATH", "KINDS", "load", "problems"]
+
+EQUIVALENTS_PATH = Path(__file__).resolve().parent / "equivalents.toml"
+KINDS = ("equivalent", "unspecified", "gpu-only")
+_FIELDS = ("key", "line", "change", "mutated", "kind", "reason")
+
+
+@dataclass(frozen=True)
+class Equivalent:
+    key: str
+    line: str
+    change: str
+    mutated: str
+    kind: str
+    reason: str
+
+
+def load(path: Path = EQUIVALENTS_PATH) -> dict[str, Equivalent]:
+    """The entries by key; ``ValueError`` for a malformed file or a duplicate key."""
+    data = tomllib.loads(path.read_text(encoding="utf-8"))
+    unknown = set(data) - {"mutant"}
+    if unknown:
+        raise ValueError(f"{path.name}: unknown tables {sorted(unknown)}")
+    out: dict[str, Equivalent] = {}
+    for i, entry in enumerate(data.get("mutant", [])):
+        missing = [f for f in _FIELDS if not isinstance(entry.get(f), str) or not entry[f].strip()]
+        extra = set(entry) - set(_FIELDS)
+        if missing or extra:
+            raise ValueError(f"{path.name}: entry {i + 1} ({entry.get('key')!r}): missing or "
+                             f"empty {missing}, unknown {sorted(extra)}")
+        if entry["kind"] not in KINDS:
+            raise ValueError(f"{path.name}: entry {i + 1} ({entry['key']}): kind "
+                             f"{entry['kind']!r} is not one of {KINDS}")
+        if entry["key"] in out:
+            raise ValueError(f"{path.name}: {entry['key']} is listed twice")
+        out[entry["key"]] = Equivalent(**{f: entry[f] for f in _FIELDS})
+    return out
+
+
+def problems(entries: dict[str, Equivalent], mutants: list[Mutant]) -> list[str]:
+    """Entries that name no generated mutant, or whose line or change no longer match it."""
+    by_key = {m.key: m for m in mutants}
+    out = []
+    for key, entry in entries.items():
+        mutant = by_key.get(key)
+        if mutant is None:
+            out.append(f"{key}: no such mutant (the line changed or moved to another "
+                       f"function): review the entry ({entry.line!r}, {entry.change})")
+        elif ((mutant.line_text, mutant.describe(), mutant.mutated_text)
+              != (entry.line, entry.change, entry.mutated)):
+            out.append(f"{key}: the entry says {entry.line!r} {entry.change} giving "
+                       f"{entry.mutated!r}, the mutant is {mutant.line_text!r} "
+                       f"{mutant.describe()} giving {mutant.mutated_text!r}")
+    return out
+
+
+def entry_text(mutant: Mutant, kind: str, reason: str) -> str:
+    """A TOML entry for ``mutant`` (what a reviewer appends to the list)."""
+    def q(text: str) -> str:
+        return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+    return (f"[[mutant]]\nkey = {q(mutant.key)}\nline = {q(mutant.line_text)}\n"
+            f"change = {q(mutant.describe())}\nmutated = {q(mutant.mutated_text)}\n"
+            f"kind = {q(kind)}\nreason = {q(reason)}\n")
