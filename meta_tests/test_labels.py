@@ -111,6 +111,14 @@ def test_a_report_says_what_it_measured_even_outside_a_git_checkout(tmp_path: Pa
     assert environment.suite_git(outside, {}, stamp) == {"commit": sha, "dirty": None,
                                                          "source": "archive"}
     assert environment.suite_git(ROOT, {}, stamp)["source"] == "git"
+    # the variable wins over a checkout that does not describe the copy (a tree copied over
+    # another checkout), and the checkout's finding is kept; one that agrees is the checkout's
+    here = environment.git_info(ROOT)
+    other = "cd" * 20
+    named = environment.suite_git(ROOT, {"ANTMAN_SUITE_COMMIT": other}, stamp)
+    assert named == {"commit": other, "dirty": None, "source": "env", "checkout": here}
+    assert environment.suite_git(ROOT, {"ANTMAN_SUITE_COMMIT": here["commit"]}, stamp) == {
+        **here, "source": "git"}
     assert (ROOT / ".gitattributes").read_text().count("reports/COMMIT export-subst") == 1
     info = environment.platform_info()
     assert info["cpu_count"] >= 1 and (info["cpu_model"] is None or info["cpu_model"].strip())

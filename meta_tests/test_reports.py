@@ -943,3 +943,20 @@ def test_latest_pointer_and_pruning(tmp_path: Path) -> None:
     writer.prune(tmp_path, keep=2)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         ["keep-me", "latest", runs[-2].name, runs[-1].name])
+
+
+def test_a_suite_commit_named_against_its_checkout_is_recorded_and_warned(
+        tmp_path: Path) -> None:
+    """A tree copied over another checkout (a runner's cache): ANTMAN_SUITE_COMMIT names the
+    commit, the report records it, keeps the checkout's finding and says they disagree."""
+    data = _data(tmp_path, [_record("t::a", ["API-1"], PASSED)])
+    data.suite = {"name": "s", "version": "1",
+                  "git": {"commit": "b" * 40, "dirty": None, "source": "env",
+                          "checkout": {"commit": "c" * 40, "dirty": True}}}
+    doc = _build(data)
+    codes = {w["code"]: w["message"] for w in doc["verdict"]["warnings"]}
+    assert "suite-dirty" not in codes          # the named commit's cleanliness is unknown
+    assert "b" * 40 in codes["suite-commit-disagrees"]
+    assert "c" * 40 + " with uncommitted changes" in codes["suite-commit-disagrees"]
+    data.suite["git"] = {"commit": "b" * 40, "dirty": False, "source": "git"}
+    assert "suite-commit-disagrees" not in {w["code"] for w in _build(data)["verdict"]["warnings"]}

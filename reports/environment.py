@@ -65,16 +65,22 @@ def suite_version() -> str:
 
 def suite_git(directory: Path = spec.ROOT, environ: dict[str, str] | None = None,
               stamp: Path = COMMIT_STAMP) -> dict[str, Any]:
-    """``{"commit", "dirty", "source"}`` of the suite: from its git checkout ("git"), else
-    ``ANTMAN_SUITE_COMMIT`` ("env"), else the ``git archive`` stamp ("archive"); a commit
-    known from neither is None (source None)."""
+    """``{"commit", "dirty", "source"}`` of the suite: ``ANTMAN_SUITE_COMMIT`` when it is set
+    ("env": the operator's statement about a copy, which the git checkout holding the copy,
+    if any, may not describe), else the git checkout ("git"), else the ``git archive`` stamp
+    ("archive"); a commit known from none is None (source None). When the variable and the
+    checkout disagree, the checkout's finding is kept under ``"checkout"`` so that the report
+    can say so."""
     found = git_info(directory)
-    if found["commit"]:
-        return {**found, "source": "git"}
     env = os.environ if environ is None else environ
     given = env.get(COMMIT_VARIABLE, "").strip().lower()
     if _SHA.match(given):
-        return {"commit": given, "dirty": None, "source": "env"}
+        if found["commit"] == given:
+            return {**found, "source": "git"}
+        named = {"commit": given, "dirty": None, "source": "env"}
+        return {**named, "checkout": found} if found["commit"] else named
+    if found["commit"]:
+        return {**found, "source": "git"}
     try:
         stamped = stamp.read_text(encoding="utf-8").strip().lower()
     except OSError:

@@ -271,6 +271,13 @@ def _verdict(data: RunData, clauses: list[dict], required: set[str],
                "archive stamp, and ANTMAN_SUITE_COMMIT is not set")
     if git.get("dirty"):
         reason(warnings, "suite-dirty", "the suite's working tree has uncommitted changes")
+    checkout = git.get("checkout") or {}
+    if checkout.get("commit"):
+        reason(warnings, "suite-commit-disagrees",
+               f"ANTMAN_SUITE_COMMIT names {git.get('commit')}, which the report records, but "
+               f"the git checkout holding the suite is at {checkout['commit']}"
+               f"{' with uncommitted changes' if checkout.get('dirty') else ''}: the copy was "
+               f"made from a commit this checkout does not describe, or the variable is stale")
     profile = data.invocation.get("hypothesis_profile")
     if profile != "certify":
         reason(warnings, "hypothesis-profile",
