@@ -787,6 +787,7 @@ def test_retry_deadline_on_virtual_clock(rt):
 
 
 @pytest.mark.clause("BFC-12")
+@pytest.mark.capability("virtual_clock")   # observes the retry's waits
 @pytest.mark.parametrize("kind", ["BFCAllocator", "GPUBFCAllocator"])
 def test_default_retry_timeout_is_10_s(rt, tf_env, kind):
     clock = VirtualClock(auto_advance=True)
@@ -804,6 +805,7 @@ def test_default_retry_timeout_is_10_s(rt, tf_env, kind):
 
 
 @pytest.mark.clause("BFC-12")
+@pytest.mark.capability("virtual_clock")   # observes the retry's waits
 def test_retry_deadline_counts_from_the_second_failed_attempt(rt):
     """Attempts that take clock time (a slow sub-allocator): the deadline is set after the
     second attempt failed, so the one wait is the whole T whatever the attempts took."""
@@ -840,6 +842,7 @@ def test_retry_deadline_counts_from_the_second_failed_attempt(rt):
 
 
 @pytest.mark.clause("BFC-12")
+@pytest.mark.capability("virtual_clock")   # observes the retry's waits
 def test_each_free_wakes_every_waiter_of_its_time(rt):
     """Two requests wait; the first free wakes both (one is served, the other waits again);
     the second free wakes the one left. The count of waiters must stay exact throughout."""

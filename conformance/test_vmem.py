@@ -114,25 +114,33 @@ def test_vmem_enabled_builds_the_wrapper(rt, tf_env, value):
 
 @pytest.mark.clause("VMEM-1", "VMEM-6")
 def test_factory_and_constructor_defaults(rt, tf_env):
-    """tf_gpu_id=0, physical_total_memory=0 and a 10 s host retry, when not given."""
+    """tf_gpu_id=0 and physical_total_memory=0, when not given."""
     gpu = rt.BFCAllocator(rt.SimulatedDeviceMemory(MiB), MiB, False, "GPU_0_bfc")
-    clock = VirtualClock(auto_advance=True)
-    vmem = rt.maybe_create_gpu_vmem_allocator(gpu, host_sub_allocator=rt.SimulatedHostMemory(0),
-                                              clock=clock)
+    vmem = rt.maybe_create_gpu_vmem_allocator(gpu, host_sub_allocator=rt.SimulatedHostMemory(0))
     got = (vmem.name, vmem.host_allocator.name, vmem.memory_planned)
     assert got == ("GPUVMem_0_bfc", "GPUHost_0_bfc", 0), (
         f"maybe_create_gpu_vmem_allocator without tf_gpu_id or physical_total_memory: "
         f"(name, host name, memory_planned) = {got}, expected ('GPUVMem_0_bfc', "
         f"'GPUHost_0_bfc', 0) [VMEM-1]")
-    assert vmem.allocate_raw(256, 2 * MiB) is None, \
-        "a fallback without host memory succeeded [VMEM-1]"
-    waits = [r.duration_us for r in clock.records]
-    assert waits == [T_10S], f"the host allocator's retry waited {waits}, expected [{T_10S}] " \
-                             f"(retry_timeout_us defaults to 10 s) [VMEM-1]"
     direct = rt.GPUVMemAllocator(gpu, vmem.host_allocator)
     assert (direct.name, direct.memory_planned) == ("GPUVMem_0_bfc", 0), (
         f"GPUVMemAllocator(device, host): ({direct.name!r}, {direct.memory_planned}), "
         f"expected ('GPUVMem_0_bfc', 0) [VMEM-6]")
+
+
+@pytest.mark.clause("BFC-12")
+@pytest.mark.capability("virtual_clock")   # observes the retry's waits
+def test_factory_host_allocator_retries_10_s_by_default(rt, tf_env):
+    """The factory's host BFC keeps BFC-12's default retry timeout of 10 s."""
+    gpu = rt.BFCAllocator(rt.SimulatedDeviceMemory(MiB), MiB, False, "GPU_0_bfc")
+    clock = VirtualClock(auto_advance=True)
+    vmem = rt.maybe_create_gpu_vmem_allocator(gpu, host_sub_allocator=rt.SimulatedHostMemory(0),
+                                              clock=clock)
+    assert vmem.allocate_raw(256, 2 * MiB) is None, \
+        "a fallback without host memory succeeded [BFC-12]"
+    waits = [r.duration_us for r in clock.records]
+    assert waits == [T_10S], f"the host allocator's retry waited {waits}, expected [{T_10S}] " \
+                             f"(retry_timeout_us defaults to 10 s) [BFC-12]"
 
 
 @pytest.mark.clause("VMEM-1")
