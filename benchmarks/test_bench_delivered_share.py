@@ -70,6 +70,11 @@ HAMI_ENV = "ANTMAN_HAMI_LIB"
 HOOK_CYCLES = 2                # HAMi-core loaded without a limit, against controls
 
 
+#: The per-test limit (pytest-timeout) follows the budgets: every perfControl may spend its
+#: budget and finish the cycle under way, plus the warm-up and the controls.
+TEST_TIMEOUT_S = 180 + 2 * len(PERFS) * CYCLE_BUDGET_S
+
+
 def on_gpu() -> bool:
     return os.environ.get("ANTMAN_DEVICE", "").strip().lower() == "cuda"
 
@@ -219,6 +224,7 @@ def _round(v: float | None) -> float | None:
     return None if v is None else round(v, 3)
 
 
+@pytest.mark.timeout(TEST_TIMEOUT_S)
 @pytest.mark.parametrize("variant", selected_variants())
 @pytest.mark.parametrize("size_name", list(WORKLOADS))
 def test_bench_delivered_share(rt, bench, tmp_path, report_artifacts, size_name: str,
@@ -275,6 +281,7 @@ def hami_env(lib: Path, limit: int, cache: Path) -> dict[str, str]:
             "CUDA_DEVICE_MEMORY_SHARED_CACHE": str(cache), "LIBCUDA_LOG_LEVEL": "0"}
 
 
+@pytest.mark.timeout(TEST_TIMEOUT_S)
 @pytest.mark.parametrize("size_name", list(WORKLOADS))
 def test_bench_delivered_share_hami(rt, bench, tmp_path, report_artifacts,
                                     size_name: str) -> None:

@@ -103,6 +103,7 @@ def pct(log_mean: float) -> float:
     return 100 * math.expm1(log_mean / 100)
 
 
+@pytest.mark.timeout(180 + 1.5 * ROUNDS_BUDGET_S)    # the budgets of both experiments
 @pytest.mark.parametrize("size_name", list(WORKLOADS))
 def test_bench_throttle_overhead(rt, bench, bench_runtime, report_artifacts,
                                  size_name: str) -> None:
