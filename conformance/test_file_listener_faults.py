@@ -199,6 +199,38 @@ def test_close_returns_while_a_handler_does_not(rt, no_thread_leak, vclock, tmp_
     fl.close()
 
 
+@pytest.mark.clause("FL-12")
+def test_a_reported_thread_is_not_waited_for_again(rt, no_thread_leak, vclock, tmp_path,
+                                                   caplog) -> None:
+    """After unregistering the last path gave up on a monitor thread stuck in a handler, a
+    close() returns at once and logs nothing more: the 2 s are spent once in all."""
+    caplog.set_level(logging.ERROR)
+    path = tmp_path / "gpu_config.json"
+    write_text(path, "start")
+    fl = rt.FileListener(clock=vclock, poll_interval_s=1.0)
+    release, _ = blocked_handler(fl, vclock, path)
+    try:
+        def unregister_last() -> None:
+            fl.unregister_file_listener(str(path), "second-handler")
+            fl.unregister_file_listener(str(path), "blocking-handler")
+        done, _ = timed_call(unregister_last, "unregister_last")
+        assert done, "unregistering the last path did not return [FL-12]"
+        caplog.clear()
+        done, took = timed_call(fl.close, "close")
+        assert done and took <= TOLERANCE_S, (
+            f"close() after the monitor thread was reported took "
+            f"{'more than ' if not done else ''}{took:.2f} s, expected to return at once "
+            f"(at most {TOLERANCE_S:g} s of scheduling delay): a thread already reported is "
+            f"not waited for again [FL-12]")
+        again = runtime_records(caplog, rt, logging.ERROR)
+        assert again == [], (f"close() reported the same monitor thread again: "
+                             f"{[r.getMessage()[:200] for r in again]} [FL-12]")
+    finally:
+        release.set()
+    wait_until(lambda: not monitor_alive(), "the released monitor thread to end [FL-12]")
+    fl.close()
+
+
 @pytest.mark.clause("RM-16")
 @pytest.mark.capability("resource_management")
 def test_runtime_close_waits_for_its_listener_once(rt, no_thread_leak, control_env, vclock,

@@ -265,6 +265,19 @@ def test_runs_are_classified(tmp_path: Path, code, cases, expected) -> None:
     assert (run.outcome, run.how, run.clause) == expected, run
 
 
+def test_a_runtime_refused_before_any_test_is_killed_at_import() -> None:
+    """Certification validates the runtime module first: one that does not import is a usage
+    error (exit status 4) and never certified; other usage errors stay harness errors."""
+    run = Run(("conformance/test_api.py",), 4, 1.0, 1.0)
+    classify(run, None, "ERROR: cannot import runtime module 'mutant_runtime': importing it "
+                        "raised TypeError: 'NoneType' object is not callable\n")
+    assert (run.outcome, run.how) == ("killed", "import")
+    assert run.message.startswith("ERROR: cannot import runtime module")
+    other = Run(("conformance/test_api.py",), 4, 1.0, 1.0)
+    classify(other, None, "ERROR: usage: unrecognized arguments: --bogus\n")
+    assert other.outcome == "error"
+
+
 def test_a_skip_the_reference_also_makes_is_no_kill(tmp_path: Path) -> None:
     run = Run(("conformance/test_vmem.py",), 0, 1.0, 1.0)
     classify(run, junit(tmp_path, SKIPPED), "",

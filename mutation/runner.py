@@ -17,6 +17,8 @@ database (``mutation.pytest_isolation``), and is killed, with its process group,
 - exit status 1: a test failed or errored: killed, by that test (``how`` is ``test``;
   ``timeout`` when the failure is the per-test limit; ``import`` when the mutant cannot
   even be imported, which the suite reports as a failed start);
+- exit status 4 saying ``cannot import runtime module``: killed (``import``): the
+  certification refuses a runtime that does not import before running any test;
 - exit status 0 with a test skipped that the unmutated runtime runs (the baseline's skips
   are expected; without a baseline, a skip reported NOT_SUPPORTED): killed (``skipped``), as
   a required clause NOT_SUPPORTED makes a certification fail;
@@ -256,6 +258,12 @@ def classify(run: Run, junit: Path | None, output: str,
         else:
             run.outcome, run.how = "killed", "timeout"
             run.note = "killed after the wall limit"
+    elif run.exit_code == 4 and "cannot import runtime module" in output:
+        # the certification refuses a runtime that does not import before any test runs
+        # (a usage error, no verdict): such a fork is never certified
+        run.outcome, run.how = "killed", "import"
+        run.message = next((ln.strip() for ln in output.splitlines()
+                            if "cannot import runtime module" in ln), "")[:300]
     elif run.exit_code == 1 and failure is not None:
         run.outcome = "killed"
         text = run.message or ""
