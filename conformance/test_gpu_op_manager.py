@@ -327,7 +327,7 @@ def test_no_queueing_when_not_managed(rt, managed, perf: int, idle: int, device:
     assert clock.sleeps_of(OP_MANAGER_PREFIX) == [], "[OPM-1]"
 
 
-@pytest.mark.clause("OPM-1")
+@pytest.mark.clause("OPM-1", "OPM-4")
 @pytest.mark.parametrize("perf,idle", [(99, 1), (1, 1), (99, 2)])
 def test_managed_just_inside_the_bounds(rt, managed, perf: int, idle: int) -> None:
     """perfControl 99 (below 100) and E = 1 (above 0) make a managed step."""
@@ -337,9 +337,12 @@ def test_managed_just_inside_the_bounds(rt, managed, perf: int, idle: int) -> No
     t0 = managed.clock.now_us()
     s.run(["op0"])
     ((_, launched, left, thread),) = log.snapshot()
-    assert thread.startswith(OP_MANAGER_PREFIX) and (launched - t0, left) == (idle, 0), (
-        f"perf={perf}, E={idle}: the GPU op ran on {thread} at {launched - t0} µs with E={left}; "
-        f"expected a managed step: queued, launched after an idle slot of {idle} µs [OPM-1]")
+    assert thread.startswith(OP_MANAGER_PREFIX), (
+        f"perf={perf}, E={idle}: the GPU op ran on {thread}; expected a managed step, its op "
+        f"queued and launched by the manager thread [OPM-1]")
+    assert (launched - t0, left) == (idle, 0), (
+        f"perf={perf}, E={idle}: the managed GPU op launched at {launched - t0} µs with "
+        f"E={left}, expected after an idle slot of {idle} µs with E=0 [OPM-4]")
 
 
 # -- OPM-6, OPM-7 ----------------------------------------------------------------------------

@@ -446,8 +446,9 @@ def test_close_during_the_pre_actions_cancels_the_step(rt, auto_clock) -> None:
                     s.run(["g"])
                     pytest.fail(f"a session closed by its PRE action ran its step "
                                 f"({'throttled' if managed else 'unthrottled'}) [SESS-8]")
-                assert "kernel" not in log.snapshot() and \
-                    not any(e[0] == "post" for e in log.snapshot() if isinstance(e, tuple)), (
+                # (that the POST actions of the failed step do not run is SESS-5's, tested
+                # by test_failed_step_skips_post_and_raises)
+                assert "kernel" not in log.snapshot(), (
                     f"after close() in a PRE action the step ran: {log.snapshot()} [SESS-8]")
         finally:
             rm.close()

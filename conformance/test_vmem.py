@@ -128,16 +128,18 @@ def test_factory_and_constructor_defaults(rt, tf_env):
         f"expected ('GPUVMem_0_bfc', 0) [VMEM-6]")
 
 
-@pytest.mark.clause("BFC-12")
+@pytest.mark.clause("BFC-12", "VMEM-4")
 @pytest.mark.capability("virtual_clock")   # observes the retry's waits
 def test_factory_host_allocator_retries_10_s_by_default(rt, tf_env):
     """The factory's host BFC keeps BFC-12's default retry timeout of 10 s."""
     gpu = rt.BFCAllocator(rt.SimulatedDeviceMemory(MiB), MiB, False, "GPU_0_bfc")
     clock = VirtualClock(auto_advance=True)
-    vmem = rt.maybe_create_gpu_vmem_allocator(gpu, host_sub_allocator=rt.SimulatedHostMemory(0),
-                                              clock=clock)
+    host = rt.SimulatedHostMemory(0)
+    vmem = rt.maybe_create_gpu_vmem_allocator(gpu, host_sub_allocator=host, clock=clock)
     assert vmem.allocate_raw(256, 2 * MiB) is None, \
-        "a fallback without host memory succeeded [BFC-12]"
+        "a fallback without host memory succeeded [VMEM-4]"
+    assert host.alloc_calls, \
+        "a request the device cannot meet never reached the host allocator [VMEM-4]"
     waits = [r.duration_us for r in clock.records]
     assert waits == [T_10S], f"the host allocator's retry waited {waits}, expected [{T_10S}] " \
                              f"(retry_timeout_us defaults to 10 s) [BFC-12]"

@@ -12,7 +12,7 @@ from reference_runtime import env as _env
 from meta_tests import broken_forks as _forks
 
 NAME = "broken-bool-env-casefolded"
-WORKER_COMMAND = _forks.worker_command(__name__)
+WORKER_COMMAND = _forks.as_package(__name__)
 BREAKS = "ENV-1"
 MODULES = ("conformance/test_env.py",)
 OUTCOMES = ("FAIL",)

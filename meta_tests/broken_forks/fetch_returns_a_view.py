@@ -13,7 +13,7 @@ from reference_runtime import tensor as _tensor
 from meta_tests import broken_forks as _forks
 
 NAME = "broken-fetch-returns-a-view"
-WORKER_COMMAND = _forks.worker_command(__name__)
+WORKER_COMMAND = _forks.as_package(__name__)
 BREAKS = "SESS-2"
 MODULES = ("conformance/test_session.py",)
 OUTCOMES = ("FAIL",)

@@ -12,7 +12,7 @@ from reference_runtime import session_run_action_registry as _registry
 from meta_tests import broken_forks as _forks
 
 NAME = "broken-grouping-compared-by-value"
-WORKER_COMMAND = _forks.worker_command(__name__)
+WORKER_COMMAND = _forks.as_package(__name__)
 BREAKS = "REG-1"
 MODULES = ("conformance/test_session_run_actions.py",)
 OUTCOMES = ("FAIL",)

@@ -13,12 +13,13 @@ from reference_runtime import clock as _clock
 from meta_tests import broken_forks as _forks
 
 NAME = "broken-real-wait-in-whole-seconds"
-WORKER_COMMAND = _forks.worker_command(__name__)
+WORKER_COMMAND = _forks.as_package(__name__)
 BREAKS = "CLK-1"
 MODULES = ("conformance/test_clock.py",)
 OUTCOMES = ("FAIL",)
 
 _forks.log_as(__name__)
 _forks.patch_source(_clock.RealClock, "wait", (
-    "        return event.wait(timeout_us / 1e6)\n",
-    "        return event.wait(timeout_us // 1_000_000)   # the fork: whole seconds\n"))
+    "            left_s = (deadline_ns - time.monotonic_ns()) / 1e9\n",
+    "            left_s = (deadline_ns - time.monotonic_ns()) // 1_000_000_000"
+    "   # the fork: whole seconds\n"))

@@ -13,7 +13,7 @@ from reference_runtime import allocator_retry as _retry
 from meta_tests import broken_forks as _forks
 
 NAME = "broken-retry-deadline-from-entry"
-WORKER_COMMAND = _forks.worker_command(__name__)
+WORKER_COMMAND = _forks.as_package(__name__)
 BREAKS = "BFC-12"
 MODULES = ("conformance/test_bfc.py",)
 OUTCOMES = ("FAIL",)

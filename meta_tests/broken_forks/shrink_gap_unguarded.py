@@ -14,7 +14,7 @@ from reference_runtime import gpu_adjustable_allocator as _adj
 from meta_tests import broken_forks as _forks
 
 NAME = "broken-shrink-gap-unguarded"
-WORKER_COMMAND = _forks.worker_command(__name__)
+WORKER_COMMAND = _forks.as_package(__name__)
 BREAKS = "ADJ-4"
 MODULES = ("conformance/test_adjustable.py",)
 OUTCOMES = ("FAIL",)

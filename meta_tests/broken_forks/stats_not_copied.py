@@ -13,7 +13,7 @@ from reference_runtime import gpu_vmem_allocator as _vmem
 from meta_tests import broken_forks as _forks
 
 NAME = "broken-stats-not-copied"
-WORKER_COMMAND = _forks.worker_command(__name__)
+WORKER_COMMAND = _forks.as_package(__name__)
 BREAKS = "VMEM-8"
 MODULES = ("conformance/test_vmem.py",)
 OUTCOMES = ("FAIL",)

@@ -14,7 +14,7 @@ from reference_runtime import tensor as _tensor
 from meta_tests import broken_forks as _forks
 
 NAME = "broken-step-buffers-freed-from-a-live-view"
-WORKER_COMMAND = _forks.worker_command(__name__)
+WORKER_COMMAND = _forks.as_package(__name__)
 BREAKS = "EXEC-6"
 MODULES = ("conformance/test_executor.py",)
 OUTCOMES = ("FAIL",)
