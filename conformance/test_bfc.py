@@ -859,7 +859,14 @@ def test_each_free_wakes_every_waiter_of_its_time(rt):
         limit = time.monotonic() + 5            # real time, generous: one waiter is served
         while not any(out for _, out in waiters) and time.monotonic() < limit:
             time.sleep(0.002)
-        clock.wait_for_waiters(1)               # the other is back in its wait
+        # the other is back in its wait: a third wait began (its first wait, already woken,
+        # must not count, or the second free could serve it without any wake-up)
+        while len(clock.records) < 3 and time.monotonic() < limit:
+            time.sleep(0.002)
+        clock.wait_for_waiters(1)
+        assert len(clock.records) == 3, (
+            f"after the first free the unserved waiter did not wait again: "
+            f"{len(clock.records)} waits [BFC-12]")
         served = [out[0] for t, out in waiters if out]
         assert served == [p1], f"after the first free the waiters got {served} [BFC-12]"
         bfc.deallocate_raw(p2)
