@@ -33,6 +33,7 @@ from typing import Any
 import pytest
 
 from conformance import spec
+from reports import mustpass as mp
 from meta_tests.test_tensorflow_verdict import tensorflow_version
 from meta_tests.test_worker_harness import clean_env
 
@@ -143,11 +144,18 @@ CLAUSES: dict[str, tuple[str, str]] = {
 }
 #: Must-pass clauses required of the adapter's capabilities that no test could exercise
 #: without a capability it does not declare: none, since a clause's must-pass section requires
-#: every capability its tests need (the retry clauses BFC-12, BFC-17 and VMEM-4/5/9/10 need
-#: virtual_clock, so they are reported but not required of this adapter).
+#: every capability its tests need (the retry clauses need virtual_clock, so they are reported
+#: but not required of this adapter; see required_of_the_adapter).
 REQUIRED_NOT_SUPPORTED: set[str] = set()
-#: Clauses of CLAUSES that are not must-pass for the adapter's capabilities.
-NOT_REQUIRED = {"API-4", "API-8", "BFC-12", "BFC-17", "VMEM-4", "VMEM-5", "VMEM-9", "VMEM-10"}
+CAPABILITIES = ["adjustable", "bfc", "env", "vmem"]
+
+
+def required_of_the_adapter() -> set[str]:
+    """The clauses of CLAUSES that the official must-pass list requires of the adapter."""
+    official = mp.load(mp.official_path())
+    return {c for c in CLAUSES if official.sections[c].applies(CAPABILITIES, gpu_target=False)}
+
+
 HINT = ("this pins TensorFlow 2.21's verdict through adapters.tensorflow_bfc; a change of "
         "TensorFlow, of the adapter or of the suite that moves it must update the pins here "
         "and the README's table")
@@ -265,7 +273,7 @@ def test_the_run_certified_this_adapter_and_tensorflow(run: Run) -> None:
     rt = run.report["runtime"]
     assert (rt["module"], rt["name"], rt["version"]) == (
         RUNTIMES[run.name], NAMES[run.name], PINNED_TENSORFLOW), rt
-    assert rt["capabilities"] == ["adjustable", "bfc", "env", "vmem"], rt
+    assert rt["capabilities"] == CAPABILITIES, rt
     assert run.report["execution_target"]["kind"] == "simulated", run.report["execution_target"]
 
 
@@ -291,13 +299,12 @@ def test_verdict_is_not_certified_for_the_pinned_clauses(run: Run) -> None:
     assert unsupported == REQUIRED_NOT_SUPPORTED, (
         f"{run.name}: required but NOT_SUPPORTED {sorted(unsupported)}, pinned "
         f"{sorted(REQUIRED_NOT_SUPPORTED)}\n{HINT}")
-    failing = {c for c, outcomes in CLAUSES.items()
-               if outcomes[column] == FAIL and c not in NOT_REQUIRED}
-    required = {c["id"] for c in run.report["clauses"] if c["must_pass"]}
-    assert not NOT_REQUIRED & required and required >= set(CLAUSES) - NOT_REQUIRED - {
-        c for c in CLAUSES if c.startswith("API")}, (
-        f"{run.name}: must-pass {sorted(required & set(CLAUSES))}, pinned all of the memory "
-        f"clauses but {sorted(NOT_REQUIRED)}\n{HINT}")
+    expected = required_of_the_adapter()
+    required = {c["id"] for c in run.report["clauses"] if c["must_pass"]} & set(CLAUSES)
+    assert required == expected, (
+        f"{run.name}: the report holds {sorted(required)} must-pass, the official list "
+        f"requires {sorted(expected)} of {CAPABILITIES}\n{HINT}")
+    failing = {c for c, outcomes in CLAUSES.items() if outcomes[column] == FAIL} & expected
     named = {c for r in verdict["reasons"] if r["code"] == "mustpass-fail" for c in r["clauses"]}
     assert named == failing, (f"{run.name}: the verdict names {sorted(named)}, pinned "
                               f"{sorted(failing)}\n{HINT}")
