@@ -9,6 +9,7 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 
 pytest_plugins = [
     "conformance.plugin",
+    "conformance.device_choice",
     "reports.plugin",
     "fixtures.virtual_clock",
     "fixtures.oom",

@@ -22,6 +22,7 @@ import pytest
 
 from conformance.control_helpers import (POLL_US, bus_id, control_env, runtime_factory,  # noqa: F401
                                          device_bfc, gpus, runtimes, wait_for_poller)
+from conformance.device_choice import need_real_gpus
 from conformance.execution_helpers import wait_until
 from fixtures.config_writer import ConfigWriter, config_document
 from fixtures.status_reader import validate_status
@@ -561,8 +562,7 @@ def test_per_bus_id_limits_apply_to_the_right_simulated_gpu(rt, runtimes, tmp_pa
 def test_per_bus_id_limits_apply_to_the_right_real_gpu(rt, cuda_runtimes, cupy,
                                                        tmp_path) -> None:
     count = int(cupy.cuda.runtime.getDeviceCount())
-    if count < 2:
-        pytest.skip(f"GPU-12 on real GPUs needs 2 GPUs; this machine has {count}")
+    need_real_gpus(2, count, "GPU-12 on real GPUs")
     key_1 = rt.get_pci_bus_id(f"pci bus id: {cupy.cuda.runtime.deviceGetPCIBusId(1)}")
     config = _config_naming_gpu_1(tmp_path, key_1)
     clock = VirtualClock()
