@@ -57,7 +57,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="implementation to certify (default: $ANTMAN_RUNTIME or "
                          "reference_runtime)")
     group.addoption("--require-gpu", action="store_true", default=False,
-                    help="a missing GPU fails the gpu tests instead of skipping them")
+                    help="the GPU clauses are must-pass; a run without a usable GPU stops "
+                         "before any test (exit status 4)")
 
 
 def runtime_module_name(config: pytest.Config) -> str:
@@ -197,6 +198,11 @@ def check_setup(config: pytest.Config) -> types.ModuleType:
         problem = None
     if problem:
         raise pytest.UsageError(problem)
+    if config.getoption("--require-gpu", default=False):
+        from conformance import gpu_gate
+        problem = gpu_gate.gpu_problem()
+        if problem:
+            raise pytest.UsageError(gpu_gate.require_gpu_error(problem))
     return rt
 
 
