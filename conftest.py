@@ -19,5 +19,6 @@ pytest_plugins = [
     "fixtures.status_reader",
     "fixtures.nvml",
     "fixtures.cotenant",
+    "fixtures.gpu_isolation",
     "fixtures.worker",
 ]

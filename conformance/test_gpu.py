@@ -37,6 +37,7 @@ OUTSIDE_GROWTH = 64 * MiB        # GPU-7 bound on memory held outside the alloca
 LIBRARY_ALLOWANCE = 32 * MiB     # GPU-11: device memory CUDA libraries may take during a step
 WARM_STEPS = 4                   # steps before a co-tenant attack: kernels and handles exist
 FREE_WAIT_S = 10.0               # generous bound for frees queued by a garbage collection
+STEPS_WAIT_S = 30.0              # bound on waiting for a few training steps (GPU-10)
 
 #: GPU tests share one GPU (and a co-tenant takes all of it): under ``-n N --dist loadgroup``
 #: they run one after another on one worker.
@@ -426,29 +427,37 @@ def test_a_cotenant_taking_memory_mid_run_does_not_break_the_job(rt, cuda_runtim
         done.release()
 
     def steps_done(n: int) -> None:
+        deadline = time.monotonic() + STEPS_WAIT_S
         while len(losses) < n and not errors and trainer.is_alive():
+            assert time.monotonic() < deadline, (
+                f"the job ran {len(losses)} steps, {n} awaited: no step ended in "
+                f"{STEPS_WAIT_S} s [GPU-10]")
             done.acquire(timeout=1)
 
     trainer = threading.Thread(target=train, name="gpu-10-trainer", daemon=True)
     trainer.start()
-    steps_done(WARM_STEPS)
-    full = pool_of(rt, bfc)
-    adj = rt.GPUAdjustableAllocator()
-    deadline = time.monotonic() + 60.0
-    while pool_of(rt, bfc) > full // 2 and trainer.is_alive():
-        assert time.monotonic() < deadline, (
-            "no moment with free regions to release in 60 s [GPU-10]")
-        adj.adjust_memory_limit(0, bfc)                   # AntMan shrinks the running job ...
-        time.sleep(0.0002)
-    tenant.leave(COTENANT_LEAVES)                         # ... and another job takes the GPU
-    adj.adjust_memory_limit(2 * GiB, bfc)
-    grabbed_at = len(losses)
-    steps_done(grabbed_at + 3)
-    tenant.release()
-    steps_done(len(losses) + 1)
-    stop.set()
-    trainer.join(timeout=600)
-    assert not trainer.is_alive() and not errors, f"training failed: {errors!r} [GPU-10]"
+    try:
+        steps_done(WARM_STEPS)
+        full = pool_of(rt, bfc)
+        adj = rt.GPUAdjustableAllocator()
+        deadline = time.monotonic() + STEPS_WAIT_S
+        while pool_of(rt, bfc) > full // 2 and trainer.is_alive():
+            assert time.monotonic() < deadline, (
+                f"no moment with free regions to release in {STEPS_WAIT_S} s [GPU-10]")
+            adj.adjust_memory_limit(0, bfc)               # AntMan shrinks the running job ...
+            time.sleep(0.0002)
+        tenant.leave(COTENANT_LEAVES)                     # ... and another job takes the GPU
+        adj.adjust_memory_limit(2 * GiB, bfc)
+        grabbed_at = len(losses)
+        steps_done(grabbed_at + 3)
+        tenant.release()
+        steps_done(len(losses) + 1)
+    finally:                                              # no step runs on after the test
+        stop.set()
+        trainer.join(timeout=STEPS_WAIT_S)
+    assert not trainer.is_alive(), f"the job's step did not end {STEPS_WAIT_S} s after the " \
+                                   f"stop [GPU-10]"
+    assert not errors, f"training failed: {errors!r} [GPU-10]"
     assert len(losses) >= grabbed_at + 3, (
         f"only {len(losses) - grabbed_at} steps ran while the co-tenant held the GPU [GPU-10]")
     assert host.get_stats().peak_bytes_in_use > 0, (
