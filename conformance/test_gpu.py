@@ -21,7 +21,8 @@ import numpy as np
 import pytest
 
 from conformance.control_helpers import (POLL_US, bus_id, control_env, runtime_factory,  # noqa: F401
-                                         device_bfc, gpus, runtimes, wait_for_poller)
+                                         device_bfc, expect_value_error, gpus, runtimes,
+                                         wait_for_poller)
 from conformance.device_choice import need_real_gpus
 from conformance.execution_helpers import wait_until
 from fixtures.config_writer import ConfigWriter, config_document
@@ -171,9 +172,10 @@ def test_cuda_backend_builds_gpu_i_over_cuda_device_i(rt, cuda_runtimes, cupy) -
                                     f"CUDA device {i} [GPU-1]")
         finally:
             device.get_allocator().deallocate_raw(ptr)
-    with pytest.raises(ValueError):
-        rt.create_runtime(backend="cuda", num_gpus=count + 1, config_file=None,
-                          status_file=None)
+    expect_value_error(lambda: rt.create_runtime(backend="cuda", num_gpus=count + 1,
+                                                 config_file=None, status_file=None),
+                       f"create_runtime(backend='cuda', num_gpus={count + 1}) on {count} GPU(s)",
+                       "GPU-1")
 
 
 @gpu_marks("GPU-1")
