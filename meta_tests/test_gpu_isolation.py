@@ -238,3 +238,16 @@ def test_a_plain_xdist_run_keeps_the_gpu_group_in_one_worker(tmp_path: Path) -> 
     where = dict(line.split() for line in (tmp_path / "where.txt").read_text().splitlines())
     gpu_workers = {w for name, w in where.items() if name.startswith("gpu")}
     assert len(where) == 16 and len(gpu_workers) == 1, where
+
+
+def test_in_a_pid_namespace_nvml_pids_are_not_taken_for_the_runs() -> None:
+    obs, clock = FakeObserver(), FakeTime()
+    obs.procs = {90001: 600 * MiB, WORKER: GiB}        # host PIDs; WORKER collides with ours
+    g = guard(obs, clock, {OWN, WORKER})
+    g.note_own_context()
+    assert g.pid_namespaced and g.strays() == {}
+    g.before()
+    obs.procs = {OWN: 600 * MiB, WORKER: GiB}
+    g = guard(obs, clock, {OWN, WORKER})
+    g.note_own_context()
+    assert not g.pid_namespaced and g.strays() == {0: {WORKER: GiB}}
