@@ -100,3 +100,33 @@ def test_gpu_tests_spread_over_workers_never_overlap(tmp_path: Path) -> None:
     assert len(intervals) == 4, intervals
     for (s0, e0), (s1, e1) in zip(intervals, intervals[1:]):
         assert s1 >= e0, f"GPU tests overlapped: {intervals}"
+
+
+GROUPED_TESTS = textwrap.dedent('''
+    import os
+    import pytest
+
+    @pytest.mark.xdist_group("gpu")
+    @pytest.mark.parametrize("i", range(6))
+    def test_grouped(i):
+        with open(os.environ["WORKERS"], "a") as f:
+            f.write(os.environ.get("PYTEST_XDIST_WORKER", "main") + "\\n")
+''')
+
+
+def test_the_installed_pytest_and_xdist_keep_a_group_on_one_worker(tmp_path: Path) -> None:
+    """``--dist loadgroup`` keeps the GPU group on one worker with the installed pytest and
+    pytest-xdist (the pin in pyproject.toml); the lock alone would serialise the tests, but
+    each worker that ran one would keep a CUDA context for the rest of the run."""
+    (tmp_path / "test_grouped.py").write_text(GROUPED_TESTS)
+    workers = tmp_path / "workers.txt"
+    env = dict(os.environ, WORKERS=str(workers))
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "3", "--dist",
+                           "loadgroup", "-p", "no:cacheprovider", "--rootdir", str(tmp_path),
+                           "-c", os.devnull, str(tmp_path)],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    seen = workers.read_text().split()
+    assert len(seen) == 6 and len(set(seen)) == 1, (
+        f"the xdist group ran on workers {sorted(set(seen))}: this pytest "
+        f"({pytest.__version__}) and pytest-xdist no longer honour --dist loadgroup")
