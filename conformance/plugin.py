@@ -31,7 +31,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
-from conformance import shrinking, spec
+from conformance import gpu_exclusive, shrinking, spec
 
 NOT_SUPPORTED = "NOT_SUPPORTED"
 DEFAULT_RUNTIME = "reference_runtime"
@@ -320,7 +320,33 @@ def missing_guarantee(config: pytest.Config) -> str | None:
     return None
 
 
+_GPU_LOCK_ERROR = pytest.StashKey[str]()
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    """A test marked ``gpu`` holds the host's GPU lock from setup to teardown
+    (conformance/gpu_exclusive.py); the wait is outside the per-test limit."""
+    if item.get_closest_marker("gpu") is None:
+        yield
+        return
+    hold = gpu_exclusive.gpu_exclusive(item.nodeid)
+    try:
+        hold.__enter__()
+    except (gpu_exclusive.GpuLockTimeout, OSError) as exc:
+        item.stash[_GPU_LOCK_ERROR] = f"the GPU could not be had for this test: {exc}"
+        yield
+        return
+    try:
+        yield
+    finally:
+        hold.__exit__(None, None, None)
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
+    lock_error = item.stash.get(_GPU_LOCK_ERROR, None)
+    if lock_error is not None:
+        pytest.fail(lock_error, pytrace=False)
     needed = [c for m in item.iter_markers("capability") for c in m.args]
     if not needed:
         return
