@@ -56,3 +56,18 @@ def test_tests_of_two_gpus_pass_on_a_one_gpu_host(tmp_path: Path) -> None:
     out = done.stdout + done.stderr
     assert done.returncode == 0, f"certification subset failed on a one-GPU host:\n{out[-4000:]}"
     assert " passed" in out and "failed" not in out and "error" not in out.lower(), out[-3000:]
+
+
+def test_auto_is_checked_without_a_usable_gpu_even_where_nvml_sees_one(tmp_path: Path) -> None:
+    """DEVICE-7 on a host whose NVML sees a GPU: the probe's CuPy that does not import (and
+    CUDA_VISIBLE_DEVICES="") must still make ``auto`` select ``sim``."""
+    from meta_tests import fake_pynvml
+    env = one_gpu_host(tmp_path)
+    fake_pynvml.install(tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "conformance/test_devices.py", "-k",
+         "without_a_usable_gpu", "-p", "no:cacheprovider", "-p", "no:randomly", "-n", "0",
+         "-q", "--no-report"],
+        env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    out = done.stdout + done.stderr
+    assert done.returncode == 0 and "2 passed" in out, out[-4000:]

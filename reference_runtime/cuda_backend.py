@@ -157,10 +157,10 @@ def cuda_available() -> bool:
     if not cupy_installed() or _cuda_devices_hidden():
         return False
     count = _nvml_device_count()
-    if count is not None:
-        return count > 0
     try:
-        cupy = import_cupy()
+        cupy = import_cupy()              # DEVICE-7: CuPy must import, not merely be found
+        if count is not None:
+            return count > 0
         return int(cupy.cuda.runtime.getDeviceCount()) > 0
     except Exception:
         return False
