@@ -9,7 +9,11 @@ the verdict as properties) and the plots as SVG; ``<report-dir>/latest`` points 
 newest folder (a symlink, or a file naming it where symlinks are unavailable). The newest 50
 run folders are kept. The terminal summary prints the verdict and what it covered, the
 counts per outcome and the folder. A run that ends in a usage error (exit status 4: the
-checks before any test, conformance/plugin.py) writes nothing and leaves ``latest`` alone.
+checks before any test, conformance/plugin.py, and a ``--report-dir`` that cannot hold the
+report) writes nothing and leaves ``latest`` alone. The folder is filled under a temporary
+name and renamed when complete (reports/writer.py); a report that cannot be written
+completely, or that ``latest`` cannot name, makes the exit status 4 with one line saying
+why. Every text goes through reports/safe_text.py (the terminal summary included).
 
 Options: ``--report-dir DIR`` (default ``reports/out`` under the rootdir), ``--no-report``,
 ``--expectations FILE`` (waivers, see ``reports.expectations``), ``--mustpass FILE``
