@@ -3,8 +3,9 @@ the runtime, version, device and workload with lone surrogates, NUL, ESC sequenc
 bidi overrides (valid JSON: the surrogates are escapes), its step records carry the same in
 an extra member, and its standard error holds them as raw bytes, with invalid UTF-8 and a
 megabyte line. After 2 steps it writes a line that is not JSON and holds NUL, ESC and CR
-(expected: FAIL quoting that line and the tail of standard error). The suite's report and
-terminal must stay complete and readable (SPEC.md section 7, Report)."""
+(expected: FAIL quoting that line and the tail of standard error); with the argument
+``conforming`` it does not (expected: PASS, the hostile text only in what it reports). The
+suite's report and terminal must stay complete and readable (SPEC.md section 7, Report)."""
 import json
 import os
 import sys
@@ -42,4 +43,6 @@ def garbage() -> None:
 
 
 _fake.hello = emit_hello
-_fake.run(defect_at_step=2, defect=garbage, mangle=with_note)
+conforming = sys.argv[1:] == ["conforming"]
+_fake.run(defect_at_step=None if conforming else 2, defect=None if conforming else garbage,
+          mangle=with_note)
