@@ -374,3 +374,26 @@ def test_a_link_planted_at_the_run_folder_is_not_followed(project: pytest.Pytest
     latest = project.path / "out" / "latest"
     assert not latest.resolve().is_symlink() and latest.resolve().parent == latest.parent
     assert assert_complete_report(latest.resolve()) == doc
+
+
+def test_a_staged_folder_is_renamed_complete_or_removed(tmp_path: Path) -> None:
+    run_dir = tmp_path / "20260101T000000Z-rt-1"
+    with pytest.raises(RuntimeError):
+        with writer.staged(run_dir) as folder:
+            (folder / "certification.json").write_text("{}")
+            raise RuntimeError("No space left on device")
+    assert os.listdir(tmp_path) == []
+    with writer.staged(run_dir) as folder:
+        (folder / "certification.json").write_text("{}")
+        assert not run_dir.exists() and folder.parent == tmp_path
+    assert os.listdir(run_dir) == ["certification.json"] and len(os.listdir(tmp_path)) == 1
+    planted = tmp_path / "20260101T000000Z-rt-2"
+    with pytest.raises(writer.ReportWriteError, match="already exists"):
+        with writer.staged(planted):
+            planted.symlink_to(run_dir)              # put there while the folder is written
+    assert sorted(os.listdir(tmp_path)) == [run_dir.name, planted.name]
+    assert writer.free_run_dir(planted) == tmp_path / f"{planted.name}-2"
+    (tmp_path / "latest").mkdir()
+    with pytest.raises(writer.ReportWriteError, match="is a real folder"):
+        writer.point_latest(tmp_path, run_dir)
+    assert os.listdir(tmp_path / "latest") == []

@@ -209,6 +209,10 @@ def point_latest(base: Path, run_dir: Path) -> None:
                                f"so it still names an older one; the report is in {run_dir}")
     try:
         tmp.unlink(missing_ok=True)
+    except OSError as exc:
+        raise ReportWriteError(f"cannot remove {tmp} to move {link}: {exc.strerror or exc}; "
+                               f"the report is in {run_dir}") from None
+    try:
         tmp.symlink_to(run_dir.name, target_is_directory=True)
     except OSError:  # no symlinks here: a pointer file instead
         tmp.unlink(missing_ok=True)
