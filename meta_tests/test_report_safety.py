@@ -397,3 +397,17 @@ def test_a_staged_folder_is_renamed_complete_or_removed(tmp_path: Path) -> None:
     with pytest.raises(writer.ReportWriteError, match="is a real folder"):
         writer.point_latest(tmp_path, run_dir)
     assert os.listdir(tmp_path / "latest") == []
+
+
+def test_a_junit_file_named_by_junitxml_is_annotated_safely(project: pytest.Pytester) -> None:
+    project.makepyfile(hostile_runtime=HOSTILE_RUNTIME)
+    project.makepyfile(test_ok='import pytest\n\n@pytest.mark.clause("API-1")\n'
+                               'def test_ok():\n    pass\n')
+    external = project.path / "ci" / "results.xml"
+    external.parent.mkdir()
+    result, doc = run(project, "--runtime", "hostile_runtime", f"--junitxml={external}")
+    assert result.ret == 0, result.outlines[-20:]
+    assert doc["files"]["junit"] == str(external)
+    props = {p.get("name"): p.get("value") for p in ET.parse(external).getroot().iter("property")}
+    assert props["antman:runtime"].startswith("forkfake\\x00worker\\x1b]0;owned\\x07]]></")
+    assert "junit.xml" not in os.listdir(project.path / "out" / "latest")
