@@ -26,8 +26,8 @@ from hypothesis import given, settings
 from conformance import spec
 from fixtures.hostile_text import (HOSTILE_TEXTS, hostile_mix, hostile_strings, hostile_text,
                                    megabyte_line)
-from meta_tests.test_reports import (SPEC_VERSION,  # noqa: F401 - fixtures
-                                     _plotting_imported_before_pytester, project, run)
+from meta_tests.test_reports import (_plotting_imported_before_pytester,  # noqa: F401
+                                     project, run)                        # fixtures
 from reports import safe_text, writer
 from reports.plugin import REPORT_NOT_WRITTEN
 
@@ -50,7 +50,7 @@ def _terminal_safe(text: str, *, multiline: bool = False) -> bool:
                    or c in BIDI or 0xD800 <= ord(c) <= 0xDFFF for c in text)
 
 
-# --------------------------------------------------------------------------- one function per output
+# ------------------------------------------------------------------- one function per output
 
 @settings(max_examples=300, deadline=None)
 @given(hostile_text())
@@ -176,7 +176,8 @@ def test_a_fork_with_hostile_names_and_test_ids_gets_a_complete_valid_report(
         import pytest
 
         @pytest.mark.clause("API-2")
-        @pytest.mark.parametrize("text", [{HOSTILE_TEXTS['nul']!r}, {HOSTILE_TEXTS['escape_colour']!r}])
+        @pytest.mark.parametrize("text", [{HOSTILE_TEXTS['nul']!r},
+                                          {HOSTILE_TEXTS['escape_colour']!r}])
         def test_fails_with_hostile_text(text):
             assert False, text + {HOSTILE_TEXTS['lone_high_surrogate']!r}
     """))

@@ -581,15 +581,10 @@ def _one_line(exc: BaseException) -> str:
     if isinstance(exc, OSError) and exc.strerror:
         where = f" ({exc.filename})" if exc.filename else ""
         return f"{exc.strerror}{where}"
-    frames = traceback_frames(exc)
-    where = f" at {frames[-1]}" if frames else ""
-    return f"{type(exc).__name__}: {exc}{where}"
-
-
-def traceback_frames(exc: BaseException) -> list[str]:
-    """``file:line`` of each frame of ``exc``'s traceback, innermost last."""
     import traceback
-    return [f"{Path(f.filename).name}:{f.lineno}" for f in traceback.extract_tb(exc.__traceback__)]
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" at {Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else ""
+    return f"{type(exc).__name__}: {exc}{where}"
 
 
 def _point_junit_summary_at(config: pytest.Config, path: Path) -> None:

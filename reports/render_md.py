@@ -156,7 +156,8 @@ def render(doc: dict[str, Any], figures: list[dict[str, str]]) -> str:
                    f"{_code(rt['module'])}) against SPEC.md "
                    f"**{_cell(doc['spec']['version'])}**, on "
                    f"{_cell(target_text(doc['execution_target']))}; "
-                   f"{_cell(v.get('scope') or 'profile: ' + (', '.join(v['profiles']) or 'none'))}; "
+                   f"{_cell(v.get('scope') or 'profile: ' + (', '.join(v['profiles']) or 'none'))}"
+                   f"; "
                    f"{doc['generated_at']}.")
         if rt.get("worker_cmd"):
             out += ["", f"Worker command: {_code(rt['worker_cmd'])}."]
@@ -265,7 +266,8 @@ def _tests(doc: dict[str, Any]) -> list[str]:
                                       if t["outcome"] != t["observed_outcome"] else "")
             outcomes = t.get("clause_outcomes") or {c: t["outcome"] for c in t["clauses"]}
             clauses = ", ".join(f"{c} {o}" for c, o in outcomes.items())
-            out.append(f"| {_code(t['nodeid'], in_table=True)} | {SYMBOL[t['outcome']]} {outcome} | "
+            out.append(f"| {_code(t['nodeid'], in_table=True)} | "
+                       f"{SYMBOL[t['outcome']]} {outcome} | "
                        f"{_cell(clauses)} | {_cell(msg)} |")
         out.append("")
     return out
