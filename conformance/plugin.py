@@ -258,6 +258,12 @@ def environment_lines() -> list[str]:
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
+    """What runs, in the header; the runtime's names shown safely (reports/safe_text.py)."""
+    from reports.safe_text import terminal
+    return [terminal(line) for line in _report_header(config)]
+
+
+def _report_header(config: pytest.Config) -> list[str]:
     try:
         rt = load_runtime(config)
     except pytest.UsageError as exc:

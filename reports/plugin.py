@@ -9,7 +9,11 @@ the verdict as properties) and the plots as SVG; ``<report-dir>/latest`` points 
 newest folder (a symlink, or a file naming it where symlinks are unavailable). The newest 50
 run folders are kept. The terminal summary prints the verdict and what it covered, the
 counts per outcome and the folder. A run that ends in a usage error (exit status 4: the
-checks before any test, conformance/plugin.py) writes nothing and leaves ``latest`` alone.
+checks before any test, conformance/plugin.py, and a ``--report-dir`` that cannot hold the
+report) writes nothing and leaves ``latest`` alone. The folder is filled under a temporary
+name and renamed when complete (reports/writer.py); a report that cannot be written
+completely, or that ``latest`` cannot name, makes the exit status 4 with one line saying
+why. Every text goes through reports/safe_text.py (the terminal summary included).
 
 Options: ``--report-dir DIR`` (default ``reports/out`` under the rootdir), ``--no-report``,
 ``--expectations FILE`` (waivers, see ``reports.expectations``), ``--mustpass FILE``
@@ -77,7 +81,7 @@ import pytest
 
 from conformance import plugin as conformance_plugin
 from conformance import spec
-from reports import attribution, environment, model
+from reports import attribution, environment, model, safe_text
 from reports import expectations as exp
 from reports import mustpass as mp
 from reports import outcomes as oc
@@ -96,6 +100,9 @@ WORKEROUTPUT_DESELECTED = "antman_deselected"
 _ARTIFACT_NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 _RECORDER = "antman-certification-recorder"
 KEEP_RUNS = 50
+#: Exit status of a run whose report could not be written completely (or whose ``latest``
+#: could not be moved to it): as for a usage error, no new report is where ``latest`` says.
+REPORT_NOT_WRITTEN = pytest.ExitCode.USAGE_ERROR
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -254,6 +261,10 @@ def pytest_configure(config: pytest.Config) -> None:
         except exp.ExpectationsError as exc:
             raise pytest.UsageError(str(exc)) from exc
     recorder = CertificationRecorder(config, expectations)
+    from reports import writer
+    problem = writer.report_dir_problem(recorder.base)
+    if problem:
+        raise pytest.UsageError(safe_text.terminal(problem))
     config.pluginmanager.register(recorder, _RECORDER)
     if not getattr(opt, "xmlpath", None) and config.pluginmanager.has_plugin("junitxml"):
         # junitxml writes before the report exists: into a private folder, moved into the
@@ -343,6 +354,7 @@ class CertificationRecorder:
         self.junit_tmp: Path | None = None
         self.document: dict[str, Any] | None = None
         self.write_error: str | None = None
+        self.not_written: str | None = None      # why the report is incomplete or missing
         self.skipped_for: str | None = None
         self.runtime_error: str | None = None
         self.runtime = None
@@ -508,31 +520,35 @@ class CertificationRecorder:
             self._drop_junit_tmp()
             return
         try:
-            self.document = model.build(self.run_data(session))
             from reports import writer
+            self.run_dir = writer.free_run_dir(self.run_dir)
+            self.document = model.build(self.run_data(session))
             external = None if self.junit_is_ours else getattr(self.config.option, "xmlpath",
                                                                  None)
-            errors = writer.write_run(self.document, self.run_dir,
-                                      junit="junit.xml" if self.junit_is_ours else external)
-            junit = self.run_dir / "junit.xml" if self.junit_is_ours else \
-                (Path(external) if external else None)
-            if self.junit_is_ours and self.junit_tmp is not None and self.junit_tmp.exists():
-                shutil.move(str(self.junit_tmp), junit)
-                _point_junit_summary_at(self.config, junit)
-            if junit is not None and junit.exists():
-                writer.annotate_junit(junit, self.document)
+            # The folder is filled under a temporary name and renamed when complete.
+            with writer.staged(self.run_dir) as folder:
+                errors = writer.write_run(self.document, folder,
+                                          junit="junit.xml" if self.junit_is_ours else external)
+                if self.junit_is_ours and self.junit_tmp is not None \
+                        and self.junit_tmp.exists():
+                    shutil.move(str(self.junit_tmp), folder / "junit.xml")
+                    writer.annotate_junit(folder / "junit.xml", self.document)
+            if self.junit_is_ours and (self.run_dir / "junit.xml").exists():
+                _point_junit_summary_at(self.config, self.run_dir / "junit.xml")
+            if external and Path(external).exists():
+                writer.annotate_junit(Path(external), self.document)
             writer.point_latest(self.base, self.run_dir)
             if errors:
                 self.write_error = ("certification.json does not match its schema: "
                                     + "; ".join(errors[:5]))
             writer.prune(self.base, keep=KEEP_RUNS)
         except Exception as exc:  # the report must never hide the test results
-            import traceback
-            self.write_error = "".join(traceback.format_exception(exc))
+            self.not_written = _one_line(exc)
+            session.exitstatus = REPORT_NOT_WRITTEN
         finally:
             self._drop_junit_tmp()
-        if self.config.getoption("--require-certified") and self.document is not None \
-                and int(session.exitstatus) in (0, 1):
+        if self.config.getoption("--require-certified") and self.not_written is None \
+                and self.document is not None and int(session.exitstatus) in (0, 1):
             ok = self.document["verdict"]["status"] == model.CERTIFIED
             session.exitstatus = pytest.ExitCode.OK if ok else pytest.ExitCode.TESTS_FAILED
 
@@ -545,13 +561,30 @@ class CertificationRecorder:
         if self.skipped_for:
             return
         tr.section("AntMan certification", bold=True)
-        if self.document is None:
-            tr.write_line(f"report not written: {self.write_error}", red=True)
-            return
-        for line, markup in summary_lines(self.document, self.run_dir):
-            tr.write_line(line, **markup)
+        if self.document is not None:
+            for line, markup in summary_lines(self.document, self.run_dir):
+                tr.write_line(safe_text.terminal(line), **markup)
         if self.write_error:
-            tr.write_line(f"report incomplete: {self.write_error}", red=True)
+            tr.write_line(safe_text.terminal(f"report incomplete: {self.write_error}"),
+                          red=True)
+        if self.not_written is not None:
+            tr.write_line(safe_text.terminal(f"report not written: {self.not_written}"),
+                          red=True, bold=True)
+
+
+def _one_line(exc: BaseException) -> str:
+    """Why the report was not written, in one line: the message of a ``ReportWriteError``;
+    otherwise the exception and where it was raised."""
+    from reports.writer import ReportWriteError
+    if isinstance(exc, ReportWriteError):
+        return str(exc)
+    if isinstance(exc, OSError) and exc.strerror:
+        where = f" ({exc.filename})" if exc.filename else ""
+        return f"{exc.strerror}{where}"
+    import traceback
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" at {Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else ""
+    return f"{type(exc).__name__}: {exc}{where}"
 
 
 def _point_junit_summary_at(config: pytest.Config, path: Path) -> None:

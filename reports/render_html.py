@@ -5,7 +5,7 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
-from reports import model
+from reports import model, safe_text
 from reports.render_md import bench_figures, host_text, target_text
 
 #: outcome -> (background, text colour, legend meaning)
@@ -78,7 +78,9 @@ def badge(outcome: str) -> str:
 
 
 def _e(text: Any) -> str:
-    return escape(str(text if text is not None else ""))
+    """Every text of the page passes here: escaped, control and bidi characters visible
+    (reports/safe_text.py)."""
+    return safe_text.html(text)
 
 
 def _facts(doc: dict[str, Any]) -> str:
