@@ -11,6 +11,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from reports import outcome_summary
+
 SCHEMA_PATH = Path(__file__).resolve().parent / "schema" / "certification.schema.json"
 LATEST = "latest"
 
@@ -91,6 +93,7 @@ def junit_properties(doc: dict[str, Any]) -> list[tuple[str, str]]:
         ("antman:spec_version", doc["spec"]["version"]),
         ("antman:execution_target", target_text(doc["execution_target"], short=True)),
         ("antman:run_id", doc["run_id"]),
+        *outcome_summary.suite_properties(doc),
     ]
 
 
@@ -113,6 +116,7 @@ def annotate_junit(path: Path, doc: dict[str, Any]) -> None:
             props.remove(old)
         for name, value in junit_properties(doc):
             ET.SubElement(props, "property", {"name": name, "value": value})
+    outcome_summary.annotate_testcases(root, doc)
     atomic_write(path, ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n")
 
 
