@@ -272,6 +272,7 @@ def test_waivers_applied_stale_unneeded_gpu_scoped(project: pytest.Pytester) -> 
         test = "test_outcomes.py::test_worker_crash*"
         reason = "worker crash on this fork"
         link = "https://example.org/issues/2"
+        outcomes = ["CRASH"]
 
         [[waiver]]
         clause = "API-1"

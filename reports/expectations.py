@@ -27,7 +27,7 @@ scope does not match the execution target; *expired* after ``expires``.
 
 The file is untrusted input, checked before any test runs (a usage error, exit status 4, one
 line): it must be a regular file of at most ``MAX_BYTES``, UTF-8 TOML without deeper nesting
-than the parser allows; every clause it names must be a live clause of SPEC.md and every test
+than the parser allows, with at most ``MAX_WAIVERS`` waivers; every clause it names must be a live clause of SPEC.md and every test
 glob must match a test of the suite (``unknown_ids``), all unknown IDs named in one line. A
 waiver keeps how many tests it matched and at most ``MATCHED_SAMPLE`` of their IDs.
 """
@@ -62,6 +62,9 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _KEYS = {"clause", "test", "reason", "link", "gpu", "expires", "outcomes"}
 #: Largest expectations file read (bytes).
 MAX_BYTES = 8 << 20
+#: Most waivers a file may hold: the report lists and checks each one (a fork with more known
+#: failures is not near certification; its file is refused, not processed for minutes).
+MAX_WAIVERS = 5000
 #: Test IDs a waiver keeps of those it matched (``matched``; ``matched_count`` counts all).
 MATCHED_SAMPLE = 5
 
@@ -207,6 +210,9 @@ def load(path: Path) -> Expectations:
     entries = data.get("waiver", [])
     if not isinstance(entries, list):
         raise ExpectationsError(f"{path}: 'waiver' must be an array of tables ([[waiver]])")
+    if len(entries) > MAX_WAIVERS:
+        raise ExpectationsError(f"{path}: {len(entries)} waivers, more than the {MAX_WAIVERS} "
+                                f"allowed")
     fork = data.get("fork")
     if fork is not None and not (isinstance(fork, str) and len(fork) <= 200
                                  and not _CONTROL.search(fork)):

@@ -50,9 +50,10 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
                          ids=[run_id(i, count) for i in range(1, count + 1)])
 
 
-@pytest.hookimpl(tryfirst=True)
+@pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """N whole passes: run 1 of every test, in collection order, then run 2, ..."""
+    """N whole passes: run 1 of every test, in the order the other plugins left, then run 2,
+    ... (last, so that a plugin reordering the tests reorders every pass alike)."""
     if repeat_count(config) <= 1:
         return
     items[:] = sorted(items, key=lambda item: split(item.nodeid)[1] or 1)  # stable
