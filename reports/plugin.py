@@ -13,10 +13,10 @@ checks before any test, conformance/plugin.py) writes nothing and leaves ``lates
 
 Options: ``--report-dir DIR`` (default ``reports/out`` under the rootdir), ``--no-report``,
 ``--expectations FILE`` (waivers, see ``reports.expectations``), ``--mustpass FILE``
-(another must-pass list; such a run is never CERTIFIED) and ``--require-certified`` (exit
-status 0 exactly when the verdict is CERTIFIED, so waived failures do not fail the run, and
-NO VERDICT, a run without conformance tests such as a benchmark run, fails it; a run that
-needed waivers is CERTIFIED WITH WAIVERS, which fails it too unless ``--allow-waivers``) and
+(another must-pass list; such a run is never CERTIFIED), ``--require-certified`` (exit
+status 0 exactly when the verdict is CERTIFIED: NO VERDICT, a run without conformance tests
+such as a benchmark run, fails it, and so does CERTIFIED WITH WAIVERS, a run that needed
+waivers, unless ``--allow-waivers`` is given, whose waived failures then do not fail it) and
 ``--repeat N`` (the stability gate, reports/stability.py: N whole passes, FLAKY tests). An
 expectations file that names a clause or test the suite does not have is a usage error
 (reports/expectations.py ``unknown_ids``). Waived and flaky tests are not counted as pytest
@@ -620,7 +620,7 @@ def summary_lines(doc: dict[str, Any], run_dir: Path) -> list[tuple[str, dict[st
                                                   exp.NOT_COVERED)}))
     for warn in v["warnings"]:
         if not warn["code"].startswith("waiver-"):
-            lines.append((f"note: {warn['message']}", {}))
+            lines.append((f"note: {terminal_safe(warn['message'], 2000)}", {}))
     junit = (doc.get("files") or {}).get("junit")
     others = "certification.json, certification.md" + (", junit.xml" if junit == "junit.xml"
                                                         else "")
