@@ -94,7 +94,8 @@ def test_repeat_reports_a_test_that_passed_and_failed_as_flaky_everywhere(
     assert "antman:reported_outcome" not in cases["test_steady[1-repeat1of2]"]
     # The terminal: the flaky test with its failure, and pytest does not count it failed.
     result.stdout.fnmatch_lines(["FLAKY test_flaky.py::test_flaky: passed 1 of 2 runs",
-                                 "    run 1 FAIL: AssertionError: fails on every other run (run 1)*"])
+                                 "    run 1 FAIL: AssertionError: fails on every other run "
+                                 "(run 1)*"])
     stats = result.stdout.lines[-1]
     assert "1 flaky" in stats and "failed" not in stats, stats
     # Without --repeat the same test is an ordinary FAIL or PASS: the gate is what finds it.
@@ -130,8 +131,8 @@ def test_flaky_tests_block_the_reference_runtime_even_waived_or_advisory(tmp_pat
     assert [r["code"] for r in ref["verdict"]["reasons"]] == ["flaky-tests"]
     assert "t::c (1/2 passed)" in ref["verdict"]["reasons"][0]["message"]
     # A repetition that never ran leaves the test NOT_RUN: the run is INCOMPLETE.
-    partial = [_record("t::a[repeat1of2]", ["API-1"], PASSED), _record("t::a[repeat2of2]", ["API-1"]),
-               _record("t::b", ["API-2"], PASSED)]
+    partial = [_record("t::a[repeat1of2]", ["API-1"], PASSED),
+               _record("t::a[repeat2of2]", ["API-1"]), _record("t::b", ["API-2"], PASSED)]
     doc = _build(_data(tmp_path, partial, repeat=2))
     assert {t["nodeid"]: t["outcome"] for t in doc["tests"]}["t::a"] == "NOT_RUN"
     assert doc["verdict"]["status"] == model.INCOMPLETE

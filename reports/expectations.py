@@ -27,8 +27,9 @@ scope does not match the execution target; *expired* after ``expires``.
 
 The file is untrusted input, checked before any test runs (a usage error, exit status 4, one
 line): it must be a regular file of at most ``MAX_BYTES``, UTF-8 TOML without deeper nesting
-than the parser allows, with at most ``MAX_WAIVERS`` waivers; every clause it names must be a live clause of SPEC.md and every test
-glob must match a test of the suite (``unknown_ids``), all unknown IDs named in one line. A
+than the parser allows, with at most ``MAX_WAIVERS`` waivers; every clause it names must be a
+live clause of SPEC.md and every test glob must match a test of the suite (``unknown_ids``),
+all unknown IDs named in one line. A
 waiver keeps how many tests it matched and at most ``MATCHED_SAMPLE`` of their IDs.
 """
 
