@@ -7,9 +7,10 @@ from typing import Any
 from reports import model, safe_text
 
 SYMBOL = {"PASS": "✅", "FAIL": "❌", "ERROR": "🟧", "TIMEOUT": "⏱️", "CRASH": "💀",
-          "NOT_SUPPORTED": "➖", "WAIVED": "🛡️", "NOT_RUN": "⬜", "SKIPPED": "⏭️"}
+          "NOT_SUPPORTED": "➖", "WAIVED": "🛡️", "NOT_RUN": "⬜", "SKIPPED": "⏭️",
+          "FLAKY": "🎲"}
 VERDICT_SYMBOL = {model.CERTIFIED: "✅", model.NOT_CERTIFIED: "❌", model.INCOMPLETE: "⚠️",
-                  model.NO_VERDICT: "ℹ️"}
+                  model.NO_VERDICT: "ℹ️", model.CERTIFIED_WITH_WAIVERS: "🛡️"}
 
 
 def _cell(text: Any) -> str:
@@ -164,6 +165,7 @@ def render(doc: dict[str, Any], figures: list[dict[str, str]]) -> str:
     out.append("")
     if v["reasons"]:
         out += ["## Why", ""] + [f"- {_cell(r['message'])}" for r in v["reasons"]] + [""]
+    out += _waived_and_flaky(doc)
     if no_verdict:  # nothing certified: the benchmarks first, no clause listings
         bench = _bench_targets(doc) + _plots(figures) \
             + _bench_stats(doc, "### Benchmark statistics")
@@ -175,8 +177,8 @@ def render(doc: dict[str, Any], figures: list[dict[str, str]]) -> str:
         return "\n".join(out + _waivers(doc) + _tests(doc) + _provenance(doc))
 
     out += ["## Clause grid", "", "Legend: " + ", ".join(
-        f"{SYMBOL[o]} {o}" for o in ("PASS", "WAIVED", "NOT_SUPPORTED", "FAIL", "ERROR",
-                                     "TIMEOUT", "CRASH", "NOT_RUN")) +
+        f"{SYMBOL[o]} {o}" for o in ("PASS", "WAIVED", "NOT_SUPPORTED", "FLAKY", "FAIL",
+                                     "ERROR", "TIMEOUT", "CRASH", "NOT_RUN")) +
         "; *italic* = not must-pass in this run.", "", "| area | clauses |", "|---|---|"]
     areas: dict[str, list[dict]] = {}
     for c in doc["clauses"]:
@@ -217,9 +219,31 @@ def _waivers(doc: dict[str, Any]) -> list[str]:
         out += ["## Waivers", "", f"File: `{doc['expectations']['path']}`", "",
                 "| waiver | status | matched | reason | link |", "|---|---|---|---|---|"]
         for w in waivers:
+            count = w.get("matched_count", len(w["matched"]))
+            shown = ", ".join(w["matched"][:5]) + (f" (of {count})" if count > 5 else "")
             out.append(f"| {_cell(w['id'])} | {w['status']} {_cell(w['note'])} | "
-                       f"{_cell(', '.join(w['matched'][:5]))} | {_cell(w['reason'])} | "
-                       f"{w['link']} |")
+                       f"{_cell(shown)} | {_cell(w['reason'])} | {_cell(w['link'])} |")
+        out.append("")
+    return out
+
+
+def _waived_and_flaky(doc: dict[str, Any]) -> list[str]:
+    """What the verdict leans on: the waived clauses and tests with their waivers' reasons,
+    and the FLAKY tests with their pass ratio and each failed run's message."""
+    from reports import outcome_summary
+    out: list[str] = []
+    waived = outcome_summary.waived_lines(doc)
+    if waived:
+        out += ["## Waived", ""] + [f"- {_cell(line)}" for line in waived] + [""]
+    flaky = [t for t in doc["tests"] if t.get("observed_outcome") == "FLAKY" and t.get("repeat")]
+    if flaky:
+        out += ["## Flaky tests", ""]
+        for t in flaky:
+            r = t["repeat"]
+            out.append(f"- {_code(t['nodeid'])}: {SYMBOL['FLAKY']} FLAKY, passed {r['passed']} "
+                       f"of {r['runs']} runs")
+            out += [f"  - run {f['run']} {f['outcome']}: {_cell((f['message'] or '')[:300])}"
+                    for f in r["failures"][:5]]
         out.append("")
     return out
 

@@ -34,7 +34,8 @@ import sys
 from typing import Any
 
 __all__ = ["MAX_TEXT_CHARS", "TERMINAL_LINE_CHARS", "json_text", "json_document", "xml",
-           "html", "markdown", "markdown_code", "markdown_block", "terminal", "bounded"]
+           "html", "markdown", "markdown_code", "markdown_block", "terminal", "terminal_safe",
+           "bounded"]
 
 #: The longest string a report holds (and an HTML, Markdown or XML text is cut to).
 MAX_TEXT_CHARS = 64 * 1024
@@ -163,3 +164,9 @@ def terminal(text: Any, limit: int = TERMINAL_LINE_CHARS, *, multiline: bool = F
     the last ones with ``tail`` (the end of a log)."""
     return _visible(text, _VISIBLE_KEEP_TAB_LF if multiline else _VISIBLE_ALL, limit,
                     from_end=tail)
+
+
+def terminal_safe(text: Any, limit: int = 300) -> str:
+    """One terminal line of at most ``limit`` characters (``terminal`` with a short default
+    for fields of a listing: a clause title, a file name, an error)."""
+    return terminal(text, limit)

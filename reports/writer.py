@@ -20,7 +20,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from reports import safe_text
+from reports import outcome_summary, safe_text
 
 SCHEMA_PATH = Path(__file__).resolve().parent / "schema" / "certification.schema.json"
 LATEST = "latest"
@@ -111,6 +111,7 @@ def junit_properties(doc: dict[str, Any]) -> list[tuple[str, str]]:
         ("antman:execution_target", target_text(doc["execution_target"], short=True)),
         ("antman:mustpass_clauses", _mustpass_counts(doc)),
         ("antman:run_id", doc["run_id"]),
+        *outcome_summary.suite_properties(doc),
     ]
 
 
@@ -145,6 +146,7 @@ def annotate_junit(path: Path, doc: dict[str, Any]) -> None:
             props.remove(old)
         for name, value in junit_properties(doc):
             ET.SubElement(props, "property", {"name": name, "value": safe_text.xml(value)})
+    outcome_summary.annotate_testcases(root, doc)
     atomic_write(path, ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n")
 
 
