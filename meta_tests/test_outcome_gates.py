@@ -84,7 +84,8 @@ def test_repeat_reports_a_test_that_passed_and_failed_as_flaky_everywhere(
     folder = project.path / "out" / "latest"
     md = (folder / "certification.md").read_text()
     assert "## Flaky tests" in md and "FLAKY, passed 1 of 2 runs" in md
-    assert "run 1 FAIL: AssertionError: fails on every other run (run 1) [API-1]" in md
+    assert ("run 1 FAIL: AssertionError: fails on every other run (run 1) \\[API-1\\]"
+            in md)   # Markdown syntax in report text is escaped (reports/safe_text.py)
     html = (folder / "certification.html").read_text()
     assert "<h2>Flaky tests</h2>" in html and "passed 1 of 2 runs" in html
     suite_props, cases = junit_props(folder)
@@ -438,7 +439,7 @@ def test_diff_prints_report_text_safely(tmp_path: Path) -> None:
     done = _diff(tmp_path / "old.json", tmp_path / "new.json")
     assert done.returncode == 1, done.stdout + done.stderr
     assert "\x1b" not in done.stdout and "\r" not in done.stdout and "\x07" not in done.stdout
-    assert "evil\\x1b]0;pwned\\x07\\r\\x1b[2Jtitle" in done.stdout
+    assert "evil\\x1b]0;pwned\\x07\\x0d\\x1b[2Jtitle" in done.stdout   # CR shown as \\x0d
     assert max(len(line) for line in done.stdout.splitlines()) < 400
 
 

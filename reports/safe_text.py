@@ -169,4 +169,5 @@ def terminal(text: Any, limit: int = TERMINAL_LINE_CHARS, *, multiline: bool = F
 def terminal_safe(text: Any, limit: int = 300) -> str:
     """One terminal line of at most ``limit`` characters (``terminal`` with a short default
     for fields of a listing: a clause title, a file name, an error)."""
-    return terminal(text, limit)
+    shown = terminal(text, max(4 * limit, 64))
+    return shown if len(shown) <= limit else shown[:max(limit - 3, 0)] + "..."
