@@ -276,10 +276,64 @@ def _kind(mode: int) -> str:
     return f"a file of type {stat_module.S_IFMT(mode):#o}"
 
 
+_MAX_SYMLINK_HOPS = 40   # as the kernel's MAXSYMLINKS: more is a loop ("does not resolve")
+
+
+def _check_protected(link: str, st: os.stat_result, directory: str) -> None:
+    """The kernel's ``fs.protected_symlinks`` rule, applied by the runtime itself (it
+    resolves the status path on its own, so the kernel's check never runs): a symlink in a
+    sticky world-writable directory is followed only when it is owned by this process's
+    user or by the directory's owner (STAT-9). Raises ``OSError(EACCES)`` otherwise."""
+    dir_st = os.stat(directory)
+    sticky_world_writable = (dir_st.st_mode & stat_module.S_ISVTX
+                             and dir_st.st_mode & stat_module.S_IWOTH)
+    if not sticky_world_writable or st.st_uid in (os.geteuid(), dir_st.st_uid):
+        return
+    raise OSError(errno.EACCES, f"{quote(link, 4096)} is a symlink owned by uid {st.st_uid} "
+                                f"in the sticky world-writable directory "
+                                f"{quote(directory, 4096)} (owner uid {dir_st.st_uid}), "
+                                f"neither this process's user nor the directory's owner; "
+                                f"it is not followed")
+
+
+def _resolve(path: str) -> str:
+    """``os.path.realpath(path)`` (non-strict), following each symlink met on the way only
+    under the protected-symlinks rule of :func:`_check_protected`. A chain of more than
+    ``_MAX_SYMLINK_HOPS`` symlinks resolves to the symlink where it stopped."""
+    pending = os.path.abspath(path).split(os.sep)[::-1]
+    resolved = os.sep
+    hops = 0
+    while pending:
+        name = pending.pop()
+        if name in ("", "."):
+            continue
+        if name == "..":
+            resolved = os.path.dirname(resolved)
+            continue
+        candidate = os.path.join(resolved, name)
+        try:
+            st = os.lstat(candidate)
+        except (FileNotFoundError, NotADirectoryError):
+            return os.path.normpath(os.path.join(candidate, *pending[::-1]))
+        if not stat_module.S_ISLNK(st.st_mode):
+            resolved = candidate
+            continue
+        hops += 1
+        if hops > _MAX_SYMLINK_HOPS:
+            return os.path.normpath(os.path.join(candidate, *pending[::-1]))
+        _check_protected(candidate, st, resolved)
+        link = os.readlink(candidate)
+        if os.path.isabs(link):
+            resolved = os.sep
+        pending.extend(link.split(os.sep)[::-1])
+    return resolved
+
+
 def _destination(status_file: str) -> str:
     """The file a dump replaces: the path with its symlinks resolved, when that is a
-    regular file or does not exist. Anything else raises ``OSError`` (not replaced)."""
-    target = os.path.realpath(status_file)
+    regular file or does not exist. Anything else raises ``OSError`` (not replaced), as
+    does a symlink the protected-symlinks rule forbids following (STAT-9)."""
+    target = _resolve(status_file)
     try:
         st = os.lstat(target)
     except FileNotFoundError:
