@@ -35,7 +35,7 @@ from .session_run_action_registry import (SessionRunAction,
 
 __all__ = ["GPUStatistics", "AllocatorStatus", "STATUS_FILE_ENV_VAR", "SCHEMA_PATH",
            "GPU_STATISTICS_INTERVAL_S", "MAX_RECORD_INTERVAL_S", "DURATION_STATISTICS_NUM_SESS",
-           "DURATION_HUGE_CHANGE_THRESHOLD", "PHASE", "ENV_DEFAULT"]
+           "DURATION_HUGE_CHANGE_THRESHOLD", "PHASE", "ENV_DEFAULT", "MAX_GRAPHS"]
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +47,7 @@ DURATION_STATISTICS_NUM_SESS = 10         # the window holds at most this minus 
 DURATION_HUGE_CHANGE_THRESHOLD = 10
 # duration_statistics_threshold = 0.01: |cur - last| * 100 >= last
 PHASE = 1
+MAX_GRAPHS = 256          # graphs whose window and stored duration are held (STAT-2)
 
 
 
@@ -156,10 +157,13 @@ class GPUStatistics(SessionRunAction):
         """Add to the graph's window; True on a huge change against its oldest entry."""
         now = self._clock.time_s()
         with self._record_lock:
-            history = self._histories.get(graph_id)
+            history = self._histories.pop(graph_id, None)   # re-inserted: most recent last
             if history is None:
                 self._histories[graph_id] = collections.deque([(now, duration)])
+                while len(self._histories) > MAX_GRAPHS:     # forget the least recently run
+                    del self._histories[next(iter(self._histories))]
                 return False
+            self._histories[graph_id] = history
             oldest = history[0][1]
             history.append((now, duration))
             if len(history) >= DURATION_STATISTICS_NUM_SESS:
@@ -170,12 +174,15 @@ class GPUStatistics(SessionRunAction):
     def check_session_run_duration(self, graph_id: int, duration: int) -> bool:
         """Re-average every recent window; True when a graph is new or its mean moved 1 %."""
         now = self._clock.time_s()
+        with self._record_lock:
+            windows = [(g, list(h)) for g, h in self._histories.items()]
+        held = {g for g, _ in windows}
+        for g in [g for g in self._durations if g not in held]:
+            del self._durations[g]             # a graph forgotten by the bound (STAT-2)
         if graph_id not in self._durations:
             self._durations[graph_id] = _Duration(now, duration)
             return True
         changed = False
-        with self._record_lock:
-            windows = [(g, list(h)) for g, h in self._histories.items()]
         for g, window in windows:
             recording_time = window[-1][0]
             if now - recording_time >= MAX_RECORD_INTERVAL_S:

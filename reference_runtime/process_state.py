@@ -46,7 +46,7 @@ class RuntimeContext:
         self.resource_management = resource_management
         self.statistics = statistics
         self._lock = threading.Lock()
-        self._sessions: list[Any] = []
+        self._sessions: dict[int, Any] = {}      # the open sessions, by id() (API-7)
         self._closed = False
 
     def new_session(self, graph: Any) -> Any:
@@ -56,9 +56,15 @@ class RuntimeContext:
             if self._closed:
                 raise RuntimeError("new_session(): the runtime is closed")
             session = DirectSession(self.device_mgr, graph, registry=self.registry,
-                                    clock=self.clock)
-            self._sessions.append(session)
+                                    clock=self.clock, on_close=self._forget_session)
+            self._sessions[id(session)] = session
         return session
+
+    def _forget_session(self, session: Any) -> None:
+        """A closed session is not kept (API-7: memory bounded by the open sessions)."""
+        with self._lock:
+            if self._sessions.get(id(session)) is session:
+                del self._sessions[id(session)]
 
     @property
     def closed(self) -> bool:
@@ -70,7 +76,7 @@ class RuntimeContext:
             if self._closed:
                 return
             self._closed = True
-            sessions, self._sessions = self._sessions, []
+            sessions, self._sessions = list(self._sessions.values()), {}
         errors: list[BaseException] = []
         rm = self.resource_management
         if rm is not None:
