@@ -448,6 +448,25 @@ def test_config_path_cannot_forge_a_log_line(rt, runtimes, vclock, tmp_path, cap
     assert_clean_log(caplog, rt, "a config path holding a newline")
 
 
+@pytest.mark.clause("RM-21")
+def test_config_path_cannot_forge_the_suspend_line(rt, runtimes, vclock, tmp_path,
+                                                   caplog) -> None:
+    """The line a step suspended at perfControl 0 logs names the config path quoted."""
+    caplog.set_level(logging.DEBUG)
+    config = tmp_path / "gpu_config\n2026-01-01 00:00:00,000 CRITICAL forged.json"
+    write_text(config, '{"perfControl": 0}')
+    ctx = runtimes(config_file=str(config), clock=vclock)
+    vclock.wait_for_waiters(1)
+    t, out = run_in_thread(lambda: boundary(rt, ctx), name="step")
+    vclock.wait_for_waiters(2)                 # the listener and the suspended step
+    deliver(vclock, config, '{"perfControl": 100}')
+    assert joined(t) and "error" not in out, \
+        f"the suspended step did not resume: {out.get('error')!r} [RM-12]"
+    assert runtime_records(caplog, rt, logging.DEBUG, containing="forged"), \
+        "the suspended step logged no line naming the config path [RM-12]"
+    assert_clean_log(caplog, rt, "a step suspended on a config path holding a newline")
+
+
 # -- API-8 ------------------------------------------------------------------------------------
 @pytest.mark.clause("API-8")
 @pytest.mark.parametrize("bad", ["gpu\x00config.json", "gpu\ud800config.json"])

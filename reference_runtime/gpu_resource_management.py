@@ -404,7 +404,8 @@ class GPUResourceManagement(SessionRunAction):
             if self._perf != 0:
                 return
             self._suspended.add(wake)
-        log.info("%s: perfControl is 0: suspending the step", self.config_file or "<config>")
+        log.info("%s: perfControl is 0: suspending the step",
+                 quote(self.config_file or "<config>", 4096))
         try:
             while self._perf == 0 and not self._closed.is_set() \
                     and not getattr(session, "closed", False):
