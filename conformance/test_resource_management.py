@@ -1256,9 +1256,9 @@ def test_clamp_and_return_values(rt, runtimes) -> None:
     assert bytes_limit(g0) == MiB, "[RM-18]"
 
 
-# -- API-7: the context's close does not wait out a throttle sleep ------------------------------
+# -- API-10: the context's close does not wait out a throttle sleep ------------------------------
 
-@pytest.mark.clause("API-7")
+@pytest.mark.clause("API-10")
 @pytest.mark.capability("executor", "session_run_actions")
 def test_context_close_does_not_wait_for_a_throttle_sleep(rt, runtimes, vclock,
                                                           tmp_path) -> None:
@@ -1281,8 +1281,8 @@ def test_context_close_does_not_wait_for_a_throttle_sleep(rt, runtimes, vclock,
         closer, close_out = run_in_thread(ctx.close, name="context-close")
         assert joined(closer), (
             "RuntimeContext.close() waited for a step's throttle sleep (it closed the sessions, "
-            "which wait for their runs, before it ended the sleep) [API-7]")
-        assert "error" not in close_out, f"close() raised {close_out['error']!r} [API-7]"
+            "which wait for their runs, before it ended the sleep) [API-10]")
+        assert "error" not in close_out, f"close() raised {close_out['error']!r} [API-10]"
         assert joined(step), "the step did not end after close() [RM-16]"
     finally:
         vclock.advance(60_000_000)                  # a fork's sleep ends; nothing is left

@@ -538,9 +538,9 @@ def test_close_from_another_sessions_node_waits_for_the_running_step(rt, ctx) ->
     b.close()
 
 
-# -- API-7: the context keeps only open sessions -----------------------------------------------
+# -- API-9: the context keeps only open sessions -----------------------------------------------
 
-@pytest.mark.clause("API-7")
+@pytest.mark.clause("API-9")
 def test_context_keeps_no_closed_session(rt, ctx) -> None:
     """A job opening a session per step: once closed (and dropped by the job), no session is
     kept alive by the runtime context, so its memory does not grow with the steps."""
@@ -559,7 +559,7 @@ def test_context_keeps_no_closed_session(rt, ctx) -> None:
     alive = sum(ref() is not None for ref in refs)
     assert alive == 0, (f"{alive} of 50 sessions opened, run and closed are still alive after "
                         f"the job dropped them: the runtime context keeps closed sessions, so a "
-                        f"job that opens a session per step grows without bound [API-7]")
+                        f"job that opens a session per step grows without bound [API-9]")
     kept = ctx.new_session(graph)               # an open session is still closed by close()
     ctx.close()
-    assert kept.closed, "the runtime context's close() did not close an open session [API-7]"
+    assert kept.closed, "the runtime context's close() did not close an open session [API-9]"

@@ -1,4 +1,4 @@
-"""Breaks API-3 (memory names): the CPU allocator's allocation_id is 0 for every pointer.
+"""Breaks DEVICE-6 (CPU device): the CPU allocator's allocation_id is 0 for every pointer.
 
 ``CPUAllocator.allocation_id`` answers 0, as TF's ``Allocator::AllocationId`` default does,
 although the allocator tracks sizes: allocations cannot be told apart by their id (a memory
@@ -13,7 +13,7 @@ from meta_tests import broken_forks as _forks
 
 NAME = "broken-allocation-id-always-zero"
 WORKER_COMMAND = _forks.as_package(__name__)
-BREAKS = "API-3"
+BREAKS = "DEVICE-6"
 MODULES = ("conformance/test_devices.py",)
 OUTCOMES = ("FAIL",)
 

@@ -1,4 +1,4 @@
-"""Breaks API-7 (runtime context): close() closes the sessions before resource management.
+"""Breaks API-10 (what a context's close waits for): sessions are closed before the throttle.
 
 ``RuntimeContext.close`` closes its sessions first and resource management afterwards:
 closing a session waits for its runs, and a run in its throttle sleep (RM-10) is only woken
@@ -14,7 +14,7 @@ from meta_tests import broken_forks as _forks
 
 NAME = "broken-sessions-closed-before-throttle"
 WORKER_COMMAND = _forks.as_package(__name__)
-BREAKS = "API-7"
+BREAKS = "API-10"
 MODULES = ("conformance/test_resource_management.py",)
 OUTCOMES = ("FAIL",)
 
