@@ -440,3 +440,24 @@ def test_too_many_gpus(rt, control_env) -> None:
     with pytest.raises(ValueError):
         rt.create_runtime(num_gpus=2, backend=rt.SimBackend(1, 16 * MiB), config_file=None,
                           status_file=None)
+
+
+@pytest.mark.clause("DEVICE-6")
+@pytest.mark.parametrize("device", ["CPU:0"])
+def test_allocation_ids_are_positive_and_never_reused(rt, runtimes, device) -> None:
+    """The CPU device's allocator tracks sizes, so it gives each allocation its own id > 0
+    (API-3), an address freed and handed out again included (a GPU's BFC: BFC-15)."""
+    a = runtimes().device_mgr.lookup_device(device).get_allocator()
+    if not a.tracks_allocation_sizes():
+        pytest.skip(f"the {device} allocator does not track sizes: allocation_id may be 0")
+    ptrs = [a.allocate_raw(64, 1024) for _ in range(3)]
+    ids = {p: a.allocation_id(p) for p in ptrs}
+    a.deallocate_raw(ptrs[1])
+    again = a.allocate_raw(64, 1024)
+    new_id = a.allocation_id(again)
+    every = list(ids.values()) + [new_id]
+    assert all(i > 0 for i in every) and len(set(every)) == 4, (
+        f"{device} allocator ({a.name}): allocation ids {every} of four allocations (the last "
+        f"one after a free): expected four distinct ids greater than 0 [DEVICE-6]")
+    for p in (ptrs[0], ptrs[2], again):
+        a.deallocate_raw(p)
