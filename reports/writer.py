@@ -55,6 +55,8 @@ def render_all(doc: dict[str, Any], run_dir: Path) -> dict[str, str]:
     atomic_write(run_dir / "certification.html", render_html.render(doc, figures))
     names.update(markdown="certification.md", html="certification.html")
     names["figures"] = [f["file"] for f in figures if f.get("file")]  # type: ignore[assignment]
+    names["failed_figures"] = [f"{f.get('title') or f['name']}: {f['error']}"  # type: ignore[assignment]
+                               for f in figures if f.get("error")]
     return names
 
 
@@ -116,10 +118,45 @@ def annotate_junit(path: Path, doc: dict[str, Any]) -> None:
     atomic_write(path, ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n")
 
 
-def point_latest(base: Path, run_dir: Path) -> None:
-    """``base/latest`` -> ``run_dir`` (a relative symlink, replaced atomically)."""
-    link = base / LATEST
-    tmp = base / f".{LATEST}.{os.getpid()}"
+#: The pointers to the newest run of each kind: a complete certification run (``latest``),
+#: a run of part of the suite (``--clause``, ``-k``, paths, ``--rerun`` ...) and a run
+#: without a verdict (benchmarks). Only a complete run moves ``latest``, so ``latest`` is
+#: always a whole certification.
+LATEST_PARTIAL = "latest-partial"
+LATEST_BENCH = "latest-bench"
+POINTERS = (LATEST, LATEST_PARTIAL, LATEST_BENCH)
+#: Run folders kept under a report folder (``--keep-runs``, ``ANTMAN_KEEP_RUNS``).
+DEFAULT_KEEP_RUNS = 20
+KEEP_RUNS_ENV = "ANTMAN_KEEP_RUNS"
+
+
+def pointer_for(doc: dict[str, Any]) -> str:
+    """Which pointer a run's document moves (``POINTERS``)."""
+    if doc.get("verdict", {}).get("status") == "NO VERDICT":
+        return LATEST_BENCH
+    if not doc.get("invocation", {}).get("selection_complete", True):
+        return LATEST_PARTIAL
+    return LATEST
+
+
+def keep_runs(value: str | int | None) -> int:
+    """The number of run folders to keep, from ``--keep-runs`` or ``ANTMAN_KEEP_RUNS``
+    (``DEFAULT_KEEP_RUNS`` when neither is given): an integer >= 1, else ``ValueError``."""
+    if value is None or value == "":
+        value = os.environ.get(KEEP_RUNS_ENV) or DEFAULT_KEEP_RUNS
+    text = str(value).strip()
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(f"the number of run folders to keep must be an integer >= 1, "
+                         f"got {value!r}")
+    return int(text)
+
+
+def point_latest(base: Path, run_dir: Path, name: str = LATEST) -> None:
+    """``base/<name>`` -> ``run_dir`` (a relative symlink, replaced atomically)."""
+    if name not in POINTERS:
+        raise ValueError(f"unknown pointer {name!r}")
+    link = base / name
+    tmp = base / f".{name}.{os.getpid()}"
     try:
         tmp.unlink(missing_ok=True)
         tmp.symlink_to(run_dir.name, target_is_directory=True)
@@ -131,12 +168,41 @@ def point_latest(base: Path, run_dir: Path) -> None:
         atomic_write(link, run_dir.name + "\n")
 
 
+def pointed_at(base: Path) -> set[str]:
+    """Names of the run folders a pointer of ``base`` names (symlink or pointer file)."""
+    names = set()
+    for name in POINTERS:
+        link = base / name
+        try:
+            if link.is_symlink():
+                names.add(Path(os.readlink(link)).name)
+            elif link.is_file() and link.stat().st_size < 4096:
+                names.add(link.read_text(encoding="utf-8").strip())
+        except OSError:
+            continue
+    return names
+
+
+def newest_pointer(base: Path) -> Path | None:
+    """The pointer of ``base`` (``POINTERS``) naming the newest run folder, or None."""
+    found = [(Path(os.readlink(base / n)).name if (base / n).is_symlink() else "", base / n)
+             for n in POINTERS if (base / n).exists()]
+    return max(found)[1] if found else None
+
+
 RUN_DIR_NAME = re.compile(r"^\d{8}T\d{6}Z-.+-\d+$")
 
 
-def prune(base: Path, keep: int) -> None:
-    """Removes all but the newest ``keep`` run folders (by name) under ``base``."""
+def prune(base: Path, keep: int) -> list[Path]:
+    """Removes all but the newest ``keep`` run folders (by name) under ``base``, never one a
+    pointer names; returns those removed."""
     runs = sorted(p for p in base.iterdir() if p.is_dir() and not p.is_symlink()
                   and RUN_DIR_NAME.match(p.name))
+    kept = pointed_at(base)
+    removed = []
     for old in runs[:-keep] if keep > 0 else []:
+        if old.name in kept:
+            continue
         shutil.rmtree(old, ignore_errors=True)
+        removed.append(old)
+    return removed
