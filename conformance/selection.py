@@ -26,9 +26,8 @@ from pathlib import Path
 import pytest
 
 from conformance import spec
+from reports.reading import NOT_PASSED  # noqa: F401  (the outcomes rerun)
 
-#: Test outcomes of a report that ``--rerun`` and ``--lf`` run again.
-NOT_PASSED = frozenset({"FAIL", "ERROR", "TIMEOUT", "CRASH", "WAIVED", "NOT_RUN"})
 _KEY = pytest.StashKey["Selection"]()
 
 
@@ -88,11 +87,8 @@ def selected_clauses(ids: list[str], known: dict[str, spec.Clause]) -> frozenset
 
 def not_passed(doc: dict) -> list[str]:
     """Node IDs of the tests of a certification document that did not pass (``NOT_PASSED``)."""
-    tests = doc.get("tests")
-    if not isinstance(tests, list):
-        raise ValueError("it has no list of tests")
-    return [t["nodeid"] for t in tests if isinstance(t, dict) and isinstance(t.get("nodeid"), str)
-            and t.get("outcome") in NOT_PASSED]
+    from reports.reading import tests_not_passed
+    return tests_not_passed(doc)
 
 
 def report_base(config: pytest.Config) -> Path:

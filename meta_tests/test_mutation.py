@@ -399,6 +399,10 @@ def test_an_unusable_out_folder_is_found_before_the_campaign(
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and str(out) in err, err
     assert started == []
+    monkeypatch.setattr(cli, "population", lambda *a, **k: type("P", (), {"mutants": ()})())
+    for module in ("../../../etc/passwd", "conformance/spec.py", "conformance/nothing.py"):
+        assert cli.main(["run", "--out", str(tmp_path / "out"), "--modules", module]) == 2
+        assert "not a conformance module" in capsys.readouterr().err
     with pytest.raises(cli.UsageError, match="outside"):
         cli.inside(tmp_path, "../escaped")
     assert cli.inside(tmp_path, "20260101-seed-1") == tmp_path.resolve() / "20260101-seed-1"

@@ -82,6 +82,13 @@ def test_without_a_dependency_each_command_says_what_is_missing(run_folder: Path
                     "needs jsonschema")
     assert_one_line(reports("coverage", block=("pytest",)), 2, "needs pytest")
     assert_one_line(reports("mustpass", "--check", block=("pytest",)), 2, "needs pytest")
+    doc = json.loads((run_folder / "certification.json").read_text())
+    doc["tests"][0]["outcome"] = "FAIL"
+    (tmp_path / "failed.json").write_text(json.dumps(doc))
+    assert_one_line(reports("rerun", str(tmp_path / "failed.json"), block=("pytest",)), 2,
+                    "needs pytest")
+    done = reports("rerun", "--print", str(tmp_path / "failed.json"), block=("pytest",))
+    assert done.returncode == 0 and "--rerun" in done.stdout, done.stderr
 
 
 def test_render_never_drops_a_figure_silently(run_folder: Path, tmp_path: Path) -> None:

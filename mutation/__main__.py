@@ -163,9 +163,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         unknown = [k for k in args.key if k not in known]
         if unknown:
             raise UsageError(f"no such mutant: {', '.join(unknown)}")
+    suite = (ROOT / "conformance").resolve()
     for module in args.modules or ():
-        if not (ROOT / module).is_file():
-            raise UsageError(f"no conformance module {module} under {ROOT}")
+        path = (ROOT / module).resolve()
+        if not (path.is_file() and path.parent == suite and path.name.startswith("test_")
+                and path.suffix == ".py"):
+            raise UsageError(f"--modules {module}: not a conformance module "
+                             f"(conformance/test_*.py)")
     size = len(args.key) if args.key else args.sample
     jobs = max(1, min(args.jobs, size))      # more workspaces than mutants would idle
     entries = eq.load()

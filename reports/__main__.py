@@ -39,7 +39,8 @@ class CommandError(Exception):
 
 
 #: What each dependency is for, and where it comes from.
-DEPENDENCIES = {"jsonschema": "the schema check", "pytest": "collecting the conformance suite",
+DEPENDENCIES = {"jsonschema": "the schema check",
+                "pytest": "collecting and running the conformance suite",
                 "matplotlib": "the report's figures"}
 
 
@@ -127,10 +128,9 @@ def rerun_command(report: Path, doc: dict[str, Any], extra: list[str]) -> list[s
 
 
 def cmd_rerun(args: argparse.Namespace) -> int:
-    from conformance import selection
     doc = reading.read_report(args.report)
     try:
-        ids = selection.not_passed(doc)
+        ids = reading.tests_not_passed(doc)
     except ValueError as exc:
         raise CommandError(f"{reading.report_file(args.report)}: {exc}") from None
     extra = list(args.pytest_args)
@@ -138,6 +138,8 @@ def cmd_rerun(args: argparse.Namespace) -> int:
         print(f"nothing to rerun: every test of {reading.report_file(args.report)} passed "
               f"(or was skipped)")
         return 0
+    if not args.print_only:
+        require("pytest")
     cmd = rerun_command(args.report, doc, extra)
     print(f"{len(ids)} test(s) did not pass; rerunning them:", file=sys.stderr, flush=True)
     print(shlex.join(cmd), flush=True)

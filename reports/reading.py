@@ -81,3 +81,18 @@ def read_report(path: Path, limit: int = MAX_REPORT_BYTES) -> dict[str, Any]:
         raise ReportInputError(f"{file} is not a certification report (a JSON "
                                f"{type(doc).__name__}, not an object)")
     return doc
+
+
+#: Test outcomes of a report that ``--rerun`` and ``--lf`` run again (conformance/selection.py):
+#: everything that did not pass, except what the same setup skips again.
+NOT_PASSED = frozenset({"FAIL", "ERROR", "TIMEOUT", "CRASH", "WAIVED", "NOT_RUN"})
+
+
+def tests_not_passed(doc: dict[str, Any]) -> list[str]:
+    """Node IDs of the tests of a certification document that did not pass (``NOT_PASSED``);
+    ``ValueError`` when it has no list of tests."""
+    tests = doc.get("tests")
+    if not isinstance(tests, list):
+        raise ValueError("it has no list of tests")
+    return [t["nodeid"] for t in tests if isinstance(t, dict)
+            and isinstance(t.get("nodeid"), str) and t.get("outcome") in NOT_PASSED]
