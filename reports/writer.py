@@ -170,24 +170,29 @@ def point_latest(base: Path, run_dir: Path, name: str = LATEST) -> None:
 
 def pointed_at(base: Path) -> set[str]:
     """Names of the run folders a pointer of ``base`` names (symlink or pointer file)."""
-    names = set()
-    for name in POINTERS:
-        link = base / name
-        try:
-            if link.is_symlink():
-                names.add(Path(os.readlink(link)).name)
-            elif link.is_file() and link.stat().st_size < 4096:
-                names.add(link.read_text(encoding="utf-8").strip())
-        except OSError:
-            continue
-    return names
+    return {n for n in (_pointed(base / name) for name in POINTERS) if n}
 
 
 def newest_pointer(base: Path) -> Path | None:
     """The pointer of ``base`` (``POINTERS``) naming the newest run folder, or None."""
-    found = [(Path(os.readlink(base / n)).name if (base / n).is_symlink() else "", base / n)
-             for n in POINTERS if (base / n).exists()]
+    found = []
+    for name in POINTERS:
+        named = _pointed(base / name)
+        if named is not None:
+            found.append((named, base / name))
     return max(found)[1] if found else None
+
+
+def _pointed(link: Path) -> str | None:
+    """The run folder name a pointer (symlink or pointer file) names, or None."""
+    try:
+        if link.is_symlink():
+            return Path(os.readlink(link)).name
+        if link.is_file() and link.stat().st_size < 4096:
+            return link.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        pass
+    return None
 
 
 RUN_DIR_NAME = re.compile(r"^\d{8}T\d{6}Z-.+-\d+$")
