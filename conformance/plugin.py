@@ -31,7 +31,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
-from conformance import shrinking, spec
+from conformance import gpu_exclusive, shrinking, spec
 
 #: --clause, --rerun, --lf from the report (conformance/selection.py)
 pytest_plugins = ["conformance.selection"]
@@ -60,7 +60,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="implementation to certify (default: $ANTMAN_RUNTIME or "
                          "reference_runtime)")
     group.addoption("--require-gpu", action="store_true", default=False,
-                    help="a missing GPU fails the gpu tests instead of skipping them")
+                    help="the GPU clauses are must-pass; a run without a usable GPU stops "
+                         "before any test (exit status 4)")
 
 
 def runtime_module_name(config: pytest.Config) -> str:
@@ -202,6 +203,11 @@ def check_setup(config: pytest.Config) -> types.ModuleType:
         problem = None
     if problem:
         raise pytest.UsageError(problem)
+    if config.getoption("--require-gpu", default=False):
+        from conformance import gpu_gate
+        problem = gpu_gate.gpu_problem()
+        if problem:
+            raise pytest.UsageError(gpu_gate.require_gpu_error(problem))
     return rt
 
 
@@ -319,7 +325,33 @@ def missing_guarantee(config: pytest.Config) -> str | None:
     return None
 
 
+_GPU_LOCK_ERROR = pytest.StashKey[str]()
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    """A test marked ``gpu`` holds the host's GPU lock from setup to teardown
+    (conformance/gpu_exclusive.py); the wait is outside the per-test limit."""
+    if item.get_closest_marker("gpu") is None:
+        yield
+        return
+    hold = gpu_exclusive.gpu_exclusive(item.nodeid)
+    try:
+        hold.__enter__()
+    except (gpu_exclusive.GpuLockTimeout, OSError) as exc:
+        item.stash[_GPU_LOCK_ERROR] = f"the GPU could not be had for this test: {exc}"
+        yield
+        return
+    try:
+        yield
+    finally:
+        hold.__exit__(None, None, None)
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
+    lock_error = item.stash.get(_GPU_LOCK_ERROR, None)
+    if lock_error is not None:
+        pytest.fail(lock_error, pytrace=False)
     needed = [c for m in item.iter_markers("capability") for c in m.args]
     if not needed:
         return

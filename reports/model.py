@@ -363,7 +363,10 @@ def build(data: RunData) -> dict[str, Any]:
     _finish_tests(data, waivers)
     caps = data.runtime.get("capabilities") or []
     gpu_target = target.get("kind") == "gpu" or data.require_gpu
-    required = set(data.mustpass.required(caps, gpu_target)) if data.mustpass else set()
+    # --require-gpu: the GPU clauses are required whatever the target and capabilities.
+    required_caps = [*caps, "cuda"] if data.require_gpu else caps
+    required = (set(data.mustpass.required(required_caps, gpu_target)) if data.mustpass
+                else set())
     profiles = data.mustpass.satisfied_profiles(caps) if data.mustpass else []
     clauses = _clauses(data, waivers, required)
     verdict = _verdict(data, clauses, required, profiles)

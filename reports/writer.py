@@ -92,8 +92,16 @@ def junit_properties(doc: dict[str, Any]) -> list[tuple[str, str]]:
         ("antman:runtime_module", str(rt["module"])),
         ("antman:spec_version", doc["spec"]["version"]),
         ("antman:execution_target", target_text(doc["execution_target"], short=True)),
+        ("antman:mustpass_clauses", _mustpass_counts(doc)),
         ("antman:run_id", doc["run_id"]),
     ]
+
+
+def _mustpass_counts(doc: dict[str, Any]) -> str:
+    """``"173 (PASS 161, NOT_RUN 12)"``: the must-pass clauses, as the summary line counts."""
+    counts = doc["summary"]["must_pass"]
+    parts = [f"{o} {n}" for o, n in counts["by_outcome"].items() if n]
+    return f"{counts['total']} ({', '.join(parts) or 'none'})"
 
 
 def annotate_junit(path: Path, doc: dict[str, Any]) -> None:
