@@ -177,6 +177,8 @@ def certify_on(tmp_path: Path, host: dict[str, str], *args: str,
            if not k.startswith(("PYTEST_XDIST", "PYTEST_CURRENT", "ANTMAN_RUNTIME"))}
     env["PYTHONPATH"] = os.pathsep.join([host["host"], str(tmp_path), str(ROOT)])
     env["FAKE_NVML_STATE"] = host["FAKE_NVML_STATE"]
+    (tmp_path / "tmp").mkdir(exist_ok=True)
+    env["TMPDIR"] = str(tmp_path / "tmp")          # what the run leaves in the temp folder
     return subprocess.run([sys.executable, "-m", "pytest", *modules, "-p", "no:cacheprovider",
                            "-q", "--report-dir", str(tmp_path / "out"), *args],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
@@ -199,7 +201,7 @@ def test_require_gpu_with_a_usable_gpu_runs_and_counts_the_gpu_clauses_as_must_p
     out = done.stdout + done.stderr
     assert done.returncode in (0, 1), out[-3000:]
     import json
-    doc = json.loads((tmp_path / "out" / "latest" / "certification.json").read_text())
+    doc = json.loads((tmp_path / "out" / "latest-partial" / "certification.json").read_text())
     required = set(doc["mustpass"]["required"])
     gpu_clauses = {f"GPU-{i}" for i in range(1, 13)}
     assert gpu_clauses <= required, sorted(required)
