@@ -33,6 +33,9 @@ from hypothesis import HealthCheck, settings
 
 from conformance import gpu_exclusive, shrinking, spec
 
+#: --clause, --rerun, --lf from the report (conformance/selection.py)
+pytest_plugins = ["conformance.selection"]
+
 NOT_SUPPORTED = "NOT_SUPPORTED"
 DEFAULT_RUNTIME = "reference_runtime"
 SHRINKING_PLUGIN = "antman-shrinking"    # conformance/shrinking.py: FAIL, never TIMEOUT
@@ -123,17 +126,19 @@ def runtime_problem(module: types.ModuleType) -> str | None:
     if unknown:
         return (f"runtime {name!r} declares unknown capabilities {unknown} (SPEC.md API-2); "
                 f"known: {', '.join(sorted(spec.CAPABILITIES))}")
+    # Every missing name at once: a fork learns all it lacks from one run, not one a run.
+    problems = []
     for cap in sorted(caps):
         lacking = [n for n in spec.CAPABILITY_NAMES.get(cap, ()) if not hasattr(module, n)]
         if lacking:
-            return (f"runtime {name!r} declares capability {cap!r} but lacks "
-                    f"{', '.join(lacking)} (SPEC.md API-1, API-3 to API-7)")
+            problems.append(f"declares capability {cap!r} but lacks {', '.join(lacking)} "
+                            f"(SPEC.md API-1, API-3 to API-7)")
     for cap, sub in spec.CAPABILITY_SUBMODULES.items():
         if cap in caps and not _has_submodule(module, sub):
-            return (f"runtime {name!r} declares capability {cap!r} but has no submodule "
-                    f"{name}.{sub}: a runtime is a package, and E2E-1 runs "
-                    f"'python -m {name}.{sub}' (SPEC.md API-1)")
-    return None
+            problems.append(f"declares capability {cap!r} but has no submodule {name}.{sub}: "
+                            f"a runtime is a package, and E2E-1 runs 'python -m {name}.{sub}' "
+                            f"(SPEC.md API-1)")
+    return f"runtime {name!r} " + "; ".join(problems) if problems else None
 
 
 def _has_submodule(module: types.ModuleType, sub: str) -> bool:

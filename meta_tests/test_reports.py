@@ -159,8 +159,8 @@ def run(pytester: pytest.Pytester, *args: str) -> tuple[pytest.RunResult, dict[s
                                 "-p", "no:cacheprovider", "--runtime",
                                 "fake_runtime_for_reports", "--report-dir", str(out),
                                 "--timeout=60", *args)
-    latest = out / "latest"
-    doc = json.loads((latest / "certification.json").read_text()) if latest.exists() else {}
+    latest = writer.newest_pointer(out)       # latest, latest-partial or latest-bench
+    doc = json.loads((latest / "certification.json").read_text()) if latest else {}
     return result, doc
 
 
@@ -252,6 +252,11 @@ def test_certified_run_and_require_certified_exit_status(project: pytest.Pyteste
     codes = {r["code"] for r in doc["verdict"]["reasons"]}
     assert codes == {"mustpass-not-run", "subset-selection"}, doc["verdict"]
     assert "-k 'test_one'" in doc["invocation"]["selection_reasons"][0]
+    # Only the complete run is ``latest``; the subset has its own pointer.
+    out = project.path / "out"
+    assert (out / "latest-partial").resolve().name == doc["run_id"]
+    full = json.loads((out / "latest" / "certification.json").read_text())
+    assert full["verdict"]["status"] == model.CERTIFIED and full["run_id"] != doc["run_id"]
 
 
 def test_waivers_applied_stale_unneeded_gpu_scoped(project: pytest.Pytester) -> None:
@@ -417,7 +422,8 @@ def test_run_without_conformance_tests_has_no_verdict(project: pytest.Pytester) 
     result.stdout.fnmatch_lines(["verdict: NO VERDICT*", "  - no conformance test ran: *",
                                  "benchmarks: 1", "tests: 2 (PASS 2)"])
     assert "must-pass clauses:" not in result.stdout.str()
-    folder = project.path / "out" / "latest"
+    assert not (project.path / "out" / "latest").exists(), "a benchmark run is not latest"
+    folder = project.path / "out" / "latest-bench"
     html = (folder / "certification.html").read_text()
     md = (folder / "certification.md").read_text()
     for text in (html, md):  # no clause listing, no must-pass clause as a failure

@@ -27,6 +27,8 @@ def certify(tmp_path: Path, *args: str, modules: tuple[str, ...] = ("conformance
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("PYTEST_XDIST", "PYTEST_CURRENT", "ANTMAN_RUNTIME"))}
     env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), str(ROOT)])
+    (tmp_path / "tmp").mkdir(exist_ok=True)
+    env["TMPDIR"] = str(tmp_path / "tmp")          # what the run leaves in the temp folder
     return subprocess.run([sys.executable, "-m", "pytest", *modules, "-p", "no:cacheprovider",
                            "-q", "--report-dir", str(tmp_path / "out"), *args],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
@@ -66,6 +68,8 @@ def assert_refused(done: subprocess.CompletedProcess[str], tmp_path: Path, *need
     folders = sorted(p.name for p in (tmp_path / "out").iterdir())
     assert folders == ["20260101T000000Z-earlier-1", "latest"], folders
     assert os.readlink(tmp_path / "out" / "latest") == "20260101T000000Z-earlier-1"
+    left = sorted(p.name for p in (tmp_path / "tmp").iterdir())
+    assert left == [], f"a run stopped at start-up left temporary files: {left}"
 
 
 @pytest.mark.parametrize("module, source, needles", [
@@ -80,6 +84,11 @@ def assert_refused(done: subprocess.CompletedProcess[str], tmp_path: Path, *need
                                                                "teleport"]),
     ("fake_missing_names", runtime_source('"bfc"', names=False),
      ["declares capability 'bfc' but lacks", "BFCAllocator"]),
+    ("fake_missing_many", runtime_source('"bfc", "vmem", "workload"', names=False),
+     ["declares capability 'bfc' but lacks", "BFCAllocator",
+      "declares capability 'vmem' but lacks GPUVMemAllocator, maybe_create_gpu_vmem_allocator",
+      "declares capability 'workload' but lacks MLPWorkload",
+      "no submodule fake_missing_many.workload"]),
     ("fake_module_workload", runtime_source('"workload"'),
      ["no submodule fake_module_workload.workload", "python -m fake_module_workload.workload"]),
     ("fake_bad_worker", runtime_source('"worker"', extra='WORKER_COMMAND = ["/nonexistent/w"]'),
@@ -112,7 +121,8 @@ def test_a_valid_setup_still_runs_and_reports(tmp_path: Path) -> None:
         f'WORKER_COMMAND = [{sys.executable!r}, "-m", "fake_ok.worker"]')))
     done = certify(tmp_path, "--runtime", "fake_ok")
     assert done.returncode in (0, 1), done.stdout[-3000:] + done.stderr[-3000:]
-    assert (tmp_path / "out" / "latest" / "certification.json").is_file()
+    assert (tmp_path / "out" / "latest-partial" / "certification.json").is_file()
+    assert not (tmp_path / "out" / "latest").exists(), "one module is not a complete run"
 
 
 # --- the GPU gate ------------------------------------------------------------------------
@@ -167,6 +177,8 @@ def certify_on(tmp_path: Path, host: dict[str, str], *args: str,
            if not k.startswith(("PYTEST_XDIST", "PYTEST_CURRENT", "ANTMAN_RUNTIME"))}
     env["PYTHONPATH"] = os.pathsep.join([host["host"], str(tmp_path), str(ROOT)])
     env["FAKE_NVML_STATE"] = host["FAKE_NVML_STATE"]
+    (tmp_path / "tmp").mkdir(exist_ok=True)
+    env["TMPDIR"] = str(tmp_path / "tmp")          # what the run leaves in the temp folder
     return subprocess.run([sys.executable, "-m", "pytest", *modules, "-p", "no:cacheprovider",
                            "-q", "--report-dir", str(tmp_path / "out"), *args],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
@@ -189,7 +201,7 @@ def test_require_gpu_with_a_usable_gpu_runs_and_counts_the_gpu_clauses_as_must_p
     out = done.stdout + done.stderr
     assert done.returncode in (0, 1), out[-3000:]
     import json
-    doc = json.loads((tmp_path / "out" / "latest" / "certification.json").read_text())
+    doc = json.loads((tmp_path / "out" / "latest-partial" / "certification.json").read_text())
     required = set(doc["mustpass"]["required"])
     gpu_clauses = {f"GPU-{i}" for i in range(1, 13)}
     assert gpu_clauses <= required, sorted(required)

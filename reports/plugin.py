@@ -6,14 +6,17 @@ Every run (with or without xdist; only the controller writes) gets a folder
 ``certification.html``, ``junit.xml`` (unless ``--junitxml`` names another file; pytest
 writes it aside first and it moves in with the report, named after the suite and carrying
 the verdict as properties) and the plots as SVG; ``<report-dir>/latest`` points at the
-newest folder (a symlink, or a file naming it where symlinks are unavailable). The newest 50
-run folders are kept. The terminal summary prints the verdict and what it covered, the
-counts per outcome and the folder. A run that ends in a usage error (exit status 4: the
-checks before any test, conformance/plugin.py, and a ``--report-dir`` that cannot hold the
-report) writes nothing and leaves ``latest`` alone. The folder is filled under a temporary
-name and renamed when complete (reports/writer.py); a report that cannot be written
-completely, or that ``latest`` cannot name, makes the exit status 4 with one line saying
-why. Every text goes through reports/safe_text.py (the terminal summary included).
+newest complete run's folder (a symlink, or a file naming it where symlinks are
+unavailable), ``latest-partial`` at the newest run of part of the suite and ``latest-bench``
+at the newest run without a verdict (reports/writer.py). The newest 20 run folders are kept
+(``--keep-runs N`` or ``ANTMAN_KEEP_RUNS``), and every folder a pointer names. The terminal
+summary prints the verdict and what it covered, the counts per outcome and the folder. A run
+that ends in a usage error (exit status 4: the checks before any test, conformance/plugin.py)
+writes nothing, not even a temporary file, and leaves the pointers alone. The folder is
+filled under a temporary name and renamed when complete (reports/writer.py); a report that
+cannot be written completely, or that ``latest`` cannot name, makes the exit status 4 with
+one line saying why. Every text goes through reports/safe_text.py (the terminal
+summary included).
 
 Options: ``--report-dir DIR`` (default ``reports/out`` under the rootdir), ``--no-report``,
 ``--expectations FILE`` (waivers, see ``reports.expectations``), ``--mustpass FILE``
@@ -74,6 +77,7 @@ import datetime as dt
 import json
 import os
 import re
+import secrets
 import shutil
 import sys
 import tempfile
@@ -108,7 +112,6 @@ WORKEROUTPUT_TESTS = "antman_tests"
 WORKEROUTPUT_DESELECTED = "antman_deselected"
 _ARTIFACT_NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 _RECORDER = "antman-certification-recorder"
-KEEP_RUNS = 50
 #: Exit status of a run whose report could not be written completely (or whose ``latest``
 #: could not be moved to it): as for a usage error, no new report is where ``latest`` says.
 REPORT_NOT_WRITTEN = pytest.ExitCode.USAGE_ERROR
@@ -129,6 +132,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="exit status 0 exactly when the verdict is CERTIFIED")
     group.addoption("--allow-waivers", action="store_true", default=False,
                     help="with --require-certified: CERTIFIED WITH WAIVERS exits 0 too")
+    group.addoption("--keep-runs", default=None, metavar="N",
+                    help="run folders kept in the report folder, the newest first (default: "
+                         "$ANTMAN_KEEP_RUNS or 20)")
 
 
 # --------------------------------------------------------------------------- every process
@@ -282,8 +288,10 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(recorder, _RECORDER)
     if not getattr(opt, "xmlpath", None) and config.pluginmanager.has_plugin("junitxml"):
         # junitxml writes before the report exists: into a private folder, moved into the
-        # run folder with the report (and removed when the run ends in a usage error).
-        recorder.junit_tmp = Path(tempfile.mkdtemp(prefix="antman-junit-")) / "junit.xml"
+        # run folder with the report (and removed when the run ends in a usage error). The
+        # folder is made when the session starts, so a run stopped before leaves nothing.
+        private = f"antman-junit-{secrets.token_hex(16)}"
+        recorder.junit_tmp = Path(tempfile.gettempdir()) / private / "junit.xml"
         opt.xmlpath = str(recorder.junit_tmp)
         recorder.junit_is_ours = True
 
@@ -306,8 +314,8 @@ def selection_reasons(config: pytest.Config, deselected: int) -> list[str]:
         reasons.append(f"-m {opt.markexpr!r}")
     if getattr(opt, "deselect", None):
         reasons.append(f"--deselect {' '.join(opt.deselect)}")
-    if getattr(opt, "lf", False):
-        reasons.append("--last-failed")
+    from conformance import selection       # --clause, --rerun, --lf
+    reasons.extend(selection.reasons(config))
     if getattr(opt, "stepwise", False) or getattr(opt, "stepwise_skip", False):
         reasons.append("--stepwise")
     root = certification_root()
@@ -372,6 +380,11 @@ class CertificationRecorder:
         self.skipped_for: str | None = None
         self.runtime_error: str | None = None
         self.runtime = None
+        from reports import writer
+        try:
+            self.keep_runs = writer.keep_runs(config.getoption("--keep-runs"))
+        except ValueError as exc:
+            raise pytest.UsageError(f"--keep-runs or {writer.KEEP_RUNS_ENV}: {exc}") from None
         try:
             self.runtime = conformance_plugin.load_runtime(config)
             name = self.runtime.NAME
@@ -385,6 +398,10 @@ class CertificationRecorder:
         stamp = dt.datetime.fromtimestamp(self.started, dt.timezone.utc)
         self.base = base
         self.run_dir = base / f"{stamp:%Y%m%dT%H%M%SZ}-{safe_name(str(name))}-{os.getpid()}"
+
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        if self.junit_tmp is not None:
+            self.junit_tmp.parent.mkdir(mode=0o700, exist_ok=True)
 
     # -- collection
     def record(self, nodeid: str) -> model.TestRecord:
@@ -552,11 +569,11 @@ class CertificationRecorder:
                 _point_junit_summary_at(self.config, self.run_dir / "junit.xml")
             if external and Path(external).exists():
                 writer.annotate_junit(Path(external), self.document)
-            writer.point_latest(self.base, self.run_dir)
+            writer.point_latest(self.base, self.run_dir, writer.pointer_for(self.document))
             if errors:
                 self.write_error = ("certification.json does not match its schema: "
                                     + "; ".join(errors[:5]))
-            writer.prune(self.base, keep=KEEP_RUNS)
+            writer.prune(self.base, keep=self.keep_runs)
         except Exception as exc:  # the report must never hide the test results
             self.not_written = _one_line(exc)
             session.exitstatus = REPORT_NOT_WRITTEN

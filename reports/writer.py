@@ -72,6 +72,8 @@ def render_all(doc: dict[str, Any], run_dir: Path) -> dict[str, str]:
     atomic_write(run_dir / "certification.html", render_html.render(doc, figures))
     names.update(markdown="certification.md", html="certification.html")
     names["figures"] = [f["file"] for f in figures if f.get("file")]  # type: ignore[assignment]
+    names["failed_figures"] = [f"{f.get('title') or f['name']}: {f['error']}"  # type: ignore[assignment]
+                               for f in figures if f.get("error")]
     return names
 
 
@@ -208,12 +210,47 @@ def report_dir_problem(base: Path) -> str | None:
     return None
 
 
-def point_latest(base: Path, run_dir: Path) -> None:
-    """``base/latest`` -> ``run_dir`` (a relative symlink, replaced atomically; a file naming
-    it where symlinks are unavailable). ``ReportWriteError`` when ``latest`` is a real folder
+#: The pointers to the newest run of each kind: a complete certification run (``latest``),
+#: a run of part of the suite (``--clause``, ``-k``, paths, ``--rerun`` ...) and a run
+#: without a verdict (benchmarks). Only a complete run moves ``latest``, so ``latest`` is
+#: always a whole certification.
+LATEST_PARTIAL = "latest-partial"
+LATEST_BENCH = "latest-bench"
+POINTERS = (LATEST, LATEST_PARTIAL, LATEST_BENCH)
+#: Run folders kept under a report folder (``--keep-runs``, ``ANTMAN_KEEP_RUNS``).
+DEFAULT_KEEP_RUNS = 20
+KEEP_RUNS_ENV = "ANTMAN_KEEP_RUNS"
+
+
+def pointer_for(doc: dict[str, Any]) -> str:
+    """Which pointer a run's document moves (``POINTERS``)."""
+    if doc.get("verdict", {}).get("status") == "NO VERDICT":
+        return LATEST_BENCH
+    if not doc.get("invocation", {}).get("selection_complete", True):
+        return LATEST_PARTIAL
+    return LATEST
+
+
+def keep_runs(value: str | int | None) -> int:
+    """The number of run folders to keep, from ``--keep-runs`` or ``ANTMAN_KEEP_RUNS``
+    (``DEFAULT_KEEP_RUNS`` when neither is given): an integer >= 1, else ``ValueError``."""
+    if value is None or value == "":
+        value = os.environ.get(KEEP_RUNS_ENV) or DEFAULT_KEEP_RUNS
+    text = str(value).strip()
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(f"the number of run folders to keep must be an integer >= 1, "
+                         f"got {value!r}")
+    return int(text)
+
+
+def point_latest(base: Path, run_dir: Path, name: str = LATEST) -> None:
+    """``base/<name>`` -> ``run_dir`` (a relative symlink, replaced atomically; a file naming
+    it where symlinks are unavailable). ``ReportWriteError`` when the pointer is a real folder
     or cannot be replaced."""
-    link = base / LATEST
-    tmp = base / f".{LATEST}.{os.getpid()}"
+    if name not in POINTERS:
+        raise ValueError(f"unknown pointer {name!r}")
+    link = base / name
+    tmp = base / f".{name}.{os.getpid()}"
     if not link.is_symlink() and link.is_dir():
         raise ReportWriteError(f"{link} is a real folder, not the link to the newest report, "
                                f"so it still names an older one; the report is in {run_dir}")
@@ -239,12 +276,46 @@ def point_latest(base: Path, run_dir: Path) -> None:
                                f"{exc.strerror or exc}; the report is in {run_dir}") from None
 
 
+def pointed_at(base: Path) -> set[str]:
+    """Names of the run folders a pointer of ``base`` names (symlink or pointer file)."""
+    return {n for n in (_pointed(base / name) for name in POINTERS) if n}
+
+
+def newest_pointer(base: Path) -> Path | None:
+    """The pointer of ``base`` (``POINTERS``) naming the newest run folder, or None."""
+    found = []
+    for name in POINTERS:
+        named = _pointed(base / name)
+        if named is not None:
+            found.append((named, base / name))
+    return max(found)[1] if found else None
+
+
+def _pointed(link: Path) -> str | None:
+    """The run folder name a pointer (symlink or pointer file) names, or None."""
+    try:
+        if link.is_symlink():
+            return Path(os.readlink(link)).name
+        if link.is_file() and link.stat().st_size < 4096:
+            return link.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        pass
+    return None
+
+
 RUN_DIR_NAME = re.compile(r"^\d{8}T\d{6}Z-.+-\d+$")
 
 
-def prune(base: Path, keep: int) -> None:
-    """Removes all but the newest ``keep`` run folders (by name) under ``base``."""
+def prune(base: Path, keep: int) -> list[Path]:
+    """Removes all but the newest ``keep`` run folders (by name) under ``base``, never one a
+    pointer names; returns those removed."""
     runs = sorted(p for p in base.iterdir() if p.is_dir() and not p.is_symlink()
                   and RUN_DIR_NAME.match(p.name))
+    kept = pointed_at(base)
+    removed = []
     for old in runs[:-keep] if keep > 0 else []:
+        if old.name in kept:
+            continue
         shutil.rmtree(old, ignore_errors=True)
+        removed.append(old)
+    return removed
