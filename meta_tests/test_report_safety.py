@@ -213,6 +213,7 @@ def test_an_earlier_report_is_not_erased_by_a_hostile_worker(tmp_path: Path, mod
     earlier.mkdir(parents=True)
     (earlier / "certification.json").write_text('{"verdict": {"status": "CERTIFIED"}}')
     (out / "latest").symlink_to(earlier.name)
+    (out / "latest-partial").symlink_to(earlier.name)
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("PYTEST_", "ANTMAN_", "GPU_CONFIG", "GPU_STATUS"))}
     cmd = shlex.join([sys.executable, str(WORKERS / "hostile_text.py"), mode])
@@ -223,8 +224,9 @@ def test_an_earlier_report_is_not_erased_by_a_hostile_worker(tmp_path: Path, mod
          "-k", "test_hello_then_one_record_per_step or test_stdin_eof_stops"],
         cwd=ROOT, env=env, capture_output=True, timeout=240)
     output = (done.stdout + done.stderr).decode("utf-8", errors="replace")
-    latest = (out / "latest").resolve()
-    assert latest != earlier.resolve(), f"latest still names the earlier report:\n" \
+    # two tests of the suite: a partial run, which moves latest-partial (reports/writer.py)
+    latest = (out / "latest-partial").resolve()
+    assert latest != earlier.resolve(), f"latest-partial still names the earlier report:\n" \
                                         f"{output[-3000:]}"
     doc = assert_complete_report(latest)
     assert doc["runtime"]["name"].startswith("fake-worker <lone_high_surrogate:fake\\ud800")
@@ -241,7 +243,7 @@ def test_an_earlier_report_is_not_erased_by_a_hostile_worker(tmp_path: Path, mod
     for bad in (b"\x1b", b"\r", b"\x00", b"\x07", "\u202e".encode(), b"\xed\xa0\x80"):
         assert bad not in raw, f"{bad!r} reached the terminal: {raw[-2000:]!r}"
     assert sorted(p.name for p in out.iterdir()) == sorted(
-        [earlier.name, "latest", latest.name])            # nothing half-written left
+        [earlier.name, "latest", "latest-partial", latest.name])  # nothing half-written left
 
 
 # --------------------------------------------------------------------------- the report folder
