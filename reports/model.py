@@ -74,6 +74,8 @@ class TestRecord:
     verdicts: attribution.Attribution = field(
         default_factory=lambda: attribution.Attribution({}))
     clause_outcomes: dict[str, str] = field(default_factory=dict)   # after waivers
+    #: the clauses the test's preconditions name (conformance/preconditions.py)
+    depends: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {"nodeid": self.nodeid, "outcome": self.outcome,
@@ -82,7 +84,8 @@ class TestRecord:
                 "worker": self.worker, "hypothesis": self.hypothesis,
                 "message": self.message, "waiver": self.waiver,
                 "clause_outcomes": self.clause_outcomes,
-                "attribution": self.verdicts.how, "failures": self.verdicts.failures}
+                "attribution": self.verdicts.how, "failures": self.verdicts.failures,
+                "depends": self.depends}
 
 
 @dataclass
@@ -170,7 +173,7 @@ def _clauses(data: RunData, waivers: list[exp.Waiver], required: set[str]) -> li
                         + (f" ({why})" if (why := t.verdicts.notes.get(cid) or t.message)
                            else "") for t in not_run})
         failures = [{"nodeid": t.nodeid, "outcome": f["outcome"], "message": f["message"],
-                     "tagged": f["tagged"]}
+                     "tagged": f["tagged"], "precondition": f.get("precondition", False)}
                     for t in tests for f in t.verdicts.failures if cid in f["clauses"]]
         section = sections.get(cid)
         result.append({
@@ -367,6 +370,7 @@ def build(data: RunData) -> dict[str, Any]:
     profiles = data.mustpass.satisfied_profiles(caps) if data.mustpass else []
     clauses = _clauses(data, waivers, required)
     verdict = _verdict(data, clauses, required, profiles)
+    ranking = attribution.explain(clauses, data.tests.values())   # root cause first
     live = [c for c in clauses if not c["withdrawn"]]
     tests = sorted(data.tests.values(), key=lambda t: t.nodeid)
     mp = data.mustpass
@@ -400,6 +404,7 @@ def build(data: RunData) -> dict[str, Any]:
             "tests": _counts([t.outcome for t in tests], oc.TEST_OUTCOMES),
         },
         "clauses": clauses,
+        "failure_ranking": ranking,
         "tests": [t.to_json() for t in tests],
         "artifacts": data.artifacts,
         "benchmarks": data.benchmarks,

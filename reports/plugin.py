@@ -76,7 +76,7 @@ from typing import Any
 import pytest
 
 from conformance import plugin as conformance_plugin
-from conformance import spec
+from conformance import preconditions, spec
 from reports import attribution, environment, model
 from reports import expectations as exp
 from reports import mustpass as mp
@@ -91,6 +91,7 @@ PROP_SEED = "antman:hypothesis_seed"
 PROP_SEED_SOURCE = "antman:hypothesis_seed_source"
 PROP_ARTIFACT = "antman:artifact"
 PROP_FAILURES = "antman:failures"
+PROP_DEPENDS = "antman:depends"
 WORKEROUTPUT_TESTS = "antman_tests"
 WORKEROUTPUT_DESELECTED = "antman_deselected"
 _ARTIFACT_NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
@@ -181,6 +182,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     stamped = oc.exception_outcome(call.excinfo.value if call.excinfo else None)
     if stamped:
         extra.append((PROP_OUTCOME, stamped))
+    depends = [(PROP_DEPENDS, c) for c in preconditions.declared()
+               if (PROP_DEPENDS, c) not in item.user_properties]
+    extra += depends
     if report.when == "call":
         seed = hypothesis_seed(item)
         if seed is not None:
@@ -196,6 +200,12 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         found = attribution.failures(call.excinfo.value)
         report.user_properties = [*report.user_properties, (PROP_FAILURES, found)]
     return report
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A test's declared preconditions are its own (``antman:depends``)."""
+    preconditions.reset()
 
 
 class ReportArtifacts:
@@ -407,6 +417,7 @@ class CertificationRecorder:
             rec.capabilities = list(dict.fromkeys(v for k, v in props if k == PROP_CAPABILITY))
             rec.gpu = any(k == PROP_GPU for k, _ in props)
         stamped = next((v for k, v in props if k == PROP_OUTCOME), None)
+        rec.depends += [v for k, v in props if k == PROP_DEPENDS and v not in rec.depends]
         found = getattr(report, "antman_failures", None)
         if found:
             rec.failures[len(rec.phases)] = list(found)
