@@ -111,6 +111,8 @@ class RunData:
     benchmarks: list[dict[str, Any]] = field(default_factory=list)
     worker_hellos: list[dict[str, Any]] = field(default_factory=list)
     require_gpu: bool = False          # --require-gpu: GPU clauses required whatever the target
+    #: why the run stopped before its end ({"code", "message"}; reports/run_budget.py)
+    stopped: dict[str, str] | None = None
     run_id: str = ""
     generated_at: str = ""
     today: dt.date | None = None
@@ -264,7 +266,9 @@ def _verdict(data: RunData, clauses: list[dict], required: set[str],
     if unreported:
         reason(incomplete, "tests-not-run",
                f"{len(unreported)} collected test(s) never ran, e.g. {unreported[0]}")
-    if data.exitstatus == 2:
+    if data.stopped:
+        reason(incomplete, "run-stopped", stopped_message(data.stopped["message"], unreported))
+    elif data.exitstatus == 2:
         reason(incomplete, "interrupted", "the session was interrupted")
 
     git = data.suite.get("git") or {}
@@ -305,6 +309,15 @@ def _verdict(data: RunData, clauses: list[dict], required: set[str],
     return {"status": status, "reasons": fatal + incomplete, "warnings": warnings,
             "profiles": profiles,
             "scope": scope(profiles, required, data.target.get("source") == "worker")}
+
+
+def stopped_message(why: str, not_run: list[str], limit: int = 10) -> str:
+    """A run that stopped early: why, and the tests that did not run."""
+    if not not_run:
+        return f"{why}; every collected test had run"
+    more = f" and {len(not_run) - limit} more" if len(not_run) > limit else ""
+    return (f"{why}; {len(not_run)} collected test(s) did not run: "
+            + ", ".join(not_run[:limit]) + more)
 
 
 def scope(profiles: list[str], required: set[str], black_box: bool) -> str:
@@ -394,6 +407,7 @@ def build(data: RunData) -> dict[str, Any]:
         "platform": data.platform,
         "execution_target": target,
         "invocation": {**data.invocation, "exitstatus": data.exitstatus,
+                       "stopped": data.stopped,
                        "selection_complete": not data.selection_reasons,
                        "selection_reasons": data.selection_reasons,
                        "collection_errors": data.collection_errors},

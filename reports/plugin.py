@@ -77,7 +77,7 @@ import pytest
 
 from conformance import plugin as conformance_plugin
 from conformance import preconditions, spec
-from reports import attribution, environment, model
+from reports import attribution, environment, model, run_budget
 from reports import expectations as exp
 from reports import mustpass as mp
 from reports import outcomes as oc
@@ -112,6 +112,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "(such a run is never CERTIFIED)")
     group.addoption("--require-certified", action="store_true", default=False,
                     help="exit status 0 exactly when the verdict is CERTIFIED")
+    run_budget.add_option(group)
 
 
 # --------------------------------------------------------------------------- every process
@@ -250,6 +251,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 @pytest.hookimpl(tryfirst=True)  # before junitxml reads ``xmlpath``
 def pytest_configure(config: pytest.Config) -> None:
+    run_budget.configure(config)
     if is_worker(config) or config.getoption("--no-report"):
         return
     opt = config.option
@@ -509,6 +511,7 @@ class CertificationRecorder:
             require_gpu=bool(config.getoption("--require-gpu", default=False)),
             selection_reasons=selection_reasons(config, self.deselected),
             collection_errors=self.collection_errors, exitstatus=int(session.exitstatus),
+            stopped=run_budget.why_stopped(config, int(session.exitstatus)),
             artifacts=artifacts, benchmarks=benchmark_results(config),
             run_id=self.run_dir.name, generated_at=_iso(finished))
 
