@@ -11,6 +11,7 @@ test, so the test declares the dependency and its failure is attributed there::
         assert None not in (p1, p2), f"{p1}, {p2} [BFC-4]"
 
     precondition_holds("RM-12", step.suspended(), "perfControl 0 suspends the step")
+    relies_on("RM-4", "RM-12")          # declared only: the report ranks failures by them
 
 Any exception in the block (an assertion of the test, the virtual clock's ``ClockStall``, an
 error of the runtime) becomes a ``PreconditionFailed`` tagged with the clause depended on;
@@ -25,7 +26,8 @@ import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-__all__ = ["PreconditionFailed", "declared", "precondition", "precondition_holds", "reset"]
+__all__ = ["PreconditionFailed", "declared", "precondition", "precondition_holds", "relies_on",
+           "reset"]
 
 _TAG = re.compile(r"\[([A-Z][A-Z0-9]*-\d+)\]")
 _declared: list[str] = []
@@ -73,6 +75,13 @@ def precondition_holds(clause: str, condition: object, what: str) -> None:
     _declare(clause)
     if not condition:
         raise PreconditionFailed(clause, what)
+
+
+def relies_on(*clauses: str) -> None:
+    """Declare clauses whose behaviour the test relies on without checking it itself (a
+    black-box test sees a misread config only as its own clause failing)."""
+    for clause in clauses:
+        _declare(clause)
 
 
 def declared() -> list[str]:

@@ -14,6 +14,7 @@ import time
 import pytest
 
 from conformance.control_helpers import joined, run_in_thread
+from conformance.preconditions import precondition
 from fixtures.oom import FaultInjectingSubAllocator, assert_bfc_valid
 from fixtures.virtual_clock import VirtualClock
 
@@ -477,8 +478,9 @@ def test_region_is_capped_by_the_limit(rt):
     a = bfc.allocate_raw(256, MiB)               # region 1 MiB, next 2 MiB
     b = bfc.allocate_raw(256, MiB)               # region min(next 2, available 2) MiB
     assert sim.alloc_calls == [MiB, 2 * MiB], f"regions {sim.alloc_calls} [BFC-8]"
-    c = bfc.allocate_raw(256, MiB)               # the 1 MiB left in region 2
-    assert None not in (a, b, c), "[BFC-9]"
+    with precondition("BFC-4", "a 1 MiB request splits the 2 MiB region"):
+        c = bfc.allocate_raw(256, MiB)           # the 1 MiB left in region 2
+        assert None not in (a, b, c), f"allocations {a}, {b}, {c} [BFC-4]"
     assert bfc.allocate_raw(256, 256, no_retry(rt)) is None, "allocation beyond the limit [BFC-9]"
     assert sim.alloc_calls == [MiB, 2 * MiB], (
         f"a request beyond floor256(limit - pool) = 0 called the sub-allocator "
@@ -749,7 +751,7 @@ def test_free_wakes_the_waiter_without_the_lock_held(rt):
     p = bfc.allocate_raw(256, MiB)                       # the whole pool
     t, out = _run(lambda: bfc.allocate_raw(256, 1000), "antman-test-waiter")
     try:
-        clock.wait_for_waiters(1)
+        clock.wait_for_waiters(1, clause="BFC-12")
         # the lock is free while the waiter waits
         assert bfc.get_stats().bytes_in_use == MiB, "[BFC-17]"
         assert bfc.allocation_id(p) == 1, "[BFC-17]"
@@ -773,7 +775,7 @@ def test_retry_deadline_on_virtual_clock(rt):
     bfc.allocate_raw(256, MiB)
     t, out = _run(lambda: bfc.allocate_raw(256, 1000), "antman-test-deadline")
     try:
-        clock.wait_for_waiters(1)
+        clock.wait_for_waiters(1, clause="BFC-12")
         clock.tick(T_10S - 1)
         assert "antman-test-deadline" in clock.waiting_threads(), (
             "the retry gave up before its 10 s deadline [BFC-12]")
@@ -848,13 +850,15 @@ def test_each_free_wakes_every_waiter_of_its_time(rt):
     the second free wakes the one left. The count of waiters must stay exact throughout."""
     clock = VirtualClock()
     bfc, sim = make(rt, MiB, growth=False, clock=clock, timeout_us=T_10S)
-    p1, p2 = bfc.allocate_raw(256, 512 * KiB), bfc.allocate_raw(256, 512 * KiB)
-    assert bfc.memory_map().total_region_allocated_bytes == MiB and None not in (p1, p2), \
-        f"setup: two 512 KiB chunks fill the 1 MiB pool: {p1}, {p2} [BFC-12]"
+    with precondition("BFC-4", "two 512 KiB chunks fill the 1 MiB pool (split rule)"):
+        p1 = bfc.allocate_raw(256, 512 * KiB)
+        p2 = bfc.allocate_raw(256, 512 * KiB, no_retry(rt))
+        assert bfc.memory_map().total_region_allocated_bytes == MiB and None not in (p1, p2), \
+            f"two 512 KiB chunks fill the 1 MiB pool: {p1}, {p2} [BFC-4]"
     waiters = [_run(lambda: bfc.allocate_raw(256, 512 * KiB), f"antman-test-waiter-{i}")
                for i in range(2)]
     try:
-        clock.wait_for_waiters(2)
+        clock.wait_for_waiters(2, clause="BFC-12")
         bfc.deallocate_raw(p1)
         limit = time.monotonic() + 5            # real time, generous: one waiter is served
         while not any(out for _, out in waiters) and time.monotonic() < limit:
@@ -863,7 +867,7 @@ def test_each_free_wakes_every_waiter_of_its_time(rt):
         # must not count, or the second free could serve it without any wake-up)
         while len(clock.records) < 3 and time.monotonic() < limit:
             time.sleep(0.002)
-        clock.wait_for_waiters(1)
+        clock.wait_for_waiters(1, clause="BFC-12")
         assert len(clock.records) == 3, (
             f"after the first free the unserved waiter did not wait again: "
             f"{len(clock.records)} waits [BFC-12]")
@@ -878,7 +882,7 @@ def test_each_free_wakes_every_waiter_of_its_time(rt):
         assert clock.now_us() == 0, "a waiter needed the clock to advance [BFC-12]"
         # And again: a later waiter is woken as the first ones were.
         t3, out3 = _run(lambda: bfc.allocate_raw(256, 512 * KiB), "antman-test-waiter-3")
-        clock.wait_for_waiters(1)
+        clock.wait_for_waiters(1, clause="BFC-12")
         bfc.deallocate_raw(p1)
         t3.join(5)
         assert out3 == [p1], f"a third waiter, after two were served, got {out3} [BFC-12]"

@@ -201,7 +201,7 @@ def test_deep_value_delivered_by_the_listener(rt, managed, config_path, vclock, 
     caplog.set_level(logging.WARNING)
     doc = nemesis.nested_document(990, beside={"gpuConfigInfo": {BUS: {"maxDeviceMem": MiB}}},
                                   member="perfControl")
-    vclock.wait_for_waiters(1)
+    vclock.wait_for_waiters(1, clause="FL-2")
     write_text(config_path, doc)
     poll(vclock)
     errors = runtime_records(caplog, rt, logging.ERROR)
@@ -253,7 +253,7 @@ def test_numbers_read_exactly_whatever_their_literal(rt, managed, literal, value
 def one_gpu(rt, runtimes, vclock, tmp_path):
     config = tmp_path / "gpu_config.json"
     ctx = runtimes(config_file=str(config), clock=vclock)
-    vclock.wait_for_waiters(1)
+    vclock.wait_for_waiters(1, clause="FL-2")
     gpu = gpus(ctx)[0]
     return ctx, config, gpu, bus_id(rt, gpu)
 
@@ -377,7 +377,7 @@ def test_config_path_cannot_forge_a_log_line(rt, runtimes, vclock, tmp_path, cap
     config = tmp_path / "gpu_config\n2026-01-01 CRITICAL forged.json"
     write_text(config, '{"perfControl": "bad"}')
     ctx = runtimes(config_file=str(config), clock=vclock)
-    vclock.wait_for_waiters(1)
+    vclock.wait_for_waiters(1, clause="FL-2")
     deliver(vclock, config, '{"gpuConfigInfo": {"ff:1f.7": {"maxDeviceMem": 1}}}')
     boundary(rt, ctx)
     config.unlink()

@@ -8,6 +8,7 @@ import threading
 import pytest
 
 from conformance.control_helpers import runtime_records
+from conformance.preconditions import precondition
 from fixtures.env_toggles import BAD_BOOL_VALUES, BAD_INT64_VALUES
 from fixtures.virtual_clock import VirtualClock
 
@@ -495,10 +496,12 @@ def test_no_stall_while_the_host_waits(rt, tf_env):
     clock = VirtualClock()
     s = Stack(rt, host_clock=clock, timeout_us=T_10S)
     s.require_host_limit(1)
-    d1 = s.vmem.allocate_raw(256, 512 * KiB)
-    d2 = s.vmem.allocate_raw(256, 512 * KiB)            # device full
-    assert in_region(s.dev_sim, d1), f"allocate_raw(256, 512 KiB) gave {d1} [VMEM-3]"
-    h = s.fallback(MiB)                                 # host full (limit 1 MiB)
+    with precondition("BFC-4", "two 512 KiB chunks fill the 1 MiB device pool, 1 MiB the host"):
+        d1 = s.vmem.allocate_raw(256, 512 * KiB)
+        d2 = s.vmem.allocate_raw(256, 512 * KiB)        # device full
+        assert in_region(s.dev_sim, d1) and in_region(s.dev_sim, d2), \
+            f"allocate_raw(256, 512 KiB) twice gave {d1}, {d2} [BFC-4]"
+        h = s.fallback(MiB)                             # host full (limit 1 MiB)
     result: list = []
     waiter = threading.Thread(target=lambda: result.append(s.vmem.allocate_raw(256, MiB)),
                               name="antman-test-host-waiter", daemon=True)
@@ -518,7 +521,7 @@ def test_no_stall_while_the_host_waits(rt, tf_env):
         done.set()
 
     try:
-        clock.wait_for_waiters(1)
+        clock.wait_for_waiters(1, clause="VMEM-9")
         other = threading.Thread(target=other_thread, name="antman-test-other", daemon=True)
         other.start()
         other.join(5)
@@ -546,7 +549,10 @@ def test_host_limit_reached(rt, tf_env):
     s.require_host_limit(3)
     s.fill_device()
     got = [s.fallback(MiB)]                 # a fallback within the limit (VMEM-4) ...
-    got += [s.vmem.allocate_raw(256, MiB) for _ in range(4)]
+    with precondition("BFC-4", "1 MiB requests split the 2 MiB host region into 1 + 1"):
+        got += [s.vmem.allocate_raw(256, MiB) for _ in range(2)]
+        assert None not in got, f"three 1 MiB fallbacks in 3 MiB of host regions: {got} [BFC-4]"
+    got += [s.vmem.allocate_raw(256, MiB) for _ in range(2)]
     # host regions 1 MiB, then 2 MiB (split into 1 + 1); the limit allows no third region
     assert [p is not None for p in got] == [True, True, True, False, False], (
         f"1 MiB fallbacks under a 3 MiB host limit: {got} [VMEM-10]")

@@ -228,7 +228,9 @@ def explain(clauses: list[dict[str, Any]], tests: Iterable[Any]) -> list[str]:
 
     for c in cause_of:
         explains[root_of(c)] += 1
-    order = sorted(roots, key=lambda c: (-explains[c], -len(incidents.get(c, [])), c))
+    support = Counter(d for rows in incidents.values() for _, _, causes in rows for d in causes)
+    order = sorted(roots, key=lambda c: (-explains[c], -support[c], -len(incidents.get(c, [])),
+                                         c))
     placed = set(order)
     while len(order) < len(failing):
         nxt = sorted((c for c in failing - placed if cause_of.get(c) in placed),
@@ -248,11 +250,13 @@ def explain(clauses: list[dict[str, Any]], tests: Iterable[Any]) -> list[str]:
             continue
         rows = incidents[cid]
         with_cause = [t for t, _, causes in rows if cause in causes]
-        # The failure of the cause to name: one in a test of this clause (its precondition
-        # failed there), else the cause's first failure from a test depending on nothing.
+        # The failure of the cause to name: its first own check failing in a test depending on
+        # nothing that failed, else any failure of it there, else one in a test of this clause.
         cause_rows = incidents.get(cause, [])
-        pick = next(((t, f) for t, f, _ in cause_rows if cid in t.clauses), None) or \
+        pick = next(((t, f) for t, f, causes in cause_rows
+                     if not causes and not f.get("precondition")), None) or \
             next(((t, f) for t, f, causes in cause_rows if not causes), None) or \
+            next(((t, f) for t, f, _ in cause_rows if cid in t.clauses), None) or \
             (cause_rows[0][:2] if cause_rows else (with_cause[0], None))
         t, f = pick
         entry["follows_from"] = {
