@@ -246,3 +246,16 @@ def test_a_run_attributes_preconditions_and_ranks_the_root_cause_first(project) 
     assert "likely follows from the failure of API-1 in test_synthetic.py::test_the_root" in md
     html = (project.path / "out" / "latest" / "certification.html").read_text()
     assert "likely follows from the failure of API-1" in html
+
+
+def test_an_expected_exception_check_names_its_clause() -> None:
+    from conformance.checks import raises
+    with pytest.raises(AssertionError, match=r"^f\(x\) raised ValueError: no, expected TypeError "
+                                             r"\[ADJ-6\]$"):
+        with raises(TypeError, "ADJ-6", "f(x)"):
+            raise ValueError("no")
+    with pytest.raises(AssertionError, match=r"^f\(x\) did not raise TypeError \[ADJ-6\]$"):
+        with raises(TypeError, "ADJ-6", "f(x)"):
+            pass
+    with raises((TypeError, KeyError), "ADJ-6", "f(x)"):
+        raise KeyError("fine")

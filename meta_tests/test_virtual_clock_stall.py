@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from fixtures.virtual_clock import ClockStall, SettleTimeout, VirtualClock
+from fixtures.virtual_clock import SPIN_LIMIT, ClockStall, SettleTimeout, VirtualClock
 
 BOUND_S = 5.0          # real time: a stall is reported within 0.1 s; generous for a loaded host
 
@@ -138,3 +138,27 @@ def test_harness_checks_carry_the_callers_clause() -> None:
     with pytest.raises(SettleTimeout) as caught:
         clock.wait_for_waiters(1, timeout_s=0.05)
     assert str(caught.value).endswith("found 0: []"), "no clause was given: no tag"
+
+
+@pytest.mark.parametrize("auto", [False, True])
+def test_a_thread_spinning_on_zero_waits_fails_at_once(auto: bool) -> None:
+    """A retry loop that waits ``deadline - now`` while ``now <= deadline`` spins at the
+    deadline: time never passes between its waits."""
+    clock = VirtualClock(auto_advance=auto, clause="BFC-12")
+    deadline = 1_000
+    start = time.monotonic()
+    if not auto:
+        clock.advance(deadline)                 # the test moved time to the deadline
+    with pytest.raises(ClockStall, match=r"waited 0 us 10000 times in a row at 1000 us: time "
+                                         r"never passes between its waits \[BFC-12\]$"):
+        while True:
+            now = clock.now_us()
+            if now <= deadline:
+                clock.wait(threading.Event(), deadline - now)
+            else:                                   # never reached: the loop spins
+                break
+    assert time.monotonic() - start < BOUND_S
+    # Zero waits at instants that move on are no spin.
+    for _ in range(2 * SPIN_LIMIT):
+        clock.wait(threading.Event(), 0)
+        clock.advance(1)
