@@ -83,8 +83,9 @@ class RecordingSub:
 def make(rt, limit: int, growth: bool = True, gc: bool = False, capacity: int | None = None,
          clock=None, timeout_us: int = 0):
     sim = rt.SimulatedDeviceMemory(capacity if capacity is not None else 4 * limit + GiB)
-    bfc = rt.BFCAllocator(sim, limit, growth, "GPU_0_bfc", gc,
-                          clock=clock if clock is not None else VirtualClock(auto_advance=True),
+    if clock is None:                  # an allocator's clock serves its retry (BFC-12)
+        clock = VirtualClock(auto_advance=True, clause="BFC-12")
+    bfc = rt.BFCAllocator(sim, limit, growth, "GPU_0_bfc", gc, clock=clock,
                           retry_timeout_us=timeout_us)
     return bfc, sim
 
@@ -125,7 +126,7 @@ def test_helpers_rounded_bytes_and_bin_num(rt):
 
 @pytest.mark.clause("BFC-1", "BFC-12")
 def test_zero_bytes_returns_none_at_once(rt):
-    clock = VirtualClock()  # manual: a retry wait would block this test
+    clock = VirtualClock(clause="BFC-12")  # manual: a retry wait would block this test
     bfc, sim = make(rt, MiB, clock=clock, timeout_us=T_10S)
     assert bfc.allocate_raw(256, 0) is None, "allocate_raw(256, 0) is not None [BFC-1]"
     assert sim.alloc_calls == [], (
@@ -141,7 +142,7 @@ def test_zero_bytes_returns_none_at_once(rt):
 @pytest.mark.clause("BFC-1")
 @pytest.mark.parametrize("bad", [-1, -256, 1.5, 256.0, "256", True, None, 2**70 * -1])
 def test_bad_sizes_raise_value_error(rt, bad):
-    clock = VirtualClock()
+    clock = VirtualClock(clause="BFC-12")
     bfc, sim = make(rt, MiB, clock=clock, timeout_us=T_10S)
     keep = bfc.allocate_raw(256, 512)
     before = (bfc.memory_map(), bfc.get_stats())
@@ -157,7 +158,7 @@ def test_bad_sizes_raise_value_error(rt, bad):
 @pytest.mark.clause("BFC-1")
 @pytest.mark.parametrize("huge", [2**64, 2**64 + 1, 2**100])
 def test_sizes_beyond_size_t_return_none_at_once(rt, huge):
-    clock = VirtualClock()
+    clock = VirtualClock(clause="BFC-12")
     bfc, sim = make(rt, MiB, clock=clock, timeout_us=T_10S)
     assert bfc.allocate_raw(256, huge) is None, f"allocate_raw(256, {huge}) is not None [BFC-1]"
     assert sim.alloc_calls == [] and clock.records == [], (
@@ -701,7 +702,7 @@ def _refusing(rt, clock, timeout_us):
 
 @pytest.mark.clause("BFC-12")
 def test_no_retry_makes_one_attempt(rt):
-    clock = VirtualClock()
+    clock = VirtualClock(clause="BFC-12")
     bfc, sim, n = _refusing(rt, clock, T_10S)
     assert bfc.allocate_raw(256, 2 * MiB, no_retry(rt)) is None, "[BFC-12]"
     assert sim.alloc_calls[n:] == [2 * MiB] and clock.records == [], (
@@ -711,7 +712,7 @@ def test_no_retry_makes_one_attempt(rt):
 
 @pytest.mark.clause("BFC-12")
 def test_retry_with_zero_timeout_makes_three_attempts(rt):
-    clock = VirtualClock()
+    clock = VirtualClock(clause="BFC-12")
     bfc, sim, n = _refusing(rt, clock, 0)
     for attrs in (None, rt.AllocationAttributes()):
         start = len(sim.alloc_calls)
@@ -725,7 +726,7 @@ def test_retry_with_zero_timeout_makes_three_attempts(rt):
 @pytest.mark.clause("BFC-12")
 @pytest.mark.capability("virtual_clock")   # observes the retry's waits
 def test_retry_waits_exactly_the_timeout(rt):
-    clock = VirtualClock(auto_advance=True)
+    clock = VirtualClock(auto_advance=True, clause="BFC-12")
     bfc, sim, n = _refusing(rt, clock, T_10S)
     assert bfc.allocate_raw(256, 2 * MiB) is None, "[BFC-12]"
     assert sim.alloc_calls[n:] == [2 * MiB] * 4, (
@@ -746,7 +747,7 @@ def _run(target, name: str) -> tuple[threading.Thread, list]:
 @pytest.mark.clause("BFC-12", "BFC-17")
 @pytest.mark.capability("virtual_clock")   # observes the retry's waits
 def test_free_wakes_the_waiter_without_the_lock_held(rt):
-    clock = VirtualClock()
+    clock = VirtualClock(clause="BFC-12")
     bfc, sim = make(rt, MiB, growth=False, clock=clock, timeout_us=T_10S)
     p = bfc.allocate_raw(256, MiB)                       # the whole pool
     t, out = _run(lambda: bfc.allocate_raw(256, 1000), "antman-test-waiter")
@@ -770,7 +771,7 @@ def test_free_wakes_the_waiter_without_the_lock_held(rt):
 @pytest.mark.clause("BFC-12")
 @pytest.mark.capability("virtual_clock")   # observes the retry's waits
 def test_retry_deadline_on_virtual_clock(rt):
-    clock = VirtualClock()
+    clock = VirtualClock(clause="BFC-12")
     bfc, sim = make(rt, MiB, growth=False, clock=clock, timeout_us=T_10S)
     bfc.allocate_raw(256, MiB)
     t, out = _run(lambda: bfc.allocate_raw(256, 1000), "antman-test-deadline")
@@ -792,7 +793,7 @@ def test_retry_deadline_on_virtual_clock(rt):
 @pytest.mark.capability("virtual_clock")   # observes the retry's waits
 @pytest.mark.parametrize("kind", ["BFCAllocator", "GPUBFCAllocator"])
 def test_default_retry_timeout_is_10_s(rt, tf_env, kind):
-    clock = VirtualClock(auto_advance=True)
+    clock = VirtualClock(auto_advance=True, clause="BFC-12")
     sim = rt.SimulatedDeviceMemory(GiB)
     if kind == "BFCAllocator":
         bfc = rt.BFCAllocator(sim, MiB, False, "GPU_0_bfc", clock=clock)
@@ -811,7 +812,7 @@ def test_default_retry_timeout_is_10_s(rt, tf_env, kind):
 def test_retry_deadline_counts_from_the_second_failed_attempt(rt):
     """Attempts that take clock time (a slow sub-allocator): the deadline is set after the
     second attempt failed, so the one wait is the whole T whatever the attempts took."""
-    clock = VirtualClock(auto_advance=True)
+    clock = VirtualClock(auto_advance=True, clause="BFC-12")
     bfc, sim, n = _refusing(rt, clock, T_10S)
     attempt_us = 3_000
 
@@ -848,7 +849,7 @@ def test_retry_deadline_counts_from_the_second_failed_attempt(rt):
 def test_each_free_wakes_every_waiter_of_its_time(rt):
     """Two requests wait; the first free wakes both (one is served, the other waits again);
     the second free wakes the one left. The count of waiters must stay exact throughout."""
-    clock = VirtualClock()
+    clock = VirtualClock(clause="BFC-12")
     bfc, sim = make(rt, MiB, growth=False, clock=clock, timeout_us=T_10S)
     with precondition("BFC-4", "two 512 KiB chunks fill the 1 MiB pool (split rule)"):
         p1 = bfc.allocate_raw(256, 512 * KiB)
@@ -1089,7 +1090,7 @@ def test_injected_faults_leave_a_valid_allocator(rt, fault):
 @pytest.mark.clause("BFC-12")
 @pytest.mark.capability("virtual_clock")   # observes the retry's waits
 def test_free_between_failed_attempt_and_wait_is_not_missed(rt):
-    inner = VirtualClock()
+    inner = VirtualClock(clause="BFC-12")
     state: dict = {}
 
     class FreeBeforeWait:

@@ -459,7 +459,7 @@ class MemoryMachine(RuleBasedStateMachine):
     def __init__(self, rt: types.ModuleType) -> None:
         super().__init__()
         self.rt = rt
-        self.clock = VirtualClock(auto_advance=True)
+        self.clock = VirtualClock(auto_advance=True, clause="BFC-12")
 
     @rule(fault=FAULTS)
     def inject_fault(self, fault: tuple[str, object]) -> None:

@@ -507,7 +507,7 @@ def test_short_shrink_is_retried_until_reached(rt, rt_managed, vclock) -> None:
                                     f"limit at {bytes_limit(g0)}, expected 1 MiB (retry) [RM-9]")
 
 
-@pytest.mark.clause("RM-3", "RM-20")
+@pytest.mark.clause("RM-3", "RM-17", "RM-20")
 def test_bus_ids_in_other_spellings_name_no_gpu(rt, rt_managed, vclock, caplog) -> None:
     ctx, writer, (g0, g1) = rt_managed
     rm = ctx.resource_management
@@ -523,7 +523,7 @@ def test_bus_ids_in_other_spellings_name_no_gpu(rt, rt_managed, vclock, caplog) 
     rm.run_action(post(rt, ctx))
     assert (bytes_limit(g0), bytes_limit(g1)) == (64 * MiB, 64 * MiB), (
         f"limits under bus id keys spelled differently from {bus!r} were applied: "
-        f"{(bytes_limit(g0), bytes_limit(g1))} [RM-3]")
+        f"{(bytes_limit(g0), bytes_limit(g1))}: a GPU is found by its exact bus id [RM-17]")
     errors = runtime_records(caplog, rt, logging.ERROR)
     assert len(errors) == 1, (
         f"{len(spellings)} keys naming no GPU logged {len(errors)} errors, expected one "
@@ -542,7 +542,10 @@ def test_unknown_bus_id_logs_and_is_dropped(rt, rt_managed, vclock, caplog) -> N
     deliver(lambda: writer.write(config_document(limits={"ff:1f.7": MiB,
                                                          bus_id(rt, g0): 4 * MiB})), vclock)
     caplog.clear()
+    before = bytes_limit(g0)
     rm.run_action(post(rt, ctx))
+    assert bytes_limit(g0) in (4 * MiB, before), (
+        f"{bus_id(rt, g0)} was given the limit {bytes_limit(g0)}, another bus id's [RM-8]")
     assert bytes_limit(g0) == 4 * MiB, "an unknown bus id stopped the other limits [RM-9]"
     errors = runtime_records(caplog, rt, logging.ERROR, containing="ff:1f.7")
     assert len(errors) == 1, f"an unknown bus id logged {len(errors)} errors [RM-9]"

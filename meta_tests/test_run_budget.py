@@ -4,6 +4,9 @@ the report of what ran, naming what did not."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
 from meta_tests.test_reports import (_plotting_imported_before_pytester,  # noqa: F401
@@ -118,3 +121,58 @@ def test_a_bad_budget_is_a_usage_error(project: pytest.Pytester, value: str) -> 
     result, doc = run(project, f"--run-budget-s={value}")
     assert result.ret == pytest.ExitCode.USAGE_ERROR and not doc
     result.stderr.fnmatch_lines(["*--run-budget-s*expected a number of seconds >= 0*"])
+
+
+UNSTOPPABLE = '''
+import ctypes
+import threading
+import pytest
+
+@pytest.mark.clause("API-1")
+def test_a():
+    pass
+
+@pytest.mark.clause("API-2")
+def test_hangs_where_no_signal_reaches():
+    # A thread in C with the interpreter lock held (as one computing 10 ** (10 ** 19)):
+    # no signal handler, hence no time limit, can run until it returns.
+    t = threading.Thread(target=lambda: ctypes.PyDLL(None).sleep(600), daemon=True)
+    t.start()
+    t.join()
+
+@pytest.mark.clause("API-2")
+def test_c():
+    pass
+'''
+
+
+def test_a_run_that_never_ends_is_stopped_and_reported_from_its_journal(
+        project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    import json
+    import time
+    project.makepyfile(test_unstoppable=UNSTOPPABLE)
+    monkeypatch.setenv("ANTMAN_WATCHDOG_GRACE_S", "1")
+    root = Path(rb.__file__).resolve().parent.parent
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(root), str(project.path)]))
+    out = project.path / "out"
+    start = time.monotonic()
+    result = project.runpytest_subprocess(
+        "-p", "conformance.plugin", "-p", "reports.plugin", "-p", "no:cacheprovider",
+        "-p", "no:randomly", "--runtime", "fake_runtime_for_reports", "--report-dir", str(out),
+        "--timeout=5", "--run-budget-s=10", timeout=120)
+    report = out / "latest" / "certification.json"
+    while not report.exists() and time.monotonic() - start < 90:   # the watchdog writes it
+        time.sleep(0.2)
+    took = time.monotonic() - start
+    assert result.ret != 0 and took < 90, (result.ret, took)
+    doc = json.loads(report.read_text())
+    assert_valid(doc)
+    assert short(doc) == {"test_a": "PASS", "test_hangs_where_no_signal_reaches": "TIMEOUT",
+                          "test_c": "NOT_RUN"}
+    stopped = doc["invocation"]["stopped"]
+    assert stopped["code"] == rb.RUN_BUDGET and "stopped from outside" in stopped["message"]
+    assert "test_hangs_where_no_signal_reaches did not end" in stopped["message"]
+    reason = next(r for r in doc["verdict"]["reasons"] if r["code"] == "run-stopped")
+    assert "test_unstoppable.py::test_c" in reason["message"]
+    assert doc["verdict"]["status"] == model.NOT_CERTIFIED        # API-2 TIMEOUT
+    assert not list(out.glob(".journal-*")), "the journal was left behind"

@@ -77,7 +77,7 @@ import pytest
 
 from conformance import plugin as conformance_plugin
 from conformance import preconditions, spec
-from reports import attribution, environment, model, run_budget
+from reports import attribution, environment, journal, model, run_budget
 from reports import expectations as exp
 from reports import mustpass as mp
 from reports import outcomes as oc
@@ -358,6 +358,8 @@ class CertificationRecorder:
         self.skipped_for: str | None = None
         self.runtime_error: str | None = None
         self.runtime = None
+        self.journal: journal.Journal | None = None      # a run that never ends still reports
+        self.session: pytest.Session | None = None
         try:
             self.runtime = conformance_plugin.load_runtime(config)
             name = self.runtime.NAME
@@ -371,6 +373,24 @@ class CertificationRecorder:
         stamp = dt.datetime.fromtimestamp(self.started, dt.timezone.utc)
         self.base = base
         self.run_dir = base / f"{stamp:%Y%m%dT%H%M%SZ}-{safe_name(str(name))}-{os.getpid()}"
+
+    # -- the journal (reports/journal.py)
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        self.session = session
+        budget = run_budget.budget_s(self.config)
+        if budget is None:
+            return
+        self.journal = journal.Journal(self.base / f".journal-{self.run_dir.name}")
+        limit = (_timeout(self.config) or 0) + journal.grace_s()
+        self.journal.watch(budget + limit, self.run_dir, self.base,
+                           f"--run-budget-s {budget:g}, then the test's own limit and "
+                           f"{journal.grace_s():g} s")
+
+    def pytest_runtest_logstart(self, nodeid: str, location: Any) -> None:
+        if self.journal is not None and self.session is not None:
+            if not self.journal.has_base:
+                self.journal.base(self.run_data(self.session))
+            self.journal.started(nodeid)
 
     # -- collection
     def record(self, nodeid: str) -> model.TestRecord:
@@ -447,6 +467,8 @@ class CertificationRecorder:
         arts = getattr(report, "antman_artifacts", None)
         if arts:
             self.artifacts[report.nodeid] = [{"nodeid": report.nodeid, **a} for a in arts]
+        if self.journal is not None:
+            self.journal.record(rec)
 
     # -- the document
     def run_data(self, session: pytest.Session) -> model.RunData:
@@ -520,6 +542,8 @@ class CertificationRecorder:
         if int(session.exitstatus) == pytest.ExitCode.USAGE_ERROR:
             self.skipped_for = "usage error: nothing was certified"  # no folder, no latest
             self._drop_junit_tmp()
+            if self.journal is not None:
+                self.journal.close()
             return
         try:
             self.document = model.build(self.run_data(session))
@@ -545,6 +569,8 @@ class CertificationRecorder:
             self.write_error = "".join(traceback.format_exception(exc))
         finally:
             self._drop_junit_tmp()
+            if self.journal is not None:
+                self.journal.close()
         if self.config.getoption("--require-certified") and self.document is not None \
                 and int(session.exitstatus) in (0, 1):
             ok = self.document["verdict"]["status"] == model.CERTIFIED

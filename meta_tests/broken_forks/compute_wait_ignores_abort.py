@@ -13,8 +13,10 @@ from meta_tests import broken_forks as _forks
 NAME = "broken-compute-wait-ignores-abort"
 WORKER_COMMAND = _forks.as_package(__name__)
 BREAKS = "EXEC-12"
-MODULES = ("conformance/test_executor.py", "conformance/test_session.py")
+MODULES = ("conformance/test_executor.py", "conformance/test_session_interrupt.py")
 OUTCOMES = ("FAIL",)
+ALSO_BREAKS = {"SESS-9": "an interrupted run cancels its step, a node's compute time included "
+                         "(SESS-9 names EXEC-12): the same missing cancellation"}
 
 _forks.log_as(__name__)
 _forks.patch_source(_ex.ExecutorState, "_run_node", (

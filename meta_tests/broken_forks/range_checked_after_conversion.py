@@ -1,7 +1,9 @@
 """Breaks RM-19 (bounds of the config reader): a number's range is checked after converting it.
 
 ``_uint`` converts the literal before comparing it with the maximum, so a literal such as
-``1e99999999999999999999`` makes the reader compute ``10 ** 99999999999999999999``.
+``1e99999999999999999999`` makes the reader compute ``10 ** 10 ** 19`` in C, with the
+interpreter lock held: no time limit inside the process can stop it, so the run's watchdog
+does (reports/journal.py) and the test is reported TIMEOUT.
 """
 
 from reference_runtime import *  # noqa: F401,F403 - the runtime's public API
@@ -14,7 +16,7 @@ NAME = "broken-range-checked-after-conversion"
 WORKER_COMMAND = _forks.as_package(__name__)
 BREAKS = "RM-19"
 MODULES = ("conformance/test_resource_management_faults.py",)
-OUTCOMES = ("FAIL",)
+OUTCOMES = ("TIMEOUT",)
 
 _forks.log_as(__name__)
 _forks.patch_source(_rm, "_uint", (
