@@ -13,7 +13,8 @@ from meta_tests import broken_forks as _forks
 NAME = "broken-adjust-type-error-as-value-error"
 WORKER_COMMAND = _forks.as_package(__name__)
 BREAKS = "ADJ-6"
-MODULES = ("conformance/test_adjustable.py", "conformance/test_memory_stateful.py")
+MODULES = ("conformance/test_adjustable.py",
+           "conformance/test_memory_stateful.py::test_adjustable_state_machine")
 OUTCOMES = ("FAIL",)
 
 _forks.log_as(__name__)
