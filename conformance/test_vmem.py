@@ -496,12 +496,12 @@ def test_no_stall_while_the_host_waits(rt, tf_env):
     clock = VirtualClock(clause="BFC-12")
     s = Stack(rt, host_clock=clock, timeout_us=T_10S)
     s.require_host_limit(1)
-    with precondition("BFC-4", "two 512 KiB chunks fill the 1 MiB device pool, 1 MiB the host"):
+    with precondition("BFC-4", "two 512 KiB chunks fill the 1 MiB device pool"):
         d1 = s.vmem.allocate_raw(256, 512 * KiB)
         d2 = s.vmem.allocate_raw(256, 512 * KiB)        # device full
         assert in_region(s.dev_sim, d1) and in_region(s.dev_sim, d2), \
             f"allocate_raw(256, 512 KiB) twice gave {d1}, {d2} [BFC-4]"
-        h = s.fallback(MiB)                             # host full (limit 1 MiB)
+    h = s.fallback(MiB)                                 # host full (limit 1 MiB): VMEM-4
     result: list = []
     waiter = threading.Thread(target=lambda: result.append(s.vmem.allocate_raw(256, MiB)),
                               name="antman-test-host-waiter", daemon=True)
