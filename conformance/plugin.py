@@ -31,7 +31,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
-from conformance import shrinking, spec
+from conformance import gpu_exclusive, shrinking, spec
 
 NOT_SUPPORTED = "NOT_SUPPORTED"
 DEFAULT_RUNTIME = "reference_runtime"
@@ -57,7 +57,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="implementation to certify (default: $ANTMAN_RUNTIME or "
                          "reference_runtime)")
     group.addoption("--require-gpu", action="store_true", default=False,
-                    help="a missing GPU fails the gpu tests instead of skipping them")
+                    help="the GPU clauses are must-pass; a run without a usable GPU stops "
+                         "before any test (exit status 4)")
 
 
 def runtime_module_name(config: pytest.Config) -> str:
@@ -197,6 +198,11 @@ def check_setup(config: pytest.Config) -> types.ModuleType:
         problem = None
     if problem:
         raise pytest.UsageError(problem)
+    if config.getoption("--require-gpu", default=False):
+        from conformance import gpu_gate
+        problem = gpu_gate.gpu_problem()
+        if problem:
+            raise pytest.UsageError(gpu_gate.require_gpu_error(problem))
     return rt
 
 
@@ -252,6 +258,12 @@ def environment_lines() -> list[str]:
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
+    """What runs, in the header; the runtime's names shown safely (reports/safe_text.py)."""
+    from reports.safe_text import terminal
+    return [terminal(line) for line in _report_header(config)]
+
+
+def _report_header(config: pytest.Config) -> list[str]:
     try:
         rt = load_runtime(config)
     except pytest.UsageError as exc:
@@ -314,7 +326,33 @@ def missing_guarantee(config: pytest.Config) -> str | None:
     return None
 
 
+_GPU_LOCK_ERROR = pytest.StashKey[str]()
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    """A test marked ``gpu`` holds the host's GPU lock from setup to teardown
+    (conformance/gpu_exclusive.py); the wait is outside the per-test limit."""
+    if item.get_closest_marker("gpu") is None:
+        yield
+        return
+    hold = gpu_exclusive.gpu_exclusive(item.nodeid)
+    try:
+        hold.__enter__()
+    except (gpu_exclusive.GpuLockTimeout, OSError) as exc:
+        item.stash[_GPU_LOCK_ERROR] = f"the GPU could not be had for this test: {exc}"
+        yield
+        return
+    try:
+        yield
+    finally:
+        hold.__exit__(None, None, None)
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
+    lock_error = item.stash.get(_GPU_LOCK_ERROR, None)
+    if lock_error is not None:
+        pytest.fail(lock_error, pytrace=False)
     needed = [c for m in item.iter_markers("capability") for c in m.args]
     if not needed:
         return

@@ -257,6 +257,9 @@ def test_certified_run_and_require_certified_exit_status(project: pytest.Pyteste
 
 def test_waivers_applied_stale_unneeded_gpu_scoped(project: pytest.Pytester) -> None:
     project.makepyfile(test_outcomes=OUTCOMES_MODULE)
+    # A test of the suite this run does not collect: its waiver is stale, not unknown.
+    project.makepyfile(test_elsewhere="def test_elsewhere():\n    pass\n")
+    project.makeconftest('collect_ignore = ["test_elsewhere.py"]\n')
     waivers = project.path / "expectations.toml"
     waivers.write_text(textwrap.dedent('''
         fork = "synthetic"
@@ -270,6 +273,7 @@ def test_waivers_applied_stale_unneeded_gpu_scoped(project: pytest.Pytester) -> 
         test = "test_outcomes.py::test_worker_crash*"
         reason = "worker crash on this fork"
         link = "https://example.org/issues/2"
+        outcomes = ["CRASH"]
 
         [[waiver]]
         clause = "API-1"
@@ -277,8 +281,8 @@ def test_waivers_applied_stale_unneeded_gpu_scoped(project: pytest.Pytester) -> 
         link = "https://example.org/issues/3"
 
         [[waiver]]
-        test = "*::test_nothing_matches*"
-        reason = "renamed test"
+        test = "test_elsewhere.py::test_else*"
+        reason = "not collected here"
         link = "https://example.org/issues/4"
 
         [[waiver]]
@@ -293,7 +297,8 @@ def test_waivers_applied_stale_unneeded_gpu_scoped(project: pytest.Pytester) -> 
         link = "https://example.org/issues/6"
         expires = 2000-01-01
     '''))
-    result, doc = run(project, "--expectations", str(waivers), "--require-certified")
+    result, doc = run(project, "--expectations", str(waivers), "--require-certified",
+                      "--allow-waivers")
     assert_valid(doc)
     clauses = by_id(doc)
     assert clauses["API-2"]["outcome"] == "WAIVED"
@@ -309,9 +314,9 @@ def test_waivers_applied_stale_unneeded_gpu_scoped(project: pytest.Pytester) -> 
     status = {w["id"]: w["status"] for w in doc["expectations"]["waivers"]}
     assert status == {"W1": "applied", "W2": "applied", "W3": "unneeded", "W4": "stale",
                       "W5": "inactive", "W6": "expired"}
-    # Must-pass API-1 and API-2 are PASS/WAIVED: certified despite failing tests.
-    assert doc["verdict"]["status"] == model.CERTIFIED, doc["verdict"]
-    assert result.ret == 0
+    # Must-pass API-1 and API-2 are PASS/WAIVED: certified only with waivers, never plainly.
+    assert doc["verdict"]["status"] == model.CERTIFIED_WITH_WAIVERS, doc["verdict"]
+    assert result.ret == 0, "--allow-waivers accepts CERTIFIED WITH WAIVERS"
     result.stdout.fnmatch_lines(["*waiver W3: unneeded*", "*waiver W4: stale*",
                                  "*waiver W5: inactive*"])
 
@@ -401,7 +406,7 @@ def test_run_without_conformance_tests_has_no_verdict(project: pytest.Pytester) 
     ''')
     result, doc = run(project, "-k", "test_", "--require-certified")
     assert_valid(doc)
-    assert doc["schema_version"] == model.SCHEMA_VERSION == "1.3"
+    assert doc["schema_version"] == model.SCHEMA_VERSION == "1.4"
     v = doc["verdict"]
     assert v["status"] == model.NO_VERDICT, v
     assert [r["code"] for r in v["reasons"]] == ["no-conformance-tests"]

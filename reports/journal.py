@@ -134,8 +134,10 @@ def report_from_journal(folder: Path, run_dir: Path, base_dir: Path, budget: str
     data.invocation = {**data.invocation,
                        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ",
                                                     time.gmtime(finished))}
+    run_dir = writer.free_run_dir(run_dir)
     doc = model.build(data)
-    writer.write_run(doc, run_dir, junit=None)
+    with writer.staged(run_dir) as folder:      # complete or not at all
+        writer.write_run(doc, folder, junit=None)
     writer.point_latest(base_dir, run_dir)
     return run_dir
 

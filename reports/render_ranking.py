@@ -6,8 +6,9 @@ another one's failure says so, naming that failure, under its heading.
 
 from __future__ import annotations
 
-import html
 from typing import Any
+
+from reports import safe_text
 
 
 def ranked(clauses: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -33,10 +34,10 @@ def md_lines(c: dict[str, Any]) -> list[str]:
     if not text:
         return []
     follows = c.get("follows_from")
-    out = [f"*{text}*", ""]
+    out = [f"*{safe_text.markdown(text)}*", ""]
     if follows and follows.get("message"):
         first = follows["message"].splitlines()[0][:300]
-        out[0] = f"*{text}:* `{first}`"
+        out[0] = f"*{safe_text.markdown(text)}:* {safe_text.markdown_code(first)}"
     return out
 
 
@@ -48,6 +49,6 @@ def html_line(c: dict[str, Any]) -> str:
     follows = c.get("follows_from")
     extra = ""
     if follows and follows.get("message"):
-        extra = f": <code>{html.escape(follows['message'].splitlines()[0][:300])}</code>"
+        extra = f": <code>{safe_text.html(follows['message'].splitlines()[0][:300])}</code>"
     cls = "muted" if follows else ""
-    return f"<div class='{cls}'><i>{html.escape(text)}</i>{extra}</div>"
+    return f"<div class='{cls}'><i>{safe_text.html(text)}</i>{extra}</div>"
