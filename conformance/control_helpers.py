@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from conformance.preconditions import precondition, precondition_holds
 from fixtures.virtual_clock import VirtualClock
 
 MiB = 1 << 20
@@ -79,9 +80,18 @@ def runtime_factory(rt: types.ModuleType, **defaults: Any) -> Iterator[Callable[
         ctx.close()
 
 
-def wait_for_poller(clock: VirtualClock, count: int = 1) -> None:
-    """Block until ``count`` threads wait on the virtual clock (a started monitor thread)."""
-    clock.wait_for_waiters(count)
+def wait_for_poller(clock: VirtualClock, count: int = 1, *, clause: str = "FL-2") -> None:
+    """Block until ``count`` threads wait on the virtual clock (a started monitor thread);
+    ``clause``: the clause that puts them there (a failure is its precondition failure)."""
+    with precondition(clause, f"{count} polling thread(s) wait on the clock"):
+        clock.wait_for_waiters(count, clause=clause)
+
+
+def perf_in_force(rm: Any, perf: int) -> None:
+    """The arrangement of a test that needs perfControl ``perf`` in force: the value given
+    is the value read (RM-4), a precondition of what the test checks."""
+    read = rm.perf_control
+    precondition_holds("RM-4", read == perf, f"perfControl {perf} is read as {perf} (read {read})")
 
 
 def poll(clock: VirtualClock, times: int = 1, interval_us: int = POLL_US) -> None:

@@ -30,7 +30,8 @@ def next_after_shrink(target: int, pool_after: int) -> int:
 def make(rt, limit: int = 64 * MiB, growth: bool = True):
     sim = rt.SimulatedDeviceMemory(4 * GiB)
     bfc = rt.BFCAllocator(sim, limit, growth, "GPU_0_bfc",
-                          clock=VirtualClock(auto_advance=True), retry_timeout_us=0)
+                          clock=VirtualClock(auto_advance=True, clause="BFC-12"),
+                          retry_timeout_us=0)
     return bfc, sim
 
 

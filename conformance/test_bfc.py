@@ -14,6 +14,7 @@ import time
 import pytest
 
 from conformance.control_helpers import joined, run_in_thread
+from conformance.preconditions import precondition
 from fixtures.oom import FaultInjectingSubAllocator, assert_bfc_valid
 from fixtures.virtual_clock import VirtualClock
 
@@ -82,8 +83,9 @@ class RecordingSub:
 def make(rt, limit: int, growth: bool = True, gc: bool = False, capacity: int | None = None,
          clock=None, timeout_us: int = 0):
     sim = rt.SimulatedDeviceMemory(capacity if capacity is not None else 4 * limit + GiB)
-    bfc = rt.BFCAllocator(sim, limit, growth, "GPU_0_bfc", gc,
-                          clock=clock if clock is not None else VirtualClock(auto_advance=True),
+    if clock is None:                  # an allocator's clock serves its retry (BFC-12)
+        clock = VirtualClock(auto_advance=True, clause="BFC-12")
+    bfc = rt.BFCAllocator(sim, limit, growth, "GPU_0_bfc", gc, clock=clock,
                           retry_timeout_us=timeout_us)
     return bfc, sim
 
@@ -124,7 +126,7 @@ def test_helpers_rounded_bytes_and_bin_num(rt):
 
 @pytest.mark.clause("BFC-1", "BFC-12")
 def test_zero_bytes_returns_none_at_once(rt):
-    clock = VirtualClock()  # manual: a retry wait would block this test
+    clock = VirtualClock(clause="BFC-12")  # manual: a retry wait would block this test
     bfc, sim = make(rt, MiB, clock=clock, timeout_us=T_10S)
     assert bfc.allocate_raw(256, 0) is None, "allocate_raw(256, 0) is not None [BFC-1]"
     assert sim.alloc_calls == [], (
@@ -140,7 +142,7 @@ def test_zero_bytes_returns_none_at_once(rt):
 @pytest.mark.clause("BFC-1")
 @pytest.mark.parametrize("bad", [-1, -256, 1.5, 256.0, "256", True, None, 2**70 * -1])
 def test_bad_sizes_raise_value_error(rt, bad):
-    clock = VirtualClock()
+    clock = VirtualClock(clause="BFC-12")
     bfc, sim = make(rt, MiB, clock=clock, timeout_us=T_10S)
     keep = bfc.allocate_raw(256, 512)
     before = (bfc.memory_map(), bfc.get_stats())
@@ -156,7 +158,7 @@ def test_bad_sizes_raise_value_error(rt, bad):
 @pytest.mark.clause("BFC-1")
 @pytest.mark.parametrize("huge", [2**64, 2**64 + 1, 2**100])
 def test_sizes_beyond_size_t_return_none_at_once(rt, huge):
-    clock = VirtualClock()
+    clock = VirtualClock(clause="BFC-12")
     bfc, sim = make(rt, MiB, clock=clock, timeout_us=T_10S)
     assert bfc.allocate_raw(256, huge) is None, f"allocate_raw(256, {huge}) is not None [BFC-1]"
     assert sim.alloc_calls == [] and clock.records == [], (
@@ -477,8 +479,9 @@ def test_region_is_capped_by_the_limit(rt):
     a = bfc.allocate_raw(256, MiB)               # region 1 MiB, next 2 MiB
     b = bfc.allocate_raw(256, MiB)               # region min(next 2, available 2) MiB
     assert sim.alloc_calls == [MiB, 2 * MiB], f"regions {sim.alloc_calls} [BFC-8]"
-    c = bfc.allocate_raw(256, MiB)               # the 1 MiB left in region 2
-    assert None not in (a, b, c), "[BFC-9]"
+    with precondition("BFC-4", "a 1 MiB request splits the 2 MiB region"):
+        c = bfc.allocate_raw(256, MiB)           # the 1 MiB left in region 2
+        assert None not in (a, b, c), f"allocations {a}, {b}, {c} [BFC-4]"
     assert bfc.allocate_raw(256, 256, no_retry(rt)) is None, "allocation beyond the limit [BFC-9]"
     assert sim.alloc_calls == [MiB, 2 * MiB], (
         f"a request beyond floor256(limit - pool) = 0 called the sub-allocator "
@@ -699,7 +702,7 @@ def _refusing(rt, clock, timeout_us):
 
 @pytest.mark.clause("BFC-12")
 def test_no_retry_makes_one_attempt(rt):
-    clock = VirtualClock()
+    clock = VirtualClock(clause="BFC-12")
     bfc, sim, n = _refusing(rt, clock, T_10S)
     assert bfc.allocate_raw(256, 2 * MiB, no_retry(rt)) is None, "[BFC-12]"
     assert sim.alloc_calls[n:] == [2 * MiB] and clock.records == [], (
@@ -709,7 +712,7 @@ def test_no_retry_makes_one_attempt(rt):
 
 @pytest.mark.clause("BFC-12")
 def test_retry_with_zero_timeout_makes_three_attempts(rt):
-    clock = VirtualClock()
+    clock = VirtualClock(clause="BFC-12")
     bfc, sim, n = _refusing(rt, clock, 0)
     for attrs in (None, rt.AllocationAttributes()):
         start = len(sim.alloc_calls)
@@ -723,7 +726,7 @@ def test_retry_with_zero_timeout_makes_three_attempts(rt):
 @pytest.mark.clause("BFC-12")
 @pytest.mark.capability("virtual_clock")   # observes the retry's waits
 def test_retry_waits_exactly_the_timeout(rt):
-    clock = VirtualClock(auto_advance=True)
+    clock = VirtualClock(auto_advance=True, clause="BFC-12")
     bfc, sim, n = _refusing(rt, clock, T_10S)
     assert bfc.allocate_raw(256, 2 * MiB) is None, "[BFC-12]"
     assert sim.alloc_calls[n:] == [2 * MiB] * 4, (
@@ -744,12 +747,12 @@ def _run(target, name: str) -> tuple[threading.Thread, list]:
 @pytest.mark.clause("BFC-12", "BFC-17")
 @pytest.mark.capability("virtual_clock")   # observes the retry's waits
 def test_free_wakes_the_waiter_without_the_lock_held(rt):
-    clock = VirtualClock()
+    clock = VirtualClock(clause="BFC-12")
     bfc, sim = make(rt, MiB, growth=False, clock=clock, timeout_us=T_10S)
     p = bfc.allocate_raw(256, MiB)                       # the whole pool
     t, out = _run(lambda: bfc.allocate_raw(256, 1000), "antman-test-waiter")
     try:
-        clock.wait_for_waiters(1)
+        clock.wait_for_waiters(1, clause="BFC-12")
         # the lock is free while the waiter waits
         assert bfc.get_stats().bytes_in_use == MiB, "[BFC-17]"
         assert bfc.allocation_id(p) == 1, "[BFC-17]"
@@ -768,12 +771,12 @@ def test_free_wakes_the_waiter_without_the_lock_held(rt):
 @pytest.mark.clause("BFC-12")
 @pytest.mark.capability("virtual_clock")   # observes the retry's waits
 def test_retry_deadline_on_virtual_clock(rt):
-    clock = VirtualClock()
+    clock = VirtualClock(clause="BFC-12")
     bfc, sim = make(rt, MiB, growth=False, clock=clock, timeout_us=T_10S)
     bfc.allocate_raw(256, MiB)
     t, out = _run(lambda: bfc.allocate_raw(256, 1000), "antman-test-deadline")
     try:
-        clock.wait_for_waiters(1)
+        clock.wait_for_waiters(1, clause="BFC-12")
         clock.tick(T_10S - 1)
         assert "antman-test-deadline" in clock.waiting_threads(), (
             "the retry gave up before its 10 s deadline [BFC-12]")
@@ -790,7 +793,7 @@ def test_retry_deadline_on_virtual_clock(rt):
 @pytest.mark.capability("virtual_clock")   # observes the retry's waits
 @pytest.mark.parametrize("kind", ["BFCAllocator", "GPUBFCAllocator"])
 def test_default_retry_timeout_is_10_s(rt, tf_env, kind):
-    clock = VirtualClock(auto_advance=True)
+    clock = VirtualClock(auto_advance=True, clause="BFC-12")
     sim = rt.SimulatedDeviceMemory(GiB)
     if kind == "BFCAllocator":
         bfc = rt.BFCAllocator(sim, MiB, False, "GPU_0_bfc", clock=clock)
@@ -809,7 +812,7 @@ def test_default_retry_timeout_is_10_s(rt, tf_env, kind):
 def test_retry_deadline_counts_from_the_second_failed_attempt(rt):
     """Attempts that take clock time (a slow sub-allocator): the deadline is set after the
     second attempt failed, so the one wait is the whole T whatever the attempts took."""
-    clock = VirtualClock(auto_advance=True)
+    clock = VirtualClock(auto_advance=True, clause="BFC-12")
     bfc, sim, n = _refusing(rt, clock, T_10S)
     attempt_us = 3_000
 
@@ -846,15 +849,17 @@ def test_retry_deadline_counts_from_the_second_failed_attempt(rt):
 def test_each_free_wakes_every_waiter_of_its_time(rt):
     """Two requests wait; the first free wakes both (one is served, the other waits again);
     the second free wakes the one left. The count of waiters must stay exact throughout."""
-    clock = VirtualClock()
+    clock = VirtualClock(clause="BFC-12")
     bfc, sim = make(rt, MiB, growth=False, clock=clock, timeout_us=T_10S)
-    p1, p2 = bfc.allocate_raw(256, 512 * KiB), bfc.allocate_raw(256, 512 * KiB)
-    assert bfc.memory_map().total_region_allocated_bytes == MiB and None not in (p1, p2), \
-        f"setup: two 512 KiB chunks fill the 1 MiB pool: {p1}, {p2} [BFC-12]"
+    with precondition("BFC-4", "two 512 KiB chunks fill the 1 MiB pool (split rule)"):
+        p1 = bfc.allocate_raw(256, 512 * KiB)
+        p2 = bfc.allocate_raw(256, 512 * KiB, no_retry(rt))
+        assert bfc.memory_map().total_region_allocated_bytes == MiB and None not in (p1, p2), \
+            f"two 512 KiB chunks fill the 1 MiB pool: {p1}, {p2} [BFC-4]"
     waiters = [_run(lambda: bfc.allocate_raw(256, 512 * KiB), f"antman-test-waiter-{i}")
                for i in range(2)]
     try:
-        clock.wait_for_waiters(2)
+        clock.wait_for_waiters(2, clause="BFC-12")
         bfc.deallocate_raw(p1)
         limit = time.monotonic() + 5            # real time, generous: one waiter is served
         while not any(out for _, out in waiters) and time.monotonic() < limit:
@@ -863,7 +868,7 @@ def test_each_free_wakes_every_waiter_of_its_time(rt):
         # must not count, or the second free could serve it without any wake-up)
         while len(clock.records) < 3 and time.monotonic() < limit:
             time.sleep(0.002)
-        clock.wait_for_waiters(1)
+        clock.wait_for_waiters(1, clause="BFC-12")
         assert len(clock.records) == 3, (
             f"after the first free the unserved waiter did not wait again: "
             f"{len(clock.records)} waits [BFC-12]")
@@ -878,7 +883,7 @@ def test_each_free_wakes_every_waiter_of_its_time(rt):
         assert clock.now_us() == 0, "a waiter needed the clock to advance [BFC-12]"
         # And again: a later waiter is woken as the first ones were.
         t3, out3 = _run(lambda: bfc.allocate_raw(256, 512 * KiB), "antman-test-waiter-3")
-        clock.wait_for_waiters(1)
+        clock.wait_for_waiters(1, clause="BFC-12")
         bfc.deallocate_raw(p1)
         t3.join(5)
         assert out3 == [p1], f"a third waiter, after two were served, got {out3} [BFC-12]"
@@ -1108,7 +1113,7 @@ def test_injected_faults_leave_a_valid_allocator(rt, fault):
 @pytest.mark.clause("BFC-12")
 @pytest.mark.capability("virtual_clock")   # observes the retry's waits
 def test_free_between_failed_attempt_and_wait_is_not_missed(rt):
-    inner = VirtualClock()
+    inner = VirtualClock(clause="BFC-12")
     state: dict = {}
 
     class FreeBeforeWait:

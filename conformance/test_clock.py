@@ -9,8 +9,9 @@ import time
 
 import pytest
 
-from conformance.control_helpers import (MiB, control_env, joined, run_in_thread,  # noqa: F401
-                                         runtimes)
+from conformance.control_helpers import (MiB, control_env, joined, perf_in_force,  # noqa: F401
+                                         run_in_thread, runtimes)
+from conformance.preconditions import precondition
 from fixtures.threads import no_thread_leak  # noqa: F401
 from fixtures.virtual_clock import VirtualClock
 
@@ -111,13 +112,13 @@ def test_runtime_routes_waits_through_its_clock(rt, runtimes, tmp_path) -> None:
     cfg.write_text(json.dumps({"perfControl": 1}))
     clock = VirtualClock()
     ctx = runtimes(config_file=str(cfg), clock=clock, poll_interval_s=2.5)
-    clock.wait_for_waiters(1)
+    clock.wait_for_waiters(1, clause="CLK-2")
     assert clock.sleeps_of("antman-file-listener") == [2_500_000], \
         f"listener waits {clock.sleeps_of('antman-file-listener')} [CLK-2]"
     step, _ = run_in_thread(lambda: ctx.resource_management.run_action(
         rt.SessionRunActionOptions(device_mgr=ctx.device_mgr, sess_duration_us=10_000_000)),
         name="clk-step")
-    clock.wait_for_waiters(2)
+    clock.wait_for_waiters(2, clause="CLK-2")
     # perf 1: total = 10^9, sleep = 10^9 - 10^7 - 50 µs (16 virtual minutes)
     assert clock.sleeps_of("clk-step") == [990_000_000 - 50], \
         f"throttle sleep {clock.sleeps_of('clk-step')} not through the clock [CLK-2]"
@@ -150,7 +151,8 @@ def test_listener_close_ends_its_wait(rt, no_thread_leak, tmp_path) -> None:
     clock = VirtualClock()
     fl = rt.FileListener(clock=clock, poll_interval_s=3600.0)
     fl.register_file_listener(str(tmp_path / "c.json"), "h", lambda c: None)
-    clock.wait_for_waiters(1)
+    with precondition("FL-2", "the listener waits for its next poll"):
+        clock.wait_for_waiters(1, clause="FL-2")
     closer, out = run_in_thread(fl.close, name="closer")
     assert joined(closer), "FileListener.close() did not end the poll wait [CLK-3]"
     assert "error" not in out, "[CLK-3]"
@@ -165,10 +167,12 @@ def test_runtime_close_ends_a_suspended_step(rt, no_thread_leak, control_env, tm
     ctx = rt.create_runtime(num_gpus=1, gpu_memory_bytes=16 * MiB, clock=clock,
                             config_file=str(cfg), status_file=None)
     try:
+        perf_in_force(ctx.resource_management, 0)
         step, _ = run_in_thread(lambda: ctx.resource_management.run_action(
             rt.SessionRunActionOptions(device_mgr=ctx.device_mgr)), name="suspended")
-        clock.wait_for_waiters(2)
-        assert step.is_alive(), "perfControl 0 did not suspend the step [RM-12]"
+        with precondition("RM-12", "perfControl 0 suspends the step"):
+            clock.wait_for_waiters(2, clause="RM-12")
+            assert step.is_alive(), "perfControl 0 did not suspend the step [RM-12]"
     finally:
         closer, _ = run_in_thread(ctx.close, name="closer")
         assert joined(closer), "RuntimeContext.close() hung with a suspended step [CLK-3]"

@@ -392,7 +392,7 @@ def test_create_runtime_defaults(rt, control_env, tmp_path) -> None:
             "create_runtime(registry=None) used the global registry [DEVICE-8]"
     with rt.create_runtime(backend="sim", config_file=str(cfg), status_file=None,
                            clock=clock) as ctx:
-        clock.wait_for_waiters(1)
+        clock.wait_for_waiters(1, clause="DEVICE-8")
         waits = clock.sleeps_of("antman-file-listener")
         assert waits == [1_000_000], (
             f"create_runtime() without poll_interval_s: listener waits {waits}, expected "

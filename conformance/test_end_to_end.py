@@ -19,6 +19,7 @@ import pytest
 
 from conformance.execution_helpers import (GPU, OP_MANAGER_PREFIX, POST, manager_threads,
                                            sim_runtime, wait_until)
+from conformance.preconditions import precondition
 from fixtures.config_writer import ConfigWriter, config_document
 
 pytestmark = pytest.mark.capability("workload", "executor")
@@ -54,7 +55,9 @@ class ManagedRuntime:
             self.writer.write_in_place(doc)
         else:
             self.writer.write(doc)
-        wait_until(lambda: self.rm.perf_control == perf, f"perfControl {perf} to be in force")
+        with precondition("RM-4", f"perfControl {perf} written to the config is read as {perf}"):
+            wait_until(lambda: self.rm.perf_control == perf,
+                       f"perfControl {perf} to be in force (read {self.rm.perf_control})")
 
     def status_doc(self) -> dict:
         return json.loads(self.status.read_text())
@@ -429,8 +432,9 @@ def test_perf_control_zero_suspends_until_nonzero(rt, managed_factory, virtual_c
     try:
         wait_until(lambda: len(losses) >= 10, "10 training steps")
         m.set_perf(0)
-        wait_until(lambda: "test-trainer" in virtual_clock.waiting_threads(),
-                   "the training step to suspend at its step boundary")
+        with precondition("RM-12", "perfControl 0 suspends the step at its boundary"):
+            wait_until(lambda: "test-trainer" in virtual_clock.waiting_threads(),
+                       "the training step to suspend at its step boundary")
         held = len(losses)
         time.sleep(0.1)
         assert len(losses) == held and worker.is_alive(), \

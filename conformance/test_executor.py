@@ -10,6 +10,7 @@ import pytest
 
 from conformance.execution_helpers import (CPU, GPU, INTER_OP_PREFIX, Log, RecordingBackend,
                                            antman_threads, py_func, sim_runtime)
+from fixtures.virtual_clock import VirtualClock
 
 pytestmark = pytest.mark.capability("executor")
 
@@ -936,6 +937,45 @@ def test_cost_us_waits_on_the_clock_before_the_kernel(rt, auto_clock) -> None:
         g.add_node("bad", "PyFunc", device=GPU, cost_us=-1, func=lambda: np.float32(0))
         with pytest.raises(rt.GraphError):
             s.run(["bad"])
+
+
+@pytest.mark.clause("EXEC-12")
+def test_an_aborting_step_cancels_the_compute_time_of_its_running_nodes(rt) -> None:
+    """'slow' computes for 10 virtual seconds on the GPU; 'bad' fails on the CPU once that
+    wait began: the step aborts, and the wait ends at once without the clock moving."""
+    clock = VirtualClock()
+
+    def fail_once_slow_waits():
+        clock.wait_for_waiters(1, clause="EXEC-12")
+        raise ValueError("boom")
+
+    with sim_runtime(rt, clock=clock) as c:
+        g = rt.Graph()
+        g.add_node("slow", "PyFunc", device=GPU, cost_us=10_000_000, func=lambda: np.float32(0))
+        g.add_node("bad", "PyFunc", device=CPU, func=fail_once_slow_waits)
+        s = c.new_session(g)
+        out: list = []
+
+        def run() -> None:
+            try:
+                s.run(["slow", "bad"])
+                out.append(None)
+            except Exception as exc:  # noqa: BLE001 - reported below
+                out.append(exc)
+
+        runner = threading.Thread(target=run, name="test-aborting-step", daemon=True)
+        runner.start()
+        try:
+            runner.join(10)                  # real time, generous: nothing needs to wait
+            assert not runner.is_alive(), (
+                "a failed node did not cancel the 10 s compute time of a running node: the "
+                "step waits for it [EXEC-12]")
+            assert out and isinstance(out[0], rt.OpError), \
+                f"the aborted step gave {out} [EXEC-12]"
+            assert clock.now_us() == 0, "the cancelled compute time needed the clock [EXEC-12]"
+        finally:
+            clock.advance(10_000_000)
+            runner.join(10)
 
 
 @pytest.mark.clause("EXEC-12")

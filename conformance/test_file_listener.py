@@ -213,7 +213,7 @@ def test_delete_and_recreate(rt, listener, vclock, tmp_path) -> None:
     write_text(path, "same")
     poll(vclock, 7)
     assert cb.contents == ["same"], \
-        f"re-creating with the same content delivered {cb.contents[1:]} [FL-3]"
+        f"re-creating with the same content delivered {cb.contents[1:]} [FL-4]"
     path.unlink()
     poll(vclock)
     write_text(path, "different")

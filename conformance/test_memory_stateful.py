@@ -37,6 +37,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import (RuleBasedStateMachine, initialize, invariant, precondition,
                                  rule, run_state_machine_as_test)
 
+from conformance.checks import raises
 from fixtures.oom import FaultInjectingSubAllocator, assert_bfc_valid, bin_num_for_size
 from fixtures.virtual_clock import VirtualClock
 
@@ -290,7 +291,8 @@ class BFCObserver:
                 f"allocated_size) = {got}, expected {(-1, live.requested, chunk.size)} "
                 f"[BFC-15]")
         else:
-            with pytest.raises(self.rt.InvalidPointerError):
+            with raises(self.rt.InvalidPointerError, "BFC-15",
+                        f"{self.label}.allocation_id({ptr:#x}) of a freed pointer"):
                 self.bfc.allocation_id(ptr)
 
     def clear_stats(self) -> None:
@@ -457,7 +459,7 @@ class MemoryMachine(RuleBasedStateMachine):
     def __init__(self, rt: types.ModuleType) -> None:
         super().__init__()
         self.rt = rt
-        self.clock = VirtualClock(auto_advance=True)
+        self.clock = VirtualClock(auto_advance=True, clause="BFC-12")
 
     @rule(fault=FAULTS)
     def inject_fault(self, fault: tuple[str, object]) -> None:
@@ -643,19 +645,19 @@ class BFCMachine(ObservedBFCMachine):
         inside = [p + off for p in self.obs.live for off in (1, 128)]
         stale = sorted(self.freed - set(self.obs.live))
         ptr = data.draw(st.sampled_from(inside + stale + [(1 << 62) + 256]), label="ptr")
-        with pytest.raises(self.rt.InvalidPointerError):
+        with raises(self.rt.InvalidPointerError, "BFC-6", f"bfc.deallocate_raw({ptr:#x})"):
             self.bfc.deallocate_raw(ptr)
         assert self.bfc.memory_map() == before, (
             f"bfc.deallocate_raw({ptr:#x}) raised but changed the pool [BFC-6]")
         if ptr not in stale:
             for query in ("requested_size", "allocated_size", "allocation_id"):
-                with pytest.raises(self.rt.InvalidPointerError):
+                with raises(self.rt.InvalidPointerError, "BFC-6", f"bfc.{query}({ptr:#x})"):
                     getattr(self.bfc, query)(ptr)
 
     @rule(num_bytes=INVALID_SIZES, mode=ATTRIBUTES)
     def allocate_invalid_size(self, num_bytes: object, mode: str) -> None:
         before, log = self.bfc.memory_map(), self.obs.snapshot()
-        with pytest.raises(ValueError):
+        with raises(ValueError, "BFC-1", call_text("bfc", num_bytes, mode)):
             self.bfc.allocate_raw(256, num_bytes, attributes_for(self.rt, mode))
         assert self.bfc.memory_map() == before and self.obs.snapshot() == log, (
             f"{call_text('bfc', num_bytes, mode)} raised but changed the allocator [BFC-1]")
@@ -777,7 +779,7 @@ class VMemMachine(MemoryMachine):
         before = (self.dev.bfc.memory_map(), self.host.bfc.memory_map(),
                   self.dev.snapshot(), self.host.snapshot())
         n_host = len(self.host_calls)
-        with pytest.raises(ValueError):
+        with raises(ValueError, "VMEM-3", call_text("vmem", num_bytes, mode)):
             self.vm.allocate_raw(256, num_bytes, attributes_for(self.rt, mode))
         assert len(self.host_calls) == n_host, (
             f"{call_text('vmem', num_bytes, mode)} called the host: "
@@ -837,7 +839,7 @@ class VMemMachine(MemoryMachine):
         inside = [p + 1 for p in self.owner]
         stale = sorted(self.freed - set(self.owner))
         ptr = data.draw(st.sampled_from(inside + stale + [(1 << 62) + 256]), label="ptr")
-        with pytest.raises(self.rt.InvalidPointerError):
+        with raises(self.rt.InvalidPointerError, "VMEM-7", f"vmem.deallocate_raw({ptr:#x})"):
             self.vm.deallocate_raw(ptr)
         after = (self.dev.bfc.memory_map(), self.host.bfc.memory_map())
         assert after == before, (
@@ -1003,9 +1005,9 @@ class AdjustMachine(ObservedBFCMachine):
           which=st.sampled_from(["adjust_memory_limit", "free_empty_memory"]))
     def bad_input(self, value: object, which: str) -> None:
         before, log = self.bfc.memory_map(), self.obs.snapshot()
-        with pytest.raises(ValueError):
+        with raises(ValueError, "ADJ-6", f"{which}({value!r}, bfc)"):
             getattr(self.adj, which)(value, self.bfc)
-        with pytest.raises(TypeError):
+        with raises(TypeError, "ADJ-6", "get_mem_pool_stats(a sub-allocator)"):
             self.adj.get_mem_pool_stats(self.dev_sim)
         assert self.bfc.memory_map() == before and self.obs.snapshot() == log, (
             f"{which}({value!r}, bfc) raised but changed the allocator [ADJ-6]")

@@ -25,7 +25,8 @@ from hypothesis import strategies as st
 from conformance.control_helpers import (MiB, bus_id, bytes_limit, control_env,  # noqa: F401
                                          device_bfc, gpus, joined, listener, poll,
                                          pool_bytes, run_in_thread, runtime_records, runtimes,
-                                         vclock, wait_for_poller)
+                                         perf_in_force, vclock, wait_for_poller)
+from conformance.preconditions import precondition
 from fixtures.config_writer import BAD_TYPES, MALFORMED, config_document
 from fixtures.threads import no_thread_leak  # noqa: F401
 from fixtures.virtual_clock import VirtualClock
@@ -56,7 +57,7 @@ def managed(rt, control_env, vclock, listener, config_writer):
 def deliver(writer_call, clock) -> None:
     """Run a ConfigWriter call, then let the listener check once."""
     writer_call()
-    clock.wait_for_waiters(1)
+    clock.wait_for_waiters(1, clause="FL-2")
     poll(clock)
 
 
@@ -145,7 +146,7 @@ def test_after_close_content_is_ignored(rt, managed, vclock, listener) -> None:
     assert not listener.is_running(), "close() left the file handler registered [RM-16]"
     writer.write(perf=60)
     listener.register_file_listener(str(writer.path), "probe", lambda content: None)
-    vclock.wait_for_waiters(1)
+    vclock.wait_for_waiters(1, clause="FL-2")
     poll(vclock)
     assert rm.perf_control == 40, "content written after close() was applied [RM-16]"
 
@@ -401,7 +402,7 @@ def test_bad_input_keeps_the_job_running(rt, runtimes, vclock, config_writer) ->
     config_writer.write(perf=100)
     ctx = runtimes(config_file=str(config_writer.path), clock=vclock)
     rm = ctx.resource_management
-    vclock.wait_for_waiters(1)
+    vclock.wait_for_waiters(1, clause="FL-2")
     for kind in ("truncated", "root_array", "entry_number", "perf_2_32"):
         deliver(lambda: config_writer.write_malformed(kind), vclock)
         rm.run_action(post(rt, ctx))           # a step boundary: no exception, no block
@@ -506,7 +507,7 @@ def test_short_shrink_is_retried_until_reached(rt, rt_managed, vclock) -> None:
                                     f"limit at {bytes_limit(g0)}, expected 1 MiB (retry) [RM-9]")
 
 
-@pytest.mark.clause("RM-3", "RM-20")
+@pytest.mark.clause("RM-3", "RM-17", "RM-20")
 def test_bus_ids_in_other_spellings_name_no_gpu(rt, rt_managed, vclock, caplog) -> None:
     ctx, writer, (g0, g1) = rt_managed
     rm = ctx.resource_management
@@ -522,7 +523,7 @@ def test_bus_ids_in_other_spellings_name_no_gpu(rt, rt_managed, vclock, caplog) 
     rm.run_action(post(rt, ctx))
     assert (bytes_limit(g0), bytes_limit(g1)) == (64 * MiB, 64 * MiB), (
         f"limits under bus id keys spelled differently from {bus!r} were applied: "
-        f"{(bytes_limit(g0), bytes_limit(g1))} [RM-3]")
+        f"{(bytes_limit(g0), bytes_limit(g1))}: a GPU is found by its exact bus id [RM-17]")
     errors = runtime_records(caplog, rt, logging.ERROR)
     assert len(errors) == 1, (
         f"{len(spellings)} keys naming no GPU logged {len(errors)} errors, expected one "
@@ -541,7 +542,10 @@ def test_unknown_bus_id_logs_and_is_dropped(rt, rt_managed, vclock, caplog) -> N
     deliver(lambda: writer.write(config_document(limits={"ff:1f.7": MiB,
                                                          bus_id(rt, g0): 4 * MiB})), vclock)
     caplog.clear()
+    before = bytes_limit(g0)
     rm.run_action(post(rt, ctx))
+    assert bytes_limit(g0) in (4 * MiB, before), (
+        f"{bus_id(rt, g0)} was given the limit {bytes_limit(g0)}, another bus id's [RM-8]")
     assert bytes_limit(g0) == 4 * MiB, "an unknown bus id stopped the other limits [RM-9]"
     errors = runtime_records(caplog, rt, logging.ERROR, containing="ff:1f.7")
     assert len(errors) == 1, f"an unknown bus id logged {len(errors)} errors [RM-9]"
@@ -739,7 +743,7 @@ def test_oversleep_shortens_the_next_sleep(rt, control_env) -> None:
             before = len(clock.records)
             t, out = run_in_thread(lambda: rm.run_action(post(rt, duration=d)), name="step")
             if late_by is not None:
-                clock.wait_for_waiters(1)
+                clock.wait_for_waiters(1, clause="RM-10")
                 clock.advance(clock.records[before].duration_us + late_by)
             assert joined(t) and "error" not in out, (
                 f"run_action(d={d}) hung or raised {out} [RM-10]")
@@ -800,8 +804,9 @@ def reset_at_100(rt, rm2, clock) -> None:
 def test_zero_suspends_until_non_zero(rt, no_thread_leak, managed, vclock, listener) -> None:
     rm, writer = managed
     deliver(lambda: writer.write(perf=0), vclock)
+    perf_in_force(rm, 0)
     t, out = run_in_thread(lambda: rm.run_action(post(rt, duration=500)), name="step")
-    vclock.wait_for_waiters(2)                 # the listener and the suspended step
+    vclock.wait_for_waiters(2, clause="RM-12")  # the listener and the suspended step
     for _ in range(3):
         vclock.tick(100_000)
         assert t.is_alive(), "the step did not stay suspended at perfControl 0 [RM-12]"
@@ -862,6 +867,7 @@ def test_waking_many_suspended_steps_while_they_leave(rt, control_env, tmp_path)
     try:
         for r in range(rounds):
             rm.parse_manage_info_from_json('{"perfControl": 0}')
+            perf_in_force(rm, 0)
             steps = [run_in_thread(lambda: rm.run_action(post(rt)), name=f"step-{r}-{i}")
                      for i in range(n)]
             assert clock.wait_for(n), f"round {r}: {clock.waiting} of {n} steps suspended [RM-12]"
@@ -892,8 +898,9 @@ def test_waking_many_suspended_steps_while_they_leave(rt, control_env, tmp_path)
 def test_close_ends_a_suspension(rt, no_thread_leak, managed, vclock) -> None:
     rm, _ = managed
     rm.parse_manage_info_from_json('{"perfControl": 0}')
+    perf_in_force(rm, 0)
     t, out = run_in_thread(lambda: rm.run_action(post(rt)), name="step")
-    vclock.wait_for_waiters(2)
+    vclock.wait_for_waiters(2, clause="RM-12")
     rm.close()
     assert joined(t), "close() did not end the suspension [RM-12]"
 
@@ -907,8 +914,9 @@ def test_closed_session_ends_a_suspension(rt, no_thread_leak, managed, vclock) -
 
     session = Session()
     rm.parse_manage_info_from_json('{"perfControl": 0}')
+    perf_in_force(rm, 0)
     t, _ = run_in_thread(lambda: rm.run_action(post(rt, session=session)), name="step")
-    vclock.wait_for_waiters(2)
+    vclock.wait_for_waiters(2, clause="RM-12")
     session.closed = True
     rm.wake_suspended()
     assert joined(t), "a closed session did not end the suspension [RM-12]"
@@ -920,8 +928,9 @@ def test_limits_applied_before_suspending(rt, rt_managed, vclock) -> None:
     rm = ctx.resource_management
     deliver(lambda: writer.write(config_document(limits={bus_id(rt, g0): 4 * MiB}, perf=0)),
             vclock)
+    perf_in_force(rm, 0)
     t, _ = run_in_thread(lambda: rm.run_action(post(rt, ctx)), name="step")
-    vclock.wait_for_waiters(2)
+    vclock.wait_for_waiters(2, clause="RM-12")
     assert bytes_limit(g0) == 4 * MiB, "a suspended boundary did not apply the pending limit [RM-12]"
     rm.parse_manage_info_from_json('{"perfControl": 100}')
     assert joined(t), "[RM-12]"
@@ -1147,7 +1156,8 @@ def test_close_cancels_a_throttle_sleep(rt, no_thread_leak, managed, vclock) -> 
     rm, _ = managed
     rm.parse_manage_info_from_json('{"perfControl": 1}')
     t, _ = run_in_thread(lambda: rm.run_action(post(rt, duration=10_000_000)), name="step")
-    vclock.wait_for_waiters(2)
+    with precondition("RM-10", "perfControl 1 puts the step in a throttle sleep"):
+        vclock.wait_for_waiters(2, clause="RM-10")
     rm.close()
     assert joined(t), "close() did not cancel the throttle sleep [RM-16]"
     before = len(vclock.records)
@@ -1268,7 +1278,7 @@ def test_context_close_does_not_wait_for_a_throttle_sleep(rt, runtimes, vclock,
     config = tmp_path / "gpu_config.json"
     config.write_text(json.dumps(config_document(perf=10)), encoding="utf-8")
     ctx = runtimes(config_file=str(config), clock=vclock)
-    vclock.wait_for_waiters(1)                      # the file listener
+    vclock.wait_for_waiters(1, clause="FL-2")  # the file listener
     graph = rt.Graph()
     graph.add_node("work", "PyFunc", func=lambda: vclock.advance(100_000) or 1.0,
                    device="/job:localhost/replica:0/task:0/device:CPU:0")
@@ -1276,7 +1286,7 @@ def test_context_close_does_not_wait_for_a_throttle_sleep(rt, runtimes, vclock,
     step, step_out = run_in_thread(lambda: session.run("work"), name="step")
     closer = None
     try:
-        vclock.wait_for_waiters(2)                  # the listener and the step's sleep
+        vclock.wait_for_waiters(2, clause="RM-10")  # the listener and the step's sleep
         assert step.is_alive(), f"the step did not sleep at perfControl 10: {step_out} [RM-10]"
         closer, close_out = run_in_thread(ctx.close, name="context-close")
         assert joined(closer), (

@@ -201,7 +201,7 @@ def test_deep_value_delivered_by_the_listener(rt, managed, config_path, vclock, 
     caplog.set_level(logging.WARNING)
     doc = nemesis.nested_document(990, beside={"gpuConfigInfo": {BUS: {"maxDeviceMem": MiB}}},
                                   member="perfControl")
-    vclock.wait_for_waiters(1)
+    vclock.wait_for_waiters(1, clause="FL-2")
     write_text(config_path, doc)
     poll(vclock)
     errors = runtime_records(caplog, rt, logging.ERROR)
@@ -232,7 +232,7 @@ def test_value_count_bound(rt, managed, config_path, caplog, values, accepted) -
         one_warning(caplog, rt, config_path, f"{values} values", str(MAX_VALUES))
 
 
-@pytest.mark.clause("RM-19", "RM-4")
+@pytest.mark.clause("RM-19")           # every check names RM-19: the reader's bounds
 @pytest.mark.parametrize("literal,value", [
     ("1e-99999999999999999999", None), ("1e99999999999999999999", None),
     ("0e99999999999999999999", 0), ("-0e-99999999999999999999", 0),
@@ -253,7 +253,7 @@ def test_numbers_read_exactly_whatever_their_literal(rt, managed, literal, value
 def one_gpu(rt, runtimes, vclock, tmp_path):
     config = tmp_path / "gpu_config.json"
     ctx = runtimes(config_file=str(config), clock=vclock)
-    vclock.wait_for_waiters(1)
+    vclock.wait_for_waiters(1, clause="FL-2")
     gpu = gpus(ctx)[0]
     return ctx, config, gpu, bus_id(rt, gpu)
 
@@ -343,7 +343,7 @@ def test_the_bound_never_costs_the_gpu_its_entry(rt, runtimes, vclock, tmp_path,
     if when == "at start-up":
         write_text(config, document(first))
     ctx = runtimes(config_file=str(config), clock=vclock)
-    vclock.wait_for_waiters(1)
+    vclock.wait_for_waiters(1, clause="FL-2")
     gpu = gpus(ctx)[0]
     bus = bus_id(rt, gpu)
     if when == "rewritten":
@@ -437,7 +437,7 @@ def test_config_path_cannot_forge_a_log_line(rt, runtimes, vclock, tmp_path, cap
     config = tmp_path / "gpu_config\n2026-01-01 CRITICAL forged.json"
     write_text(config, '{"perfControl": "bad"}')
     ctx = runtimes(config_file=str(config), clock=vclock)
-    vclock.wait_for_waiters(1)
+    vclock.wait_for_waiters(1, clause="FL-2")
     deliver(vclock, config, '{"gpuConfigInfo": {"ff:1f.7": {"maxDeviceMem": 1}}}')
     boundary(rt, ctx)
     config.unlink()
@@ -456,9 +456,9 @@ def test_config_path_cannot_forge_the_suspend_line(rt, runtimes, vclock, tmp_pat
     config = tmp_path / "gpu_config\n2026-01-01 00:00:00,000 CRITICAL forged.json"
     write_text(config, '{"perfControl": 0}')
     ctx = runtimes(config_file=str(config), clock=vclock)
-    vclock.wait_for_waiters(1)
+    vclock.wait_for_waiters(1, clause="FL-2")
     t, out = run_in_thread(lambda: boundary(rt, ctx), name="step")
-    vclock.wait_for_waiters(2)                 # the listener and the suspended step
+    vclock.wait_for_waiters(2, clause="RM-12")  # the listener and the suspended step
     deliver(vclock, config, '{"perfControl": 100}')
     assert joined(t) and "error" not in out, \
         f"the suspended step did not resume: {out.get('error')!r} [RM-12]"

@@ -7,10 +7,11 @@ import threading
 import numpy as np
 import pytest
 
-from conformance.control_helpers import joined
+from conformance.control_helpers import joined, perf_in_force
 from conformance.execution_helpers import (CPU, GPU, INTER_OP_PREFIX, POST, PRE, Log,
                                            antman_threads, py_func, recording_action,
                                            run_in_thread, sim_runtime, wait_until)
+from conformance.preconditions import precondition
 
 pytestmark = pytest.mark.capability("executor", "session_run_actions")
 
@@ -492,9 +493,11 @@ def test_close_wakes_a_step_suspended_in_its_post_actions(rt, virtual_clock, tmp
     config.write_text('{"perfControl": 0}')
     with sim_runtime(rt, clock=virtual_clock, config_file=str(config),
                      poll_interval_s=3600.0) as c:
+        perf_in_force(c.resource_management, 0)
         s = c.new_session(step_graph(rt, Log()))
         runner, result = run_in_thread(lambda: s.run(["out"], FEED), "test-session-run")
-        virtual_clock.wait_for_waiters(2)              # the listener and the suspended step
+        with precondition("RM-12", "perfControl 0 suspends the run in its post actions"):
+            virtual_clock.wait_for_waiters(2, clause="RM-12")  # the listener, the step
         start = virtual_clock.now_us()
         closer, _ = run_in_thread(s.close, "test-session-close")
         assert joined(closer) and joined(runner), \

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 
+from conformance.preconditions import relies_on
 from fixtures import nemesis
 
 pytestmark = pytest.mark.capability("executor")
@@ -21,6 +22,7 @@ TOLERANCE_S = 3.0
 
 @pytest.mark.clause("SESS-9")
 def test_ctrl_c_cancels_the_step(rt) -> None:
+    relies_on("EXEC-12")        # the step's op computes on the clock, cancelled on abort
     got = nemesis.interrupt_mid_step(rt.__name__, OP_US)
     assert got["raised"] == "KeyboardInterrupt", (
         f"SIGINT during session.run: run {'returned' if got['raised'] is None else 'raised ' + got['raised']}"

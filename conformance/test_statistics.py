@@ -15,6 +15,7 @@ import pytest
 
 from conformance.control_helpers import (MiB, bus_id, control_env, gpus,  # noqa: F401
                                          runtime_records, runtimes)
+from conformance.preconditions import precondition
 from fixtures.status_reader import status_reader, validate_status  # noqa: F401
 from fixtures.virtual_clock import VirtualClock
 
@@ -353,12 +354,23 @@ def test_no_host_use_has_no_reason(rt, harness) -> None:
     gpus(harness.ctx)[0].get_allocator().deallocate_raw(p)
 
 
+def chunks_filling_the_pool(allocator, sizes_mib: tuple[int, ...]) -> list[int]:
+    """Device chunks of exactly ``sizes_mib`` filling the pool: the arrangement of a swapReason
+    test, which relies on the split rule (BFC-4) to cut each chunk to its request."""
+    with precondition("BFC-4", f"chunks of {list(sizes_mib)} MiB fill the 128 MiB pool"):
+        ptrs = [allocator.allocate_raw(256, n * MiB) for n in sizes_mib]
+        got = [None if p is None else allocator.allocated_size(p) for p in ptrs]
+        assert got == [n * MiB for n in sizes_mib], (
+            f"chunk sizes {got}, expected {[n * MiB for n in sizes_mib]} [BFC-4]")
+    return ptrs
+
+
 @pytest.mark.clause("STAT-6")
 def test_fragment_when_the_pool_had_room(rt, runtimes, tmp_path) -> None:
     ctx = runtimes(gpu_memory_bytes=128 * MiB)
     h = Harness(rt, ctx, tmp_path / "status.json")
     a = gpus(ctx)[0].get_allocator()
-    ptrs = [a.allocate_raw(256, n * MiB) for n in (40, 8, 40, 40)]
+    ptrs = chunks_filling_the_pool(a, (40, 8, 40, 40))
     a.deallocate_raw(ptrs[0])
     a.deallocate_raw(ptrs[2])                   # 80 MiB free, in two 40 MiB holes
     a.clear_stats()                             # device peak = 48 MiB in use
@@ -386,7 +398,7 @@ def test_demand_equal_to_the_pool_is_fragment(rt, runtimes, tmp_path, host_reque
     ctx = runtimes(gpu_memory_bytes=128 * MiB)
     h = Harness(rt, ctx, tmp_path / "status.json")
     a = gpus(ctx)[0].get_allocator()
-    ptrs = [a.allocate_raw(256, 32 * MiB) for _ in range(4)]
+    ptrs = chunks_filling_the_pool(a, (32, 32, 32, 32))
     a.deallocate_raw(ptrs[0])
     a.deallocate_raw(ptrs[2])
     a.clear_stats()                                  # device peak = 64 MiB in use

@@ -8,6 +8,7 @@ import threading
 import pytest
 
 from conformance.control_helpers import runtime_records
+from conformance.preconditions import precondition
 from fixtures.env_toggles import BAD_BOOL_VALUES, BAD_INT64_VALUES
 from fixtures.virtual_clock import VirtualClock
 
@@ -26,8 +27,8 @@ class Stack:
                  device_clock=None, host_clock=None, timeout_us=0, tf_gpu_id=0):
         self.rt = rt
         self.dev_sim = rt.SimulatedDeviceMemory(device_limit)
-        self.device_clock = device_clock or VirtualClock(auto_advance=True)
-        self.host_clock = host_clock or VirtualClock(auto_advance=True)
+        self.device_clock = device_clock or VirtualClock(auto_advance=True, clause="BFC-12")
+        self.host_clock = host_clock or VirtualClock(auto_advance=True, clause="BFC-12")
         self.device = rt.BFCAllocator(self.dev_sim, device_limit, False, f"GPU_{tf_gpu_id}_bfc",
                                       clock=self.device_clock, retry_timeout_us=T_10S)
         self.host_sim = rt.SimulatedHostMemory(host_capacity)
@@ -133,7 +134,7 @@ def test_factory_and_constructor_defaults(rt, tf_env):
 def test_factory_host_allocator_retries_10_s_by_default(rt, tf_env):
     """The factory's host BFC keeps BFC-12's default retry timeout of 10 s."""
     gpu = rt.BFCAllocator(rt.SimulatedDeviceMemory(MiB), MiB, False, "GPU_0_bfc")
-    clock = VirtualClock(auto_advance=True)
+    clock = VirtualClock(auto_advance=True, clause="BFC-12")
     host = rt.SimulatedHostMemory(0)
     vmem = rt.maybe_create_gpu_vmem_allocator(gpu, host_sub_allocator=host, clock=clock)
     assert vmem.allocate_raw(256, 2 * MiB) is None, \
@@ -229,7 +230,7 @@ def test_bad_sizes_raise_before_the_host(rt, tf_env, bad):
 
 @pytest.mark.clause("VMEM-3", "BFC-1")
 def test_zero_and_huge_sizes(rt, tf_env):
-    s = Stack(rt, host_clock=VirtualClock(), timeout_us=T_10S)
+    s = Stack(rt, host_clock=VirtualClock(clause="BFC-12"), timeout_us=T_10S)
     assert s.vmem.allocate_raw(256, 0) is None, "allocate_raw(256, 0) [VMEM-3]"
     assert s.vmem.allocate_raw(256, 2**64) is None, "allocate_raw(256, 2**64) [VMEM-3]"
     assert s.host_sim.alloc_calls == [] and s.host_clock.records == [], "[VMEM-3]"
@@ -532,13 +533,15 @@ def test_stats_without_host_or_device_stats(rt, tf_env):
 @pytest.mark.capability("virtual_clock")   # observes the retry's waits
 def test_no_stall_while_the_host_waits(rt, tf_env):
     tf_env.set("TF_CUDA_HOST_MEM_LIMIT_IN_MB", "1")
-    clock = VirtualClock()
+    clock = VirtualClock(clause="BFC-12")
     s = Stack(rt, host_clock=clock, timeout_us=T_10S)
     s.require_host_limit(1)
-    d1 = s.vmem.allocate_raw(256, 512 * KiB)
-    d2 = s.vmem.allocate_raw(256, 512 * KiB)            # device full
-    assert in_region(s.dev_sim, d1), f"allocate_raw(256, 512 KiB) gave {d1} [VMEM-3]"
-    h = s.fallback(MiB)                                 # host full (limit 1 MiB)
+    with precondition("BFC-4", "two 512 KiB chunks fill the 1 MiB device pool"):
+        d1 = s.vmem.allocate_raw(256, 512 * KiB)
+        d2 = s.vmem.allocate_raw(256, 512 * KiB)        # device full
+        assert in_region(s.dev_sim, d1) and in_region(s.dev_sim, d2), \
+            f"allocate_raw(256, 512 KiB) twice gave {d1}, {d2} [BFC-4]"
+    h = s.fallback(MiB)                                 # host full (limit 1 MiB): VMEM-4
     result: list = []
     waiter = threading.Thread(target=lambda: result.append(s.vmem.allocate_raw(256, MiB)),
                               name="antman-test-host-waiter", daemon=True)
@@ -558,7 +561,7 @@ def test_no_stall_while_the_host_waits(rt, tf_env):
         done.set()
 
     try:
-        clock.wait_for_waiters(1)
+        clock.wait_for_waiters(1, clause="VMEM-9")
         other = threading.Thread(target=other_thread, name="antman-test-other", daemon=True)
         other.start()
         other.join(5)
@@ -586,7 +589,10 @@ def test_host_limit_reached(rt, tf_env):
     s.require_host_limit(3)
     s.fill_device()
     got = [s.fallback(MiB)]                 # a fallback within the limit (VMEM-4) ...
-    got += [s.vmem.allocate_raw(256, MiB) for _ in range(4)]
+    with precondition("BFC-4", "1 MiB requests split the 2 MiB host region into 1 + 1"):
+        got += [s.vmem.allocate_raw(256, MiB) for _ in range(2)]
+        assert None not in got, f"three 1 MiB fallbacks in 3 MiB of host regions: {got} [BFC-4]"
+    got += [s.vmem.allocate_raw(256, MiB) for _ in range(2)]
     # host regions 1 MiB, then 2 MiB (split into 1 + 1); the limit allows no third region
     assert [p is not None for p in got] == [True, True, True, False, False], (
         f"1 MiB fallbacks under a 3 MiB host limit: {got} [VMEM-10]")

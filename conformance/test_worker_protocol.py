@@ -16,6 +16,7 @@ import pytest
 
 from conformance.control_measurement import (CONTROL_ATTEMPTS, InvalidMeasurement,
                                              describe_attempts, steady)
+from conformance.preconditions import relies_on
 from fixtures.worker import MIB, TERMINATION_S, Record, WorkerProcess, median_period_us
 
 pytestmark = [pytest.mark.capability("worker")]
@@ -348,6 +349,7 @@ def test_perf_control_throttles_the_step_period(worker, report_artifacts) -> Non
 
 @pytest.mark.clause("WORKER-11")
 def test_perf_control_zero_suspends_and_nonzero_resumes(worker) -> None:
+    relies_on("RM-4", "RM-12")       # the worker reads perfControl 0 and suspends its step
     w = worker()
     _, gap = baseline(w)
     d = w.detection_bound_s

@@ -111,3 +111,52 @@ def test_x(clause):
     found = problems(path, source)
     bad = sorted(int(p.split(":")[1]) for p in found)
     assert bad == [3, 4, 5, 8, 9, 11], found
+
+
+#: Harness checks whose failure message carries the clause their caller passes (``clause=``).
+HARNESS_CHECKS = ("wait_for_waiters",)
+#: Calls that name, as their first argument, a clause the test depends on.
+DEPENDENCIES = ("precondition", "precondition_holds", "relies_on")
+HELPERS = MODULES + [ROOT / "conformance" / "control_helpers.py",
+                     ROOT / "conformance" / "execution_helpers.py"]
+
+
+def harness_problems(path: Path, source: str | None = None) -> list[str]:
+    """Harness checks without ``clause=``, and dependencies that name no clause of SPEC.md."""
+    known = spec.load_clauses()
+    tree = ast.parse(path.read_text(encoding="utf-8") if source is None else source)
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        name = node.func.attr if isinstance(node.func, ast.Attribute) else \
+            node.func.id if isinstance(node.func, ast.Name) else ""
+        where = f"{path.relative_to(ROOT)}:{node.lineno}"
+        if name in HARNESS_CHECKS and not any(k.arg == "clause" for k in node.keywords):
+            found.append(f"{where}: {name}(...) without clause=: its failure would be untagged")
+        if name in DEPENDENCIES:
+            for arg in node.args[: None if name == "relies_on" else 1]:
+                if isinstance(arg, ast.Constant) and arg.value not in known:
+                    found.append(f"{where}: {name}({arg.value!r}) names no clause of SPEC.md")
+    return found
+
+
+@pytest.mark.parametrize("path", HELPERS, ids=[p.name for p in HELPERS])
+def test_harness_checks_carry_the_clause_they_check(path: Path) -> None:
+    found = harness_problems(path)
+    assert not found, "\n".join(found)
+
+
+def test_the_harness_checker_sees_untagged_waits_and_unknown_dependencies() -> None:
+    source = '''
+def test_x(clock):
+    clock.wait_for_waiters(1)
+    clock.wait_for_waiters(1, clause="RM-12")
+    with precondition("BFC-4", "split"):
+        pass
+    with precondition("BFC-999", "no such clause"):
+        pass
+    relies_on("RM-4", "XYZ-1")
+'''
+    found = harness_problems(ROOT / "conformance" / "_example.py", source)
+    assert sorted(int(p.split(":")[1]) for p in found) == [3, 7, 9], found

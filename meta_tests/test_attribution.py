@@ -10,6 +10,7 @@ import pytest
 from meta_tests.test_reports import (PASSED, _build, _data,  # noqa: F401 - fixtures
                                      _plotting_imported_before_pytester, _record, by_id,
                                      project, run)
+from conformance.preconditions import PreconditionFailed, precondition, precondition_holds
 from reports import attribution as at
 from reports import model
 
@@ -28,7 +29,7 @@ def test_a_tagged_failure_blames_its_clause_and_leaves_the_others_not_establishe
     assert a.how == at.BY_TAG
     assert "stopped at a failure of API-2 FAIL" in a.notes["API-1"]
     assert a.failures == [{"outcome": "FAIL", "clauses": ["API-2"], "message": "boom [API-2]",
-                           "tagged": True}]
+                           "tagged": True, "precondition": False}]
 
 
 def test_a_tag_outside_the_markers_is_blamed_and_unknown_tags_are_ignored() -> None:
@@ -134,3 +135,127 @@ def test_a_run_blames_the_named_clauses_and_shows_each_message(project) -> None:
     assert "### ❌ API-2" in md and "two is not three [API-2]" in md and "zero [API-2]" in md
     html = (project.path / "out" / "latest" / "certification.html").read_text()
     assert "too big [API-5]" in html and "SPEC.md line" in html
+
+
+# --------------------------------------------------------------------------- preconditions
+
+def test_a_failed_precondition_blames_the_clause_depended_on_not_the_clause_under_test() -> None:
+    with pytest.raises(PreconditionFailed) as caught:
+        with precondition("API-5", "two chunks fill the pool"):
+            assert 1 == 2, "setup: the pool is not full [API-2]"
+    exc = caught.value
+    assert str(exc) == ("precondition failed, two chunks fill the pool [API-5]: setup: the "
+                        "pool is not full (API-2)")
+    found = at.failures(exc)
+    assert found == [{"tags": ["API-5"], "message": str(exc), "precondition": True}]
+    a = _attr(["API-1", "API-2"], [PASSED, ("FAIL", "m")], {1: found}, ["setup", "call"])
+    assert a.observed == {"API-5": "FAIL", "API-1": "NOT_RUN", "API-2": "NOT_RUN"}
+    assert a.failures[0]["precondition"] is True and a.failures[0]["clauses"] == ["API-5"]
+    # Any exception of the arrangement counts, and a condition can be checked directly.
+    with pytest.raises(PreconditionFailed, match=r"^precondition failed, x \[API-6\]: "
+                                                 r"ValueError: no \(API-1\)$"):
+        with precondition("API-6", "x"):
+            raise ValueError("no [API-1]")
+    with pytest.raises(PreconditionFailed, match=r"^precondition failed, held \[API-7\]$"):
+        precondition_holds("API-7", False, "held")
+    with pytest.raises(ValueError):
+        precondition("not a clause", "x").__enter__()
+
+
+class _T:
+    """A test as ``explain`` reads it."""
+
+    def __init__(self, nodeid: str, clauses: list[str], failing: list[str],
+                 depends: tuple[str, ...] = ()) -> None:
+        self.nodeid, self.clauses, self.depends = nodeid, clauses, list(depends)
+        self.verdicts = at.Attribution(
+            {}, failures=[{"outcome": "FAIL", "clauses": [c], "message": f"{c} broke [{c}]",
+                           "tagged": True, "precondition": False} for c in failing])
+
+
+def _clauses(*failing: str) -> list[dict]:
+    return [{"id": c, "observed_outcome": "FAIL" if c in failing else "PASS"} for c in KNOWN]
+
+
+def test_the_root_cause_comes_first_and_the_others_say_what_they_follow_from() -> None:
+    clauses = _clauses("API-1", "API-2", "API-5")
+    tests = [_T("t::split", ["API-1"], ["API-1"]),
+             _T("t::layout", ["API-2"], ["API-2"], depends=("API-1",)),
+             _T("t::also", ["API-2"], ["API-2"], depends=("API-1", "API-6")),
+             _T("t::stats", ["API-5"], ["API-5"], depends=("API-2",))]
+    order = at.explain(clauses, tests)
+    assert order == ["API-1", "API-2", "API-5"]
+    by = {c["id"]: c for c in clauses}
+    assert by["API-1"]["rank"] == 1 and by["API-1"]["follows_from"] is None
+    assert by["API-2"]["follows_from"] == {
+        "clause": "API-1", "nodeid": "t::split", "message": "API-1 broke [API-1]",
+        "because": "2 of its 2 failure(s) come from tests that depend on API-1, which failed"}
+    assert by["API-5"]["follows_from"]["clause"] == "API-2" and by["API-5"]["rank"] == 3
+    assert by["API-6"]["rank"] is None and by["API-6"]["follows_from"] is None
+
+
+def test_a_clause_failing_where_it_depends_on_nothing_failing_is_a_root_too() -> None:
+    clauses = _clauses("API-1", "API-2")
+    tests = [_T("t::a", ["API-1"], ["API-1"]),
+             _T("t::b", ["API-2"], ["API-2"], depends=("API-1",)),
+             _T("t::c", ["API-2"], ["API-2"])]                 # fails on its own
+    assert at.explain(clauses, tests) == ["API-1", "API-2"]
+    assert all(c["follows_from"] is None for c in clauses)
+    # Dependencies on clauses that did not fail explain nothing; a cycle still ranks all.
+    clauses = _clauses("API-1", "API-2")
+    tests = [_T("t::a", ["API-1"], ["API-1"], depends=("API-2",)),
+             _T("t::b", ["API-2"], ["API-2"], depends=("API-1",)),
+             _T("t::c", ["API-2"], ["API-2"], depends=("API-1",))]
+    assert at.explain(clauses, tests) == ["API-2", "API-1"]
+
+
+PRECONDITIONS = '''
+import pytest
+from conformance.preconditions import precondition
+
+@pytest.mark.clause("API-1")
+def test_the_root():
+    assert False, "the split rule is broken [API-1]"
+
+@pytest.mark.clause("API-2")
+def test_arranged_on_the_root():
+    with precondition("API-1", "two chunks fill the pool"):
+        assert False, "the pool is not full [API-2]"
+
+@pytest.mark.clause("API-2")
+def test_checked_after_the_arrangement():
+    with precondition("API-1", "two chunks fill the pool"):
+        pass
+    assert False, "the layout differs [API-2]"
+'''
+
+
+def test_a_run_attributes_preconditions_and_ranks_the_root_cause_first(project) -> None:  # noqa: F811
+    project.makepyfile(test_synthetic=PRECONDITIONS)
+    _, doc = run(project)
+    tests = by_id(doc, "tests", "nodeid")
+    arranged = tests["test_synthetic.py::test_arranged_on_the_root"]
+    assert arranged["clause_outcomes"] == {"API-1": "FAIL", "API-2": "NOT_RUN"}
+    assert arranged["failures"][0]["precondition"] is True and arranged["depends"] == ["API-1"]
+    assert doc["failure_ranking"] == ["API-1", "API-2"]
+    clauses = by_id(doc)
+    assert clauses["API-2"]["follows_from"]["clause"] == "API-1"
+    assert clauses["API-2"]["follows_from"]["nodeid"] == "test_synthetic.py::test_the_root"
+    md = (project.path / "out" / "latest" / "certification.md").read_text()
+    assert md.index("### ❌ API-1") < md.index("### ❌ API-2")
+    assert "likely follows from the failure of API-1 in test_synthetic.py::test_the_root" in md
+    html = (project.path / "out" / "latest" / "certification.html").read_text()
+    assert "likely follows from the failure of API-1" in html
+
+
+def test_an_expected_exception_check_names_its_clause() -> None:
+    from conformance.checks import raises
+    with pytest.raises(AssertionError, match=r"^f\(x\) raised ValueError: no, expected TypeError "
+                                             r"\[ADJ-6\]$"):
+        with raises(TypeError, "ADJ-6", "f(x)"):
+            raise ValueError("no")
+    with pytest.raises(AssertionError, match=r"^f\(x\) did not raise TypeError \[ADJ-6\]$"):
+        with raises(TypeError, "ADJ-6", "f(x)"):
+            pass
+    with raises((TypeError, KeyError), "ADJ-6", "f(x)"):
+        raise KeyError("fine")

@@ -57,6 +57,8 @@ REFERENCE = "reference_runtime"
 BAD = ("FAIL", "ERROR", "TIMEOUT", "CRASH")
 PER_TEST_TIMEOUT_S = 45          # a deadlocked fork's test ends as TIMEOUT, not after 120 s
 RUN_TIMEOUT_S = 300              # a whole conformance subprocess
+RUN_BUDGET_S = 150               # its own budget: it reports before RUN_TIMEOUT_S, even when a
+                                 # hang holds the interpreter (budget + test limit + 30 s grace)
 EXIT_GRACE_S = 5                 # from the report to the end of the process
 HYPOTHESIS_SEED = 0              # the same examples on every run: an outcome is reproducible
 FORKS = declarations()
@@ -114,7 +116,8 @@ def certify(runtime: str, modules: tuple[str, ...], report_dir: Path) -> RunResu
     # deadlocked runtime object (one taking the lock a stuck thread holds) never returns.
     cmd = [sys.executable, "-m", "pytest", *modules, "--runtime", runtime,
            "-p", "no:cacheprovider", "-q", "--tb=short", "--report-dir", str(report_dir),
-           f"--timeout={PER_TEST_TIMEOUT_S}", f"--hypothesis-seed={HYPOTHESIS_SEED}"]
+           f"--timeout={PER_TEST_TIMEOUT_S}", f"--hypothesis-seed={HYPOTHESIS_SEED}",
+           f"--run-budget-s={RUN_BUDGET_S}"]
     log_path = report_dir.with_name(report_dir.name + ".log")
     start = time.monotonic()
     reported_at: float | None = None

@@ -153,12 +153,13 @@ def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch):
     settings.load_profile(profile)
 
 
-def run(pytester: pytest.Pytester, *args: str) -> tuple[pytest.RunResult, dict[str, Any]]:
+def run(pytester: pytest.Pytester, *args: str, **kwargs: Any
+        ) -> tuple[pytest.RunResult, dict[str, Any]]:
     out = pytester.path / "out"
     result = pytester.runpytest("-p", "conformance.plugin", "-p", "reports.plugin",
                                 "-p", "no:cacheprovider", "--runtime",
                                 "fake_runtime_for_reports", "--report-dir", str(out),
-                                "--timeout=60", *args)
+                                "--timeout=60", *args, **kwargs)
     latest = writer.newest_pointer(out)       # latest, latest-partial or latest-bench
     doc = json.loads((latest / "certification.json").read_text()) if latest else {}
     return result, doc

@@ -23,6 +23,18 @@ report blames the clauses its failures name, not every clause the test is marked
   stopped at a failure of another clause before it could show that this one holds. The
   test counts as NOT_RUN for that clause (the clause is partly exercised, or NOT_RUN when no
   other test exercised it), with a note naming the failure that stopped it.
+- A failure of the test's arrangement is attributed to the clause the test declared it
+  depends on (``conformance.preconditions``: the exception carries
+  ``antman_precondition``, and its message that clause's tag), not to the clause under test;
+  the failure is marked ``precondition``.
+
+One bug, one clause, root cause first: when several clauses fail, ``explain`` ranks them.
+A clause is a *root* when at least one of its failures comes from a test that depends on no
+other failing clause (its declared preconditions, ``tests[].depends``, all name clauses
+that did not fail). Every other failing clause *follows from* the failing clause its tests
+depend on most often, and says which failure that is (``clauses[].follows_from``). Roots
+come first (those that explain most other clauses first), then the clauses that follow
+from them (``clauses[].rank``; ``failure_ranking`` in the document).
 
 The per-clause outcome of every test feeds the clause outcomes (reports/model.py).
 """
@@ -30,6 +42,7 @@ The per-clause outcome of every test feeds the clause outcomes (reports/model.py
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,6 +56,9 @@ MESSAGE_LIMIT = 4000
 NOTES_LIMIT = 2000
 
 #: How a test's failing outcome was attributed (``tests[].attribution`` in the report).
+#: The attribute of an exception raised by a failed precondition: the clause depended on.
+PRECONDITION_ATTRIBUTE = "antman_precondition"
+
 BY_TAG = "tag"              # every failure named its clauses
 UNTAGGED = "untagged"       # a failure named none: the test's clauses (all of them)
 WHOLE_TEST = "whole-test"   # TIMEOUT or CRASH: every clause of the test
@@ -86,10 +102,13 @@ def describe(exc: BaseException) -> str:
 
 
 def failures(exc: BaseException | None) -> list[dict[str, Any]]:
-    """``[{"tags": [...], "message": str}]``: each distinct failure in ``exc``."""
+    """``[{"tags": [...], "message": str, "precondition": bool}]``: each distinct failure in
+    ``exc``; ``precondition``: a failure of the test's arrangement (see the module doc)."""
     if exc is None:
         return []
-    return [{"tags": tags(own_message(e)), "message": describe(e)} for e in leaves(exc)]
+    return [{"tags": tags(own_message(e)), "message": describe(e),
+             "precondition": isinstance(getattr(e, PRECONDITION_ATTRIBUTE, None), str)}
+            for e in leaves(exc)]
 
 
 @dataclass
@@ -99,7 +118,7 @@ class Attribution:
     how: str | None = None                   # BY_TAG, UNTAGGED, WHOLE_TEST; None: no problem
     notes: dict[str, str] = field(default_factory=dict)   # clause -> why NOT_RUN
     failures: list[dict[str, Any]] = field(default_factory=list)
-    # each: {"outcome", "clauses" (blamed), "message", "tagged"}
+    # each: {"outcome", "clauses" (blamed), "message", "tagged", "precondition"}
 
 
 def attribute(markers: Sequence[str], phases: Sequence[tuple[str, str | None]],
@@ -126,26 +145,28 @@ def attribute(markers: Sequence[str], phases: Sequence[tuple[str, str | None]],
         found = list(phase_failures.get(i, ()))
         when = whens[i] if i < len(whens) else None
         if when == "teardown" and body:
-            rows = [(list(body), f["message"], False) for f in found] \
-                or [(list(body), message or outcome, False)]
+            rows = [(list(body), f["message"], False, False) for f in found] \
+                or [(list(body), message or outcome, False, False)]
         elif outcome not in TAGGED:
             kinds.add(WHOLE_TEST)
-            rows = [(list(markers), f["message"], False) for f in found] \
-                or [(list(markers), message or outcome, False)]
+            rows = [(list(markers), f["message"], False, False) for f in found] \
+                or [(list(markers), message or outcome, False, False)]
         elif not found:
             kinds.add(UNTAGGED)
-            rows = [(list(markers), message or outcome, False)]
+            rows = [(list(markers), message or outcome, False, False)]
         else:
             rows = []
             for f in found:
                 named = [c for c in f.get("tags", ()) if c in known]
                 kinds.add(BY_TAG if named else UNTAGGED)
-                rows.append((named or list(markers), f["message"], bool(named)))
-        for clauses, text, tagged in rows:
-            if when == "call":
+                rows.append((named or list(markers), f["message"], bool(named),
+                             bool(named) and bool(f.get("precondition"))))
+        for clauses, text, tagged, arranged in rows:
+            if when in ("setup", "call"):
                 body += [c for c in clauses if c not in body]
             result.failures.append({"outcome": outcome, "clauses": clauses,
-                                    "message": text, "tagged": tagged})
+                                    "message": text, "tagged": tagged,
+                                    "precondition": arranged})
             for c in clauses:
                 old = result.observed.get(c)
                 if old is None or oc.severity(outcome) < oc.severity(old):
@@ -158,3 +179,89 @@ def attribute(markers: Sequence[str], phases: Sequence[tuple[str, str | None]],
             result.observed[c] = oc.NOT_RUN
             result.notes[c] = f"not established: the test stopped at a failure of {stopped_by}"
     return result
+
+
+#: Clause outcomes that are failures for the ranking (NOT_SUPPORTED is a claim, not a bug).
+BROKEN = frozenset({oc.CRASH, oc.TIMEOUT, oc.ERROR, oc.FAIL})
+
+
+def explain(clauses: list[dict[str, Any]], tests: Iterable[Any]) -> list[str]:
+    """Rank the failing clauses, root cause first (see the module docstring).
+
+    ``clauses`` are the document's clause entries (``id``, ``observed_outcome``), updated in
+    place with ``rank`` (1 first; None for a clause that did not fail) and ``follows_from``
+    (None for a root, else ``{"clause", "nodeid", "message", "because"}``); ``tests`` carry
+    ``nodeid``, ``depends`` (the clauses their preconditions name) and ``verdicts``
+    (``Attribution``). Returns the failing clause IDs in rank order.
+    """
+    failing = {c["id"] for c in clauses if c.get("observed_outcome") in BROKEN}
+    # incidents: (clause, test, failure, the failing clauses the test depends on)
+    incidents: dict[str, list[tuple[Any, dict[str, Any], list[str]]]] = {}
+    for t in sorted(tests, key=lambda t: t.nodeid):
+        depends = list(getattr(t, "depends", None) or [])
+        for f in t.verdicts.failures:
+            for c in f["clauses"]:
+                if c not in failing:
+                    continue
+                causes = [d for d in depends if d in failing and d != c]
+                incidents.setdefault(c, []).append((t, f, causes))
+    cause_of: dict[str, str] = {}
+    explains: Counter[str] = Counter()
+    for c in sorted(failing):
+        rows = incidents.get(c, [])
+        if not rows or any(not causes for _, _, causes in rows):
+            continue
+        votes = Counter(d for _, _, causes in rows for d in causes)
+        cause_of[c] = max(sorted(votes), key=lambda d: votes[d])
+    roots = failing - set(cause_of)
+    if not roots and failing:    # a cycle of dependencies: the most failing tests leads
+        lead = max(sorted(failing), key=lambda c: len(incidents.get(c, [])))
+        cause_of.pop(lead, None)
+        roots = {lead}
+
+    def root_of(c: str) -> str:
+        seen = set()
+        while c in cause_of and c not in seen:
+            seen.add(c)
+            c = cause_of[c]
+        return c
+
+    for c in cause_of:
+        explains[root_of(c)] += 1
+    support = Counter(d for rows in incidents.values() for _, _, causes in rows for d in causes)
+    order = sorted(roots, key=lambda c: (-explains[c], -support[c], -len(incidents.get(c, [])),
+                                         c))
+    placed = set(order)
+    while len(order) < len(failing):
+        nxt = sorted((c for c in failing - placed if cause_of.get(c) in placed),
+                     key=lambda c: (order.index(cause_of[c]), c))
+        if not nxt:                              # inside a cycle: break it at its first
+            nxt = [min(failing - placed)]
+            cause_of.pop(nxt[0], None)
+        for c in nxt:
+            order.append(c)
+            placed.add(c)
+    for entry in clauses:
+        cid = entry["id"]
+        entry["rank"] = order.index(cid) + 1 if cid in placed else None
+        entry["follows_from"] = None
+        cause = cause_of.get(cid)
+        if cause is None:
+            continue
+        rows = incidents[cid]
+        with_cause = [t for t, _, causes in rows if cause in causes]
+        # The failure of the cause to name: its first own check failing in a test depending on
+        # nothing that failed, else any failure of it there, else one in a test of this clause.
+        cause_rows = incidents.get(cause, [])
+        pick = next(((t, f) for t, f, causes in cause_rows
+                     if not causes and not f.get("precondition")), None) or \
+            next(((t, f) for t, f, causes in cause_rows if not causes), None) or \
+            next(((t, f) for t, f, _ in cause_rows if cid in t.clauses), None) or \
+            (cause_rows[0][:2] if cause_rows else (with_cause[0], None))
+        t, f = pick
+        entry["follows_from"] = {
+            "clause": cause, "nodeid": t.nodeid,
+            "message": (f["message"] if f else "")[:MESSAGE_LIMIT],
+            "because": f"{len(with_cause)} of its {len(rows)} failure(s) come from tests that "
+                       f"depend on {cause}, which failed"}
+    return order

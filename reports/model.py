@@ -91,6 +91,8 @@ class TestRecord:
     verdicts: attribution.Attribution = field(
         default_factory=lambda: attribution.Attribution({}))
     clause_outcomes: dict[str, str] = field(default_factory=dict)   # after waivers
+    #: the clauses the test's preconditions name (conformance/preconditions.py)
+    depends: list[str] = field(default_factory=list)
     #: ``--repeat``: runs, ran, passed, flaky, failures (reports/stability.py ``fold``)
     repeat: dict[str, Any] | None = None
 
@@ -102,7 +104,7 @@ class TestRecord:
                 "message": self.message, "waiver": self.waiver,
                 "clause_outcomes": self.clause_outcomes,
                 "attribution": self.verdicts.how, "failures": self.verdicts.failures,
-                "repeat": self.repeat}
+                "depends": self.depends, "repeat": self.repeat}
 
 
 @dataclass
@@ -128,6 +130,8 @@ class RunData:
     benchmarks: list[dict[str, Any]] = field(default_factory=list)
     worker_hellos: list[dict[str, Any]] = field(default_factory=list)
     require_gpu: bool = False          # --require-gpu: GPU clauses required whatever the target
+    #: why the run stopped before its end ({"code", "message"}; reports/run_budget.py)
+    stopped: dict[str, str] | None = None
     repeat: int = 1                    # --repeat N (reports/stability.py)
     run_id: str = ""
     generated_at: str = ""
@@ -230,7 +234,7 @@ def _clauses(data: RunData, waivers: list[exp.Waiver], required: set[str]) -> li
                         + (f" ({why})" if (why := t.verdicts.notes.get(cid) or t.message)
                            else "") for t in not_run})
         failures = [{"nodeid": t.nodeid, "outcome": f["outcome"], "message": f["message"],
-                     "tagged": f["tagged"]}
+                     "tagged": f["tagged"], "precondition": f.get("precondition", False)}
                     for t in tests for f in t.verdicts.failures if cid in f["clauses"]]
         section = sections.get(cid)
         result.append({
@@ -321,7 +325,9 @@ def _verdict(data: RunData, clauses: list[dict], required: set[str],
     if unreported:
         reason(incomplete, "tests-not-run",
                f"{len(unreported)} collected test(s) never ran, e.g. {unreported[0]}")
-    if data.exitstatus == 2:
+    if data.stopped:
+        reason(incomplete, "run-stopped", stopped_message(data.stopped["message"], unreported))
+    elif data.exitstatus == 2:
         reason(incomplete, "interrupted", "the session was interrupted")
 
     git = data.suite.get("git") or {}
@@ -389,6 +395,15 @@ def _verdict(data: RunData, clauses: list[dict], required: set[str],
     return {"status": status, "reasons": fatal + incomplete, "warnings": warnings,
             "profiles": profiles,
             "scope": scope(profiles, required, data.target.get("source") == "worker")}
+
+
+def stopped_message(why: str, not_run: list[str], limit: int = 10) -> str:
+    """A run that stopped early: why, and the tests that did not run."""
+    if not not_run:
+        return f"{why}; every collected test had run"
+    more = f" and {len(not_run) - limit} more" if len(not_run) > limit else ""
+    return (f"{why}; {len(not_run)} collected test(s) did not run: "
+            + ", ".join(not_run[:limit]) + more)
 
 
 def scope(profiles: list[str], required: set[str], black_box: bool) -> str:
@@ -459,6 +474,7 @@ def build(data: RunData) -> dict[str, Any]:
     clauses = _clauses(data, waivers, required)
     _waive_tests_of_waived_clauses(data, clauses)
     verdict = _verdict(data, clauses, required, profiles)
+    ranking = attribution.explain(clauses, data.tests.values())   # root cause first
     live = [c for c in clauses if not c["withdrawn"]]
     tests = sorted(data.tests.values(), key=lambda t: t.nodeid)
     mp = data.mustpass
@@ -482,6 +498,7 @@ def build(data: RunData) -> dict[str, Any]:
         "platform": data.platform,
         "execution_target": target,
         "invocation": {**data.invocation, "exitstatus": data.exitstatus, "repeat": data.repeat,
+                       "stopped": data.stopped,
                        "selection_complete": not data.selection_reasons,
                        "selection_reasons": data.selection_reasons,
                        "collection_errors": data.collection_errors},
@@ -492,6 +509,7 @@ def build(data: RunData) -> dict[str, Any]:
             "tests": _counts([t.outcome for t in tests], oc.TEST_OUTCOMES),
         },
         "clauses": clauses,
+        "failure_ranking": ranking,
         "tests": [t.to_json() for t in tests],
         "artifacts": data.artifacts,
         "benchmarks": data.benchmarks,

@@ -89,8 +89,8 @@ from typing import Any
 import pytest
 
 from conformance import plugin as conformance_plugin
-from conformance import spec
-from reports import attribution, environment, model, safe_text
+from conformance import preconditions, spec
+from reports import attribution, environment, journal, model, run_budget, safe_text
 from reports import expectations as exp
 from reports import mustpass as mp
 from reports import outcome_summary
@@ -108,6 +108,7 @@ PROP_SEED = "antman:hypothesis_seed"
 PROP_SEED_SOURCE = "antman:hypothesis_seed_source"
 PROP_ARTIFACT = "antman:artifact"
 PROP_FAILURES = "antman:failures"
+PROP_DEPENDS = "antman:depends"
 WORKEROUTPUT_TESTS = "antman_tests"
 WORKEROUTPUT_DESELECTED = "antman_deselected"
 _ARTIFACT_NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
@@ -135,6 +136,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--keep-runs", default=None, metavar="N",
                     help="run folders kept in the report folder, the newest first (default: "
                          "$ANTMAN_KEEP_RUNS or 20)")
+    run_budget.add_option(group)
 
 
 # --------------------------------------------------------------------------- every process
@@ -205,6 +207,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     stamped = oc.exception_outcome(call.excinfo.value if call.excinfo else None)
     if stamped:
         extra.append((PROP_OUTCOME, stamped))
+    depends = [(PROP_DEPENDS, c) for c in preconditions.declared()
+               if (PROP_DEPENDS, c) not in item.user_properties]
+    extra += depends
     if report.when == "call":
         seed = hypothesis_seed(item)
         if seed is not None:
@@ -220,6 +225,12 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         found = attribution.failures(call.excinfo.value)
         report.user_properties = [*report.user_properties, (PROP_FAILURES, found)]
     return report
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A test's declared preconditions are its own (``antman:depends``)."""
+    preconditions.reset()
 
 
 class ReportArtifacts:
@@ -264,6 +275,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 @pytest.hookimpl(tryfirst=True)  # before junitxml reads ``xmlpath``
 def pytest_configure(config: pytest.Config) -> None:
+    run_budget.configure(config)
     if is_worker(config) or config.getoption("--no-report"):
         return
     opt = config.option
@@ -385,6 +397,8 @@ class CertificationRecorder:
             self.keep_runs = writer.keep_runs(config.getoption("--keep-runs"))
         except ValueError as exc:
             raise pytest.UsageError(f"--keep-runs or {writer.KEEP_RUNS_ENV}: {exc}") from None
+        self.journal: journal.Journal | None = None      # a run that never ends still reports
+        self.session: pytest.Session | None = None
         try:
             self.runtime = conformance_plugin.load_runtime(config)
             name = self.runtime.NAME
@@ -402,6 +416,21 @@ class CertificationRecorder:
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         if self.junit_tmp is not None:
             self.junit_tmp.parent.mkdir(mode=0o700, exist_ok=True)
+        self.session = session
+        budget = run_budget.budget_s(self.config)
+        if budget is None:
+            return
+        self.journal = journal.Journal(self.base / f".journal-{self.run_dir.name}")
+        limit = (_timeout(self.config) or 0) + journal.grace_s()
+        self.journal.watch(budget + limit, self.run_dir, self.base,
+                           f"--run-budget-s {budget:g}, then the test's own limit and "
+                           f"{journal.grace_s():g} s")
+
+    def pytest_runtest_logstart(self, nodeid: str, location: Any) -> None:
+        if self.journal is not None and self.session is not None:
+            if not self.journal.has_base:
+                self.journal.base(self.run_data(self.session))
+            self.journal.started(nodeid)
 
     # -- collection
     def record(self, nodeid: str) -> model.TestRecord:
@@ -450,6 +479,7 @@ class CertificationRecorder:
             rec.capabilities = list(dict.fromkeys(v for k, v in props if k == PROP_CAPABILITY))
             rec.gpu = any(k == PROP_GPU for k, _ in props)
         stamped = next((v for k, v in props if k == PROP_OUTCOME), None)
+        rec.depends += [v for k, v in props if k == PROP_DEPENDS and v not in rec.depends]
         found = getattr(report, "antman_failures", None)
         if found:
             rec.failures[len(rec.phases)] = list(found)
@@ -477,6 +507,8 @@ class CertificationRecorder:
         arts = getattr(report, "antman_artifacts", None)
         if arts:
             self.artifacts[report.nodeid] = [{"nodeid": report.nodeid, **a} for a in arts]
+        if self.journal is not None:
+            self.journal.record(rec)
 
     # -- the document
     def run_data(self, session: pytest.Session) -> model.RunData:
@@ -542,6 +574,7 @@ class CertificationRecorder:
             selection_reasons=selection_reasons(config, self.deselected),
             collection_errors=self.collection_errors, exitstatus=int(session.exitstatus),
             repeat=int(config.getoption("--repeat", default=1) or 1),
+            stopped=run_budget.why_stopped(config, int(session.exitstatus)),
             artifacts=artifacts, benchmarks=benchmark_results(config),
             run_id=self.run_dir.name, generated_at=_iso(finished))
 
@@ -550,6 +583,8 @@ class CertificationRecorder:
         if int(session.exitstatus) == pytest.ExitCode.USAGE_ERROR:
             self.skipped_for = "usage error: nothing was certified"  # no folder, no latest
             self._drop_junit_tmp()
+            if self.journal is not None:
+                self.journal.close()
             return
         try:
             from reports import writer
@@ -579,6 +614,8 @@ class CertificationRecorder:
             session.exitstatus = REPORT_NOT_WRITTEN
         finally:
             self._drop_junit_tmp()
+            if self.journal is not None:
+                self.journal.close()
         if self.document is not None:
             reporter = self.config.pluginmanager.get_plugin("terminalreporter")
             if reporter is not None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
-from reports import model, safe_text
+from reports import model, render_ranking, safe_text
 from reports.render_md import bench_figures, host_text, target_text
 
 #: outcome -> (background, text colour, legend meaning)
@@ -201,7 +201,8 @@ def _clause_detail(c: dict[str, Any], tests: dict[str, dict]) -> str:
             + "</div>" for n in c["tests"] if n in tests and tests[n]["outcome"] != "PASS")
     text = (f"<details><summary>{_e(spec_reference(c))}</summary><pre>{_e(c['text'])}</pre>"
             "</details>" if c.get("text") else "")
-    return (failures or "<span class=muted>no test names this clause</span>") + text
+    return (render_ranking.html_line(c)
+            + (failures or "<span class=muted>no test names this clause</span>") + text)
 
 
 def _problems(doc: dict[str, Any]) -> str:
@@ -210,7 +211,7 @@ def _problems(doc: dict[str, Any]) -> str:
     if not bad:
         return ""
     rows = []
-    for c in bad:
+    for c in render_ranking.ranked(bad):
         rows.append(f"<tr><td><b>{_e(c['id'])}</b> {_e(c['title'])}</td><td>{badge(c['outcome'])}"
                     f"</td><td>{_clause_detail(c, tests)}</td></tr>")
     return ("<h2>Must-pass clauses that did not pass</h2><table><tr><th>clause</th>"

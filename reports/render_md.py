@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from reports import model, safe_text
+from reports import model, render_ranking, safe_text
 
 SYMBOL = {"PASS": "✅", "FAIL": "❌", "ERROR": "🟧", "TIMEOUT": "⏱️", "CRASH": "💀",
           "NOT_SUPPORTED": "➖", "WAIVED": "🛡️", "NOT_RUN": "⬜", "SKIPPED": "⏭️",
@@ -259,11 +259,12 @@ def _failing_clauses(doc: dict[str, Any]) -> list[str]:
     bad = [c for c in doc["clauses"] if c["outcome"] in model.FAILING]
     if not bad:
         return []
-    out = ["## Clauses that did not pass", ""]
-    for c in bad:
+    out = ["## Clauses that did not pass", "", "Root cause first.", ""]
+    for c in render_ranking.ranked(bad):
         must = "must-pass" if c["must_pass"] else "not must-pass in this run"
         out += [f"### {SYMBOL[c['outcome']]} {c['id']} {c['title']}: {c['outcome']} ({must})",
                 ""]
+        out += render_ranking.md_lines(c)
         for f in c.get("failures") or []:
             how = "" if f["tagged"] else " (untagged failure: blamed on every clause of the test)"
             out += [f"- {_code(f['nodeid'])}: {f['outcome']}{how}", "",

@@ -223,11 +223,13 @@ KEEP_RUNS_ENV = "ANTMAN_KEEP_RUNS"
 
 
 def pointer_for(doc: dict[str, Any]) -> str:
-    """Which pointer a run's document moves (``POINTERS``)."""
+    """Which pointer a run's document moves (``POINTERS``): a run stopped before its end
+    (budget, Ctrl-C, an internal error) is not a whole certification either."""
     if doc.get("verdict", {}).get("status") == "NO VERDICT":
         return LATEST_BENCH
-    if not doc.get("invocation", {}).get("selection_complete", True):
-        return LATEST_PARTIAL
+    invocation = doc.get("invocation", {})
+    if not invocation.get("selection_complete", True) or invocation.get("stopped"):
+        return LATEST_PARTIAL          # part of the suite, or a run stopped before its end
     return LATEST
 
 
