@@ -8,6 +8,9 @@
   of the collected conformance suite, as JSON.
 - ``diff OLD NEW``: clause outcomes that changed between two runs (``certification.json`` or
   run folders), regressions first; exit 1 on a regression (reports/diff.py).
+- ``matrix REPORT... -o DIR``: one HTML and Markdown matrix, clause by run (reports/matrix.py).
+- ``bundle RUN_DIR [-o FILE]`` and ``verify BUNDLE``: a certification packed with what it was
+  judged by, and its verification (reports/bundle.py, reports/verify.py).
 """
 
 from __future__ import annotations
@@ -79,7 +82,12 @@ def main(argv: list[str] | None = None) -> int:
                                     "a regression")
     p.add_argument("old", type=Path, help="certification.json or run folder of the earlier run")
     p.add_argument("new", type=Path, help="certification.json or run folder of the later run")
+    from reports import bundle, matrix
+    matrix.add_parser(sub)
+    bundle.add_parsers(sub)
     args = parser.parse_args(argv)
+    if getattr(args, "tool", None) is not None:
+        return args.tool(args)
 
     if args.command == "diff":
         from reports import diff
