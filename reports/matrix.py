@@ -153,7 +153,8 @@ def load_columns(paths: Sequence[Path], out_dir: Path) -> tuple[list[Column], li
         seen.add(key)
         doc = load_report(file)
         if doc["verdict"]["status"] == model.NO_VERDICT and not explicit:
-            notes.append(f"left out {file}: NO VERDICT (it ran no conformance test)")
+            where = os.path.relpath(file.resolve(), out_dir.resolve()).replace(os.sep, "/")
+            notes.append(f"left out {where}: NO VERDICT (it ran no conformance test)")
             continue
         html_file = file.parent / "certification.html"
         href = None
@@ -281,7 +282,9 @@ def render_html(columns: Sequence[Column], notes: Sequence[str]) -> str:
 
 # -- Markdown
 
-_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]<>()#+!|~&$])")
+#: Characters with a meaning inline or in a table cell (a cell never starts a line, so
+#: ``#``, ``+``, ``-`` and ``1.`` cannot start a block; ``(`` cannot follow an escaped ``]``).
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]<>|~&$])")
 
 
 def md_escape(text: Any) -> str:
@@ -291,8 +294,7 @@ def md_escape(text: Any) -> str:
 
 def md_title(text: str) -> str:
     """``text`` as a Markdown link title (between double quotes)."""
-    flat = " ".join(text.split())
-    return flat.replace("\\", "\\\\").replace('"', '\\"').replace("|", "\\|")
+    return re.sub(r'(["()])', r"\\\1", md_escape(text))
 
 
 def _md_cell(col: Column, cid: str) -> str:

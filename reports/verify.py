@@ -53,7 +53,9 @@ from reports.untrusted import ReportError, one_line, parse_report
 
 REPORT_MEMBER = bd.REPORT_PREFIX + "certification.json"
 #: The largest bundle file read (compressed).
-MAX_ARCHIVE_BYTES = bd.MAX_TOTAL_BYTES
+MAX_ARCHIVE_BYTES = 256 * 1024 * 1024
+#: What tar headers and padding may add to the members' bytes in the decompressed stream.
+TAR_HEADER_SLACK = 64 * 1024 * 1024
 
 
 class Rejected(ValueError):
@@ -92,7 +94,7 @@ def _read_tar(path: Path) -> dict[str, bytes]:
     members: dict[str, bytes] = {}
     total = 0
     with open(path, "rb") as f, gzip.GzipFile(fileobj=f) as gz:
-        stream = _Bounded(gz, bd.MAX_TOTAL_BYTES + 64 * 1024 * 1024)  # data + tar headers
+        stream = _Bounded(gz, bd.MAX_TOTAL_BYTES + TAR_HEADER_SLACK)
         with tarfile.open(fileobj=stream, mode="r|") as tf:  # type: ignore[call-overload]
             for m in tf:
                 _check_name(m.name, set(members))
@@ -121,7 +123,8 @@ def _read_zip(path: Path) -> dict[str, bytes]:
         for info in infos:
             _check_name(info.filename, set(members))
             mode = info.external_attr >> 16
-            if info.is_dir() or (mode and not stat.S_ISREG(mode)):
+            kind_bits = stat.S_IFMT(mode)   # 0: the archiver recorded no file type
+            if info.is_dir() or (kind_bits and kind_bits != stat.S_IFREG):
                 kind = "a symbolic link" if stat.S_ISLNK(mode) else "not a regular file"
                 raise Rejected(f"member {info.filename} is {kind}")
             if info.file_size > bd.MAX_MEMBER_BYTES:
