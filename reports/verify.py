@@ -53,7 +53,7 @@ from reports.untrusted import ReportError, one_line, parse_report
 
 REPORT_MEMBER = bd.REPORT_PREFIX + "certification.json"
 #: The largest bundle file read (compressed).
-MAX_ARCHIVE_BYTES = 256 * 1024 * 1024
+MAX_ARCHIVE_BYTES = 64 * 1024 * 1024
 #: What tar headers and padding may add to the members' bytes in the decompressed stream.
 TAR_HEADER_SLACK = 64 * 1024 * 1024
 
@@ -328,7 +328,13 @@ def rejudge(doc: dict[str, Any], official: Path, expectations: exp.Expectations
             if nodeid not in known:
                 raise Rejected(f"clause {c['id']} names test {one_line(nodeid, 150)}, which is "
                                f"missing from the results")
-    again = model.build(run_data(doc, official, expectations))
+    try:
+        again = model.build(run_data(doc, official, expectations))
+    except Rejected:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+        raise Rejected(f"the report's results cannot be judged ({type(exc).__name__}: "
+                       f"{one_line(exc, 150)})") from exc
     before = {t["nodeid"]: t for t in doc["tests"]}
     for t in again["tests"]:
         old = before[t["nodeid"]]
