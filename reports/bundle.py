@@ -198,6 +198,10 @@ def source_identity(doc: dict[str, Any], given: Path | None) -> tuple[dict[str, 
     return info, diff
 
 
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
 def nvml_facts() -> dict[str, Any]:
     """What NVML tells of this host's GPUs: name, SM count, MIG mode, compute mode."""
     try:
@@ -223,8 +227,8 @@ def nvml_facts() -> dict[str, Any]:
             attrs = ask(pynvml.nvmlDeviceGetAttributes_v2, h)
             mig = ask(pynvml.nvmlDeviceGetMigMode, h)
             devices.append({
-                "index": i, "name": environment._text(pynvml.nvmlDeviceGetName(h)),
-                "uuid": environment._text(pynvml.nvmlDeviceGetUUID(h)),
+                "index": i, "name": _text(pynvml.nvmlDeviceGetName(h)),
+                "uuid": _text(pynvml.nvmlDeviceGetUUID(h)),
                 "sm_count": getattr(attrs, "multiprocessorCount", None),
                 "sm_count_error": attrs.get("error") if isinstance(attrs, dict) else None,
                 "mig_mode": ({"current": mig[0], "pending": mig[1]}
@@ -233,7 +237,7 @@ def nvml_facts() -> dict[str, Any]:
                 "memory_total_bytes": int(pynvml.nvmlDeviceGetMemoryInfo(h).total),
             })
         return {"available": True,
-                "driver_version": environment._text(pynvml.nvmlSystemGetDriverVersion()),
+                "driver_version": _text(pynvml.nvmlSystemGetDriverVersion()),
                 "cuda_version": (f"{cuda // 1000}.{cuda % 1000 // 10}"
                                  if isinstance(cuda, int) else cuda),
                 "devices": devices}

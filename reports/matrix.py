@@ -24,7 +24,7 @@ import os
 import re
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -48,6 +48,10 @@ class Column:
     file: Path
     doc: dict[str, Any]
     html_href: str | None          # relative link to its certification.html, if present
+    by_id: dict[str, dict[str, Any]] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.by_id = {c["id"]: c for c in self.doc["clauses"]}
 
     @property
     def verdict(self) -> str:
@@ -69,14 +73,7 @@ class Column:
         }
 
     def clause(self, cid: str) -> dict[str, Any] | None:
-        return self._clauses().get(cid)
-
-    def _clauses(self) -> dict[str, dict[str, Any]]:
-        cached = getattr(self, "_by_id", None)
-        if cached is None:
-            cached = {c["id"]: c for c in self.doc["clauses"]}
-            self._by_id = cached
-        return cached
+        return self.by_id.get(cid)
 
     def must_pass(self) -> tuple[int, int]:
         """(must-pass clauses that passed or were waived, must-pass clauses)."""
@@ -232,7 +229,8 @@ def _html_header(col: Column) -> str:
                f'title="{_e(reasons)}">{_e(v)}</span>')
     link = f'<a href="{_e(col.html_href)}">report</a>' if col.html_href else ""
     return (f"<th>{verdict}<b>{_e(f['implementation'])}</b><br>"
-            f"<span class=tag>profile</span> {_e(f['profile'])}<br>"
+            f"<span class=tag>profile</span> <span title=\"{_e(col.doc['verdict']['scope'] or '')}\">"
+            f"{_e(f['profile'])}</span><br>"
             f"<span class=tag>device</span> {_e(f['device'])}<br>"
             f"<span class=tag>date</span> {_e(f['date'])}<br>"
             f"<span class=tag>suite</span> <code>{_e(f['suite'])}</code><br>"
