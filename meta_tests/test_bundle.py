@@ -139,6 +139,14 @@ def test_a_verdict_that_does_not_follow_from_the_results_is_rejected(
     forged_clause.update(outcome="PASS", failures=[])
     assert f"clause {cid}: the report says outcome PASS, its results give FAIL" in rejected(
         reseal(fresh, forged))
+    # Counts or a claim of a complete run that the results do not bear out.
+    doc2 = report(fresh)
+    doc2["summary"]["tests"]["by_outcome"]["PASS"] += 1
+    assert "summary counts are not those of its results" in rejected(reseal(fresh, doc2))
+    doc2 = report(fresh)
+    doc2["invocation"]["selection_complete"] = True
+    assert "claims the whole suite ran, but records why it did not" in rejected(
+        reseal(fresh, doc2))
     # A test outcome the report lightened.
     t = doc["tests"][0]
     t["outcome"] = "PASS"

@@ -358,6 +358,12 @@ def rejudge(doc: dict[str, Any], official: Path, expectations: exp.Expectations
     if sorted(doc["mustpass"]["required"]) != again["mustpass"]["required"]:
         raise Rejected("the report's required must-pass clauses are not those the official "
                        "list requires of its runtime and target")
+    if doc["invocation"]["selection_complete"] != again["invocation"]["selection_complete"]:
+        raise Rejected("the report claims the whole suite ran, but records why it did not"
+                       if doc["invocation"]["selection_complete"] else
+                       "the report says part of the suite ran, but records no selection")
+    if doc["summary"] != again["summary"]:
+        raise Rejected("the report's summary counts are not those of its results")
     v_old, v_new = doc["verdict"], again["verdict"]
     if v_old["status"] != v_new["status"]:
         why = "; ".join(one_line(r["message"], 150) for r in v_new["reasons"][:3])
