@@ -287,3 +287,39 @@ def test_the_command_line_says_why_in_one_line(fresh: dict[str, bytes], tmp_path
                           cwd=spec.ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and done.stderr.startswith("bundle: ") \
         and done.stderr.count("\n") == 1
+
+
+def test_the_environment_names_sm_count_and_mig_mode_where_nvml_tells(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import types
+
+    class NotSupported(Exception):
+        pass
+
+    def unsupported(*_: Any) -> Any:
+        raise NotSupported("Not Supported")
+
+    fake = types.SimpleNamespace(
+        nvmlInit=lambda: None, nvmlShutdown=lambda: None, nvmlDeviceGetCount=lambda: 2,
+        nvmlSystemGetCudaDriverVersion_v2=lambda: 13000,
+        nvmlSystemGetDriverVersion=lambda: b"580.159.04",
+        nvmlDeviceGetHandleByIndex=lambda i: i,
+        nvmlDeviceGetName=lambda h: b"NVIDIA H200",
+        nvmlDeviceGetUUID=lambda h: f"GPU-{h}",
+        nvmlDeviceGetPciInfo=lambda h: types.SimpleNamespace(busId=f"00000000:0{h}:00.0"),
+        nvmlDeviceGetAttributes_v2=unsupported,       # a full GPU: no NVML SM count
+        nvmlDeviceGetMigMode=lambda h: [h, h],
+        nvmlDeviceGetComputeMode=lambda h: 0,
+        nvmlDeviceGetMemoryInfo=lambda h: types.SimpleNamespace(total=150 << 30))
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    monkeypatch.setattr(bd, "cuda_sm_counts", lambda: {"00:00.0": 132})  # GPU 1 hidden
+    facts = bd.nvml_facts()
+    assert facts["available"] and facts["cuda_version"] == "13.0"
+    first, second = facts["devices"]
+    assert (first["sm_count"], first["sm_count_source"], first["pci_bus_id"]) == (
+        132, "cuda-driver", "00:00.0")
+    assert first["mig_mode"] == {"current": 0, "pending": 0}
+    assert second["mig_mode"] == {"current": 1, "pending": 1}
+    assert second["sm_count"] is None and second["sm_count_source"] is None
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    assert bd.nvml_facts()["available"] is False

@@ -202,8 +202,38 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+#: ``CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT`` of the CUDA driver API.
+_CU_SM_COUNT = 16
+
+
+def cuda_sm_counts() -> dict[str, int]:
+    """PCI bus id (config-key form) -> SM count of each GPU the CUDA driver shows this
+    process, through the driver library itself (NVML gives SM counts of MIG instances only);
+    empty without a CUDA driver."""
+    import ctypes
+    try:
+        cu = ctypes.CDLL("libcuda.so.1")
+        if cu.cuInit(0) != 0:
+            return {}
+        count = ctypes.c_int()
+        if cu.cuDeviceGetCount(ctypes.byref(count)) != 0:
+            return {}
+        out: dict[str, int] = {}
+        for i in range(min(count.value, 64)):
+            dev, sms = ctypes.c_int(), ctypes.c_int()
+            bus = ctypes.create_string_buffer(64)
+            if (cu.cuDeviceGet(ctypes.byref(dev), i) == 0
+                    and cu.cuDeviceGetAttribute(ctypes.byref(sms), _CU_SM_COUNT, dev) == 0
+                    and cu.cuDeviceGetPCIBusId(bus, 64, dev) == 0):
+                out[environment.bus_key(bus.value.decode("ascii", "replace"))] = sms.value
+        return out
+    except (OSError, AttributeError):
+        return {}
+
+
 def nvml_facts() -> dict[str, Any]:
-    """What NVML tells of this host's GPUs: name, SM count, MIG mode, compute mode."""
+    """What NVML tells of this host's GPUs: name, MIG mode, compute mode; and each one's SM
+    count (the CUDA driver's, by PCI bus id; NVML's for a MIG instance)."""
     try:
         import pynvml  # optional: nvidia-ml-py
     except ImportError:
@@ -221,16 +251,22 @@ def nvml_facts() -> dict[str, Any]:
 
     try:
         cuda = ask(pynvml.nvmlSystemGetCudaDriverVersion_v2)
+        sm_counts = cuda_sm_counts()
         devices = []
         for i in range(pynvml.nvmlDeviceGetCount()):
             h = pynvml.nvmlDeviceGetHandleByIndex(i)
             attrs = ask(pynvml.nvmlDeviceGetAttributes_v2, h)
             mig = ask(pynvml.nvmlDeviceGetMigMode, h)
+            bus = ask(lambda: environment.bus_key(_text(pynvml.nvmlDeviceGetPciInfo(h).busId)))
+            sms = sm_counts.get(bus) if isinstance(bus, str) else None
             devices.append({
                 "index": i, "name": _text(pynvml.nvmlDeviceGetName(h)),
                 "uuid": _text(pynvml.nvmlDeviceGetUUID(h)),
-                "sm_count": getattr(attrs, "multiprocessorCount", None),
-                "sm_count_error": attrs.get("error") if isinstance(attrs, dict) else None,
+                "pci_bus_id": bus if isinstance(bus, str) else None,
+                "sm_count": sms if sms is not None else getattr(attrs, "multiprocessorCount",
+                                                                None),
+                "sm_count_source": ("cuda-driver" if sms is not None else "nvml"
+                                    if hasattr(attrs, "multiprocessorCount") else None),
                 "mig_mode": ({"current": mig[0], "pending": mig[1]}
                              if isinstance(mig, (list, tuple)) else mig),
                 "compute_mode": ask(pynvml.nvmlDeviceGetComputeMode, h),
