@@ -38,7 +38,7 @@ from typing import Any
 from conformance import spec
 from reports import environment
 from reports import mustpass as mp
-from reports.untrusted import (REPORT_NAME, ReportError, load_report, one_line,
+from reports.untrusted import (REPORT_NAME, ReportError, one_line, parse_report,
                                read_regular)
 
 FORMAT = "antman-certification-bundle"
@@ -326,14 +326,11 @@ def environment_facts(doc: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def contents(run_dir: Path, source: Path | None = None,
+def contents(run_dir: Path, doc: dict[str, Any], source: Path | None = None,
              expectations: Path | None = None) -> dict[str, bytes]:
-    """Every member of the bundle of ``run_dir`` but the manifest."""
-    doc = load_report(run_dir)
-    members = report_members(run_dir)
-    if sha256(members[REPORT_PREFIX + REPORT_NAME]) != sha256(
-            read_regular(run_dir / REPORT_NAME, MAX_MEMBER_BYTES)):
-        raise BundleError(f"{run_dir / REPORT_NAME} changed while it was read")
+    """The members of the bundle of ``run_dir`` (whose report is ``doc``) besides its report
+    files and the manifest."""
+    members: dict[str, bytes] = {}
     version = doc["spec"]["version"]
     if not VERSION.match(version):
         raise BundleError(f"spec version {version!r} cannot name a file")
@@ -401,8 +398,9 @@ def make(run_dir: Path, out: Path | None = None, source: Path | None = None,
     """Writes the bundle of ``run_dir``; returns its path and the manifest's sha256."""
     if not run_dir.is_dir():
         raise BundleError(f"{run_dir}: not a run folder")
-    doc = load_report(run_dir)
-    members = contents(run_dir, source, expectations)
+    members = report_members(run_dir)
+    doc = parse_report(members[REPORT_PREFIX + REPORT_NAME], str(run_dir / REPORT_NAME))
+    members.update(contents(run_dir, doc, source, expectations))
     if len(members) + 1 > MAX_MEMBERS:
         raise BundleError(f"{len(members)} files, more than the {MAX_MEMBERS} a bundle holds")
     if sum(len(b) for b in members.values()) > MAX_TOTAL_BYTES:
