@@ -9,6 +9,7 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 
 pytest_plugins = [
     "conformance.plugin",
+    "conformance.device_choice",
     "reports.plugin",
     "fixtures.virtual_clock",
     "fixtures.oom",
@@ -18,5 +19,6 @@ pytest_plugins = [
     "fixtures.status_reader",
     "fixtures.nvml",
     "fixtures.cotenant",
+    "fixtures.gpu_isolation",
     "fixtures.worker",
 ]

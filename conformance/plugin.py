@@ -31,7 +31,10 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
-from conformance import shrinking, spec
+from conformance import gpu_exclusive, shrinking, spec
+
+#: --clause, --rerun, --lf from the report (conformance/selection.py)
+pytest_plugins = ["conformance.selection"]
 
 NOT_SUPPORTED = "NOT_SUPPORTED"
 DEFAULT_RUNTIME = "reference_runtime"
@@ -57,7 +60,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="implementation to certify (default: $ANTMAN_RUNTIME or "
                          "reference_runtime)")
     group.addoption("--require-gpu", action="store_true", default=False,
-                    help="a missing GPU fails the gpu tests instead of skipping them")
+                    help="the GPU clauses are must-pass; a run without a usable GPU stops "
+                         "before any test (exit status 4)")
 
 
 def runtime_module_name(config: pytest.Config) -> str:
@@ -122,17 +126,19 @@ def runtime_problem(module: types.ModuleType) -> str | None:
     if unknown:
         return (f"runtime {name!r} declares unknown capabilities {unknown} (SPEC.md API-2); "
                 f"known: {', '.join(sorted(spec.CAPABILITIES))}")
+    # Every missing name at once: a fork learns all it lacks from one run, not one a run.
+    problems = []
     for cap in sorted(caps):
         lacking = [n for n in spec.CAPABILITY_NAMES.get(cap, ()) if not hasattr(module, n)]
         if lacking:
-            return (f"runtime {name!r} declares capability {cap!r} but lacks "
-                    f"{', '.join(lacking)} (SPEC.md API-1, API-3 to API-7)")
+            problems.append(f"declares capability {cap!r} but lacks {', '.join(lacking)} "
+                            f"(SPEC.md API-1, API-3 to API-7)")
     for cap, sub in spec.CAPABILITY_SUBMODULES.items():
         if cap in caps and not _has_submodule(module, sub):
-            return (f"runtime {name!r} declares capability {cap!r} but has no submodule "
-                    f"{name}.{sub}: a runtime is a package, and E2E-1 runs "
-                    f"'python -m {name}.{sub}' (SPEC.md API-1)")
-    return None
+            problems.append(f"declares capability {cap!r} but has no submodule {name}.{sub}: "
+                            f"a runtime is a package, and E2E-1 runs 'python -m {name}.{sub}' "
+                            f"(SPEC.md API-1)")
+    return f"runtime {name!r} " + "; ".join(problems) if problems else None
 
 
 def _has_submodule(module: types.ModuleType, sub: str) -> bool:
@@ -197,6 +203,11 @@ def check_setup(config: pytest.Config) -> types.ModuleType:
         problem = None
     if problem:
         raise pytest.UsageError(problem)
+    if config.getoption("--require-gpu", default=False):
+        from conformance import gpu_gate
+        problem = gpu_gate.gpu_problem()
+        if problem:
+            raise pytest.UsageError(gpu_gate.require_gpu_error(problem))
     return rt
 
 
@@ -252,6 +263,12 @@ def environment_lines() -> list[str]:
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
+    """What runs, in the header; the runtime's names shown safely (reports/safe_text.py)."""
+    from reports.safe_text import terminal
+    return [terminal(line) for line in _report_header(config)]
+
+
+def _report_header(config: pytest.Config) -> list[str]:
     try:
         rt = load_runtime(config)
     except pytest.UsageError as exc:
@@ -314,7 +331,33 @@ def missing_guarantee(config: pytest.Config) -> str | None:
     return None
 
 
+_GPU_LOCK_ERROR = pytest.StashKey[str]()
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    """A test marked ``gpu`` holds the host's GPU lock from setup to teardown
+    (conformance/gpu_exclusive.py); the wait is outside the per-test limit."""
+    if item.get_closest_marker("gpu") is None:
+        yield
+        return
+    hold = gpu_exclusive.gpu_exclusive(item.nodeid)
+    try:
+        hold.__enter__()
+    except (gpu_exclusive.GpuLockTimeout, OSError) as exc:
+        item.stash[_GPU_LOCK_ERROR] = f"the GPU could not be had for this test: {exc}"
+        yield
+        return
+    try:
+        yield
+    finally:
+        hold.__exit__(None, None, None)
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
+    lock_error = item.stash.get(_GPU_LOCK_ERROR, None)
+    if lock_error is not None:
+        pytest.fail(lock_error, pytrace=False)
     needed = [c for m in item.iter_markers("capability") for c in m.args]
     if not needed:
         return

@@ -1007,6 +1007,29 @@ def test_regions_in_ascending_address_order(rt):
 # --- BFC-17 ------------------------------------------------------------------------------
 
 @pytest.mark.clause("BFC-17")
+@pytest.mark.parametrize("path", ["free chunk", "growth"])
+def test_best_fit_runs_under_the_allocators_lock(rt, monkeypatch, path):
+    """The best-fit search takes a chunk out of its bin: it runs with the allocator's lock
+    held, whether a free chunk is found at once or the pool grows first, so a concurrent
+    allocation never picks the same chunk. The lock is watched (fixtures/interleave.py),
+    and each call of the search records whether the allocating thread held it."""
+    from fixtures.interleave import lock_held_at_call, watch_lock
+    bfc, _ = make(rt, 64 * MiB)
+    if path == "free chunk":
+        bfc.deallocate_raw(bfc.allocate_raw(256, 4 * MiB))     # a free chunk to find
+    watched = watch_lock(monkeypatch, bfc, "_lock", "the BFC allocator's lock")
+    ptr, held = lock_held_at_call(lambda: bfc.allocate_raw(256, 1000), "_find_chunk_ptr",
+                                  watched)
+    assert ptr is not None, f"allocate_raw(256, 1000) on a 64 MiB allocator ({path}) [BFC-1]"
+    if not held:
+        pytest.skip("the race is forced through the best-fit search _find_chunk_ptr of the "
+                    "reference's design; this runtime has none")
+    assert all(held), (
+        f"the best-fit search ran {held.count(False)} of {len(held)} time(s) without the "
+        f"allocator's lock ({path}): a concurrent allocation can pick the same chunk [BFC-17]")
+
+
+@pytest.mark.clause("BFC-17")
 def test_concurrent_allocations_do_not_overlap(rt):
     bfc, sim = make(rt, 16 * MiB, gc=True)
     errors: list[str] = []

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import subprocess
+import sys
 import threading
 
 import pytest
 
+from conformance import spec
 from conformance.control_helpers import (MiB, bus_id, control_env, gpus,  # noqa: F401
                                          pool_bytes, runtimes)
 from fixtures.threads import antman_threads, no_thread_leak  # noqa: F401
@@ -272,20 +277,6 @@ def test_select_takes_no_other_spelling(rt, name) -> None:
 
 
 @pytest.mark.clause("DEVICE-7")
-@pytest.mark.parametrize("where", ["argument", "variable"])
-@pytest.mark.parametrize("empty", ["", "   ", "\u00a0"])
-def test_empty_means_auto(rt, control_env, where, empty) -> None:
-    auto = rt.select_backend("auto").name
-    if where == "argument":
-        got = rt.select_backend(empty).name
-    else:
-        control_env.setenv("ANTMAN_DEVICE", empty)
-        got = rt.select_backend().name
-    assert got == auto, (f"select_backend with {empty!r} as the {where} chose {got!r}, "
-                         f"expected what 'auto' chooses ({auto!r}) [DEVICE-7]")
-
-
-@pytest.mark.clause("DEVICE-7")
 def test_sim_backend_defaults(rt) -> None:
     backend = rt.SimBackend()
     got = (backend.name, backend.gpu_count(), backend.gpu_info(0).total_memory)
@@ -297,12 +288,72 @@ def test_sim_backend_defaults(rt) -> None:
         f"select_backend('sim') gave (GPUs, memory) {got}, expected (1, 1 GiB) [DEVICE-7]"
 
 
+#: Run in a process where no GPU is usable: what ``auto``, an empty name (argument or
+#: variable), no name at all and ``cuda`` select. Prints one JSON object.
+AUTO_PROBE = r"""
+import importlib, json, os, sys
+rt = importlib.import_module(sys.argv[1])
+os.environ.pop("ANTMAN_DEVICE", None)
+out = {"auto": rt.select_backend("auto").name, "unset": rt.select_backend().name}
+for empty in ("", "   ", "\u00a0"):
+    out[f"argument {empty!r}"] = rt.select_backend(empty).name
+    os.environ["ANTMAN_DEVICE"] = empty
+    out[f"variable {empty!r}"] = rt.select_backend().name
+os.environ.pop("ANTMAN_DEVICE", None)
+try:
+    chosen = rt.select_backend("cuda")
+    out["cuda"] = f"returned a backend named {chosen.name!r}"
+except RuntimeError as exc:
+    out["cuda"] = "RuntimeError"
+except Exception as exc:
+    out["cuda"] = f"{type(exc).__name__}: {exc}"
+print(json.dumps(out))
+"""
+
+#: How the probe hides the GPU: ``CUDA_VISIBLE_DEVICES`` empty (CUDA sees no device), or a
+#: ``cupy`` package that cannot be imported ahead of any installed one.
+HIDDEN = {"no GPU visible": {"CUDA_VISIBLE_DEVICES": ""}, "no CuPy": None}
+
+
+def auto_selection_without_a_gpu(rt, tmp_path, how: str) -> dict:
+    """``AUTO_PROBE`` in a new process of ``rt`` where no GPU is usable (``how``): the rule
+    of DEVICE-7 checked on any host, without the test process touching a GPU."""
+    env = {k: v for k, v in os.environ.items() if k != "ANTMAN_DEVICE"}
+    path = [str(spec.ROOT), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
+    extra = HIDDEN[how]
+    if extra is None:
+        stub = tmp_path / "no_cupy" / "cupy"
+        stub.mkdir(parents=True)
+        (stub / "__init__.py").write_text("raise ImportError('CuPy hidden by the test')\n")
+        path.insert(0, str(stub.parent))
+    else:
+        env.update(extra)
+    env["PYTHONPATH"] = os.pathsep.join(path)
+    try:
+        done = subprocess.run([sys.executable, "-c", AUTO_PROBE, rt.__name__], env=env,
+                              capture_output=True, text=True, timeout=PROBE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"selecting backends in a process with {how} took over {PROBE_TIMEOUT_S} s "
+                    f"[DEVICE-7]")
+    assert done.returncode == 0, (f"selecting backends in a process with {how} failed: "
+                                  f"{done.stderr[-2000:]} [DEVICE-7]")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+PROBE_TIMEOUT_S = 60.0     # a Python start and the runtime's import (bounded, not a speed check)
+
+
 @pytest.mark.clause("DEVICE-7")
-def test_select_cuda_without_a_gpu(rt) -> None:
-    if rt.select_backend("auto").name == "cuda":
-        pytest.skip("a CUDA GPU is present; the error path cannot be observed")
-    with pytest.raises(RuntimeError):
-        rt.select_backend("cuda")
+@pytest.mark.parametrize("how", sorted(HIDDEN))
+def test_without_a_usable_gpu_auto_and_empty_select_sim_and_cuda_is_an_error(rt, tmp_path,
+                                                                             how) -> None:
+    got = auto_selection_without_a_gpu(rt, tmp_path, how)
+    chosen = {k: v for k, v in got.items() if k != "cuda"}
+    assert set(chosen.values()) == {"sim"}, (
+        f"with {how}, 'auto', an empty name and no name must select 'sim': {chosen} [DEVICE-7]")
+    assert got["cuda"] == "RuntimeError", (
+        f"with {how}, select_backend('cuda') must raise RuntimeError: {got['cuda']} "
+        f"[DEVICE-7]")
 
 
 @pytest.mark.clause("DEVICE-8")
@@ -389,3 +440,24 @@ def test_too_many_gpus(rt, control_env) -> None:
     with pytest.raises(ValueError):
         rt.create_runtime(num_gpus=2, backend=rt.SimBackend(1, 16 * MiB), config_file=None,
                           status_file=None)
+
+
+@pytest.mark.clause("DEVICE-6")
+@pytest.mark.parametrize("device", ["CPU:0"])
+def test_allocation_ids_are_positive_and_never_reused(rt, runtimes, device) -> None:
+    """The CPU device's allocator tracks sizes, so it gives each allocation its own id > 0
+    (API-3), an address freed and handed out again included (a GPU's BFC: BFC-15)."""
+    a = runtimes().device_mgr.lookup_device(device).get_allocator()
+    if not a.tracks_allocation_sizes():
+        pytest.skip(f"the {device} allocator does not track sizes: allocation_id may be 0")
+    ptrs = [a.allocate_raw(64, 1024) for _ in range(3)]
+    ids = {p: a.allocation_id(p) for p in ptrs}
+    a.deallocate_raw(ptrs[1])
+    again = a.allocate_raw(64, 1024)
+    new_id = a.allocation_id(again)
+    every = list(ids.values()) + [new_id]
+    assert all(i > 0 for i in every) and len(set(every)) == 4, (
+        f"{device} allocator ({a.name}): allocation ids {every} of four allocations (the last "
+        f"one after a free): expected four distinct ids greater than 0 [DEVICE-6]")
+    for p in (ptrs[0], ptrs[2], again):
+        a.deallocate_raw(p)

@@ -261,3 +261,34 @@ def test_vmem_variables_read_per_call(rt, tf_env):
     limit = second.host_allocator.memory_map().memory_limit
     assert limit == 3 * MiB, (f"host limit {limit} after TF_CUDA_HOST_MEM_LIMIT_IN_MB changed "
                               f"from '3' to '5' after creation, expected {3 * MiB} [ENV-5]")
+
+
+# --- ENV-6: an environment value cannot forge or flood a log line --------------------------
+
+HOSTILE_ENV_VALUE = "x" * 100_000 + "\n2026-01-01 00:00:00,000 CRITICAL forged"
+
+
+@pytest.mark.clause("ENV-6")
+@pytest.mark.capability("env")
+@pytest.mark.parametrize("reader", ["bool", "int64", "allow_growth", "garbage_collection"])
+def test_bad_value_error_is_bounded_and_quoted(rt, tf_env, caplog, reader):
+    """The error of an unparsable value quotes it, cut to a bounded excerpt (at most 8192
+    printable characters), whatever its length and characters."""
+    caplog.set_level(logging.DEBUG)
+    var, call = {
+        "bool": (VAR, lambda: rt.read_bool_from_env_var(VAR, True)),
+        "int64": (VAR, lambda: rt.read_int64_from_env_var(VAR, 7)),
+        "allow_growth": ("TF_FORCE_GPU_ALLOW_GROWTH", lambda: rt.get_allow_growth_value(True)),
+        "garbage_collection": ("TF_ENABLE_GPU_GARBAGE_COLLECTION",
+                               rt.get_garbage_collection_value),
+    }[reader]
+    tf_env.set(var, HOSTILE_ENV_VALUE)
+    call()
+    assert_one_error(caplog, rt, f"{reader} of a {len(HOSTILE_ENV_VALUE)}-character value",
+                     "ENV-6")
+    for record in runtime_records(caplog, rt, logging.DEBUG):
+        message = record.getMessage()
+        assert message.isprintable() and len(message) <= 8192, (
+            f"the {reader} error for a {len(HOSTILE_ENV_VALUE)}-character value holding a "
+            f"newline is {len(message)} characters long"
+            f"{'' if message.isprintable() else ' and holds a line break'} [ENV-6]")

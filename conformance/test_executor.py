@@ -550,6 +550,49 @@ def test_host_fallback_buffers_compute_correctly(rt, tf_env) -> None:
         assert alloc.get_stats().bytes_in_use == 0, "[EXEC-5]"
 
 
+@pytest.mark.clause("EXEC-5")
+def test_kernel_allocations_pass_attributes_so_the_planned_check_applies(rt, tf_env,
+                                                                         monkeypatch) -> None:
+    """Kernels allocate with the three-argument call: with TF_RO_PLANNED_GPU=1 the host
+    fallback of the second 360 000-byte tensor the 256 KiB GPU cannot hold (the first one in
+    host memory already puts the peak beyond the planned 2 621 bytes) is refused by the
+    planned-memory check (VMEM-5, VMEM-6) and the step fails with an OOM; the two-argument
+    call (VMEM-4) would skip the check and place it in host memory too."""
+    tf_env.set("TF_GPU_VMEM", "true")
+    tf_env.set("TF_RO_PLANNED_GPU", "1")
+    with sim_runtime(rt, gpu_memory_bytes=256 << 10) as c:
+        alloc = allocator_of(c, GPU)
+        calls: list[tuple[tuple, dict]] = []
+        allocate = alloc.allocate_raw
+
+        def recording(*args, **kwargs):
+            calls.append((args, kwargs))
+            return allocate(*args, **kwargs)
+
+        monkeypatch.setattr(alloc, "allocate_raw", recording)
+        g = rt.Graph()
+        g.add_node("a", "Placeholder", device=GPU, dtype="float32")
+        g.add_node("r", "Relu", ["a"], device=GPU)
+        s = c.new_session(g)
+        two_argument = lambda: [a for a, k in calls  # noqa: E731
+                                if len(a) + len(k) < 3 or (a[2:] or [k.get("attributes")])[0]
+                                is None]
+        try:
+            s.run(["r"], {"a": np.ones(90_000, np.float32)})      # 360 000 bytes each
+        except rt.ResourceExhaustedError:
+            pass
+        else:
+            pytest.fail(f"a 360 000-byte tensor on a 256 KiB GPU with TF_RO_PLANNED_GPU=1 was "
+                        f"placed in host memory: the planned-memory check of the three-argument "
+                        f"call did not apply ({len(two_argument())} of {len(calls)} kernel "
+                        f"allocations were two-argument calls) [EXEC-5]")
+        finally:
+            monkeypatch.undo()
+        assert not two_argument(), (f"{len(two_argument())} of {len(calls)} kernel allocations "
+                                    f"were two-argument calls: {two_argument()[:3]} [EXEC-5]")
+        s.close()
+
+
 # -- EXEC-7, EXEC-8, EXEC-9 ------------------------------------------------------------------
 
 @pytest.mark.clause("EXEC-7", "EXEC-9", "EXEC-6")

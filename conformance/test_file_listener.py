@@ -276,6 +276,42 @@ def test_raising_handler_is_logged_and_the_rest_run(rt, listener, vclock, tmp_pa
     assert after.contents == ["x", "y"], "the monitor thread stopped after a handler raised [FL-6]"
 
 
+@pytest.mark.clause("FL-6")
+@pytest.mark.parametrize("exit_exception", [SystemExit, KeyboardInterrupt])
+def test_handler_raising_an_exit_exception_does_not_end_the_monitor(
+        rt, listener, vclock, tmp_path, caplog, exit_exception) -> None:
+    """SystemExit and KeyboardInterrupt, not Exception subclasses, raised by a handler on the
+    monitor thread are logged like any other exception, and later changes are delivered."""
+    path = tmp_path / "c.json"
+    after = Calls()
+    raised = []
+
+    def exits(content: str) -> None:
+        if not raised:
+            raised.append(content)
+            raise exit_exception(f"{exit_exception.__name__} from a handler")
+
+    register(listener, vclock, path, "exits", exits)
+    register(listener, vclock, path, "after", after)
+    caplog.set_level(logging.WARNING)
+    write_text(path, "x")
+    poll(vclock)
+    assert raised == ["x"], f"the handler was not called with the change: {raised} [FL-6]"
+    errors = runtime_records(caplog, rt, logging.ERROR)
+    assert len(errors) == 1 and str(path) in errors[0].getMessage() \
+        and "exits" in errors[0].getMessage(), (
+        f"a handler raising {exit_exception.__name__} on the monitor thread logged "
+        f"{[r.getMessage() for r in errors]}, expected one error naming the path and the "
+        f"handler [FL-6]")
+    assert after.contents == ["x"], \
+        f"a handler raising {exit_exception.__name__} stopped the next handler [FL-6]"
+    write_text(path, "y")
+    poll(vclock)
+    assert after.contents == ["x", "y"], (
+        f"after a handler raised {exit_exception.__name__} the monitor thread delivered "
+        f"{after.contents}: later changes are ignored [FL-6]")
+
+
 @pytest.mark.clause("FL-6", "FL-7")
 def test_handler_may_register_and_unregister(rt, no_thread_leak, listener, vclock,
                                              tmp_path) -> None:

@@ -21,7 +21,9 @@ import numpy as np
 import pytest
 
 from conformance.control_helpers import (POLL_US, bus_id, control_env, runtime_factory,  # noqa: F401
-                                         device_bfc, gpus, runtimes, wait_for_poller)
+                                         device_bfc, expect_value_error, gpus, runtimes,
+                                         wait_for_poller)
+from conformance.device_choice import need_real_gpus
 from conformance.execution_helpers import wait_until
 from fixtures.config_writer import ConfigWriter, config_document
 from fixtures.status_reader import validate_status
@@ -36,6 +38,7 @@ OUTSIDE_GROWTH = 64 * MiB        # GPU-7 bound on memory held outside the alloca
 LIBRARY_ALLOWANCE = 32 * MiB     # GPU-11: device memory CUDA libraries may take during a step
 WARM_STEPS = 4                   # steps before a co-tenant attack: kernels and handles exist
 FREE_WAIT_S = 10.0               # generous bound for frees queued by a garbage collection
+STEPS_WAIT_S = 30.0              # bound on waiting for a few training steps (GPU-10)
 
 #: GPU tests share one GPU (and a co-tenant takes all of it): under ``-n N --dist loadgroup``
 #: they run one after another on one worker.
@@ -169,9 +172,10 @@ def test_cuda_backend_builds_gpu_i_over_cuda_device_i(rt, cuda_runtimes, cupy) -
                                     f"CUDA device {i} [GPU-1]")
         finally:
             device.get_allocator().deallocate_raw(ptr)
-    with pytest.raises(ValueError):
-        rt.create_runtime(backend="cuda", num_gpus=count + 1, config_file=None,
-                          status_file=None)
+    expect_value_error(lambda: rt.create_runtime(backend="cuda", num_gpus=count + 1,
+                                                 config_file=None, status_file=None),
+                       f"create_runtime(backend='cuda', num_gpus={count + 1}) on {count} GPU(s)",
+                       "GPU-1")
 
 
 @gpu_marks("GPU-1")
@@ -425,29 +429,37 @@ def test_a_cotenant_taking_memory_mid_run_does_not_break_the_job(rt, cuda_runtim
         done.release()
 
     def steps_done(n: int) -> None:
+        deadline = time.monotonic() + STEPS_WAIT_S
         while len(losses) < n and not errors and trainer.is_alive():
+            assert time.monotonic() < deadline, (
+                f"the job ran {len(losses)} steps, {n} awaited: no step ended in "
+                f"{STEPS_WAIT_S} s [GPU-10]")
             done.acquire(timeout=1)
 
     trainer = threading.Thread(target=train, name="gpu-10-trainer", daemon=True)
     trainer.start()
-    steps_done(WARM_STEPS)
-    full = pool_of(rt, bfc)
-    adj = rt.GPUAdjustableAllocator()
-    deadline = time.monotonic() + 60.0
-    while pool_of(rt, bfc) > full // 2 and trainer.is_alive():
-        assert time.monotonic() < deadline, (
-            "no moment with free regions to release in 60 s [GPU-10]")
-        adj.adjust_memory_limit(0, bfc)                   # AntMan shrinks the running job ...
-        time.sleep(0.0002)
-    tenant.leave(COTENANT_LEAVES)                         # ... and another job takes the GPU
-    adj.adjust_memory_limit(2 * GiB, bfc)
-    grabbed_at = len(losses)
-    steps_done(grabbed_at + 3)
-    tenant.release()
-    steps_done(len(losses) + 1)
-    stop.set()
-    trainer.join(timeout=600)
-    assert not trainer.is_alive() and not errors, f"training failed: {errors!r} [GPU-10]"
+    try:
+        steps_done(WARM_STEPS)
+        full = pool_of(rt, bfc)
+        adj = rt.GPUAdjustableAllocator()
+        deadline = time.monotonic() + STEPS_WAIT_S
+        while pool_of(rt, bfc) > full // 2 and trainer.is_alive():
+            assert time.monotonic() < deadline, (
+                f"no moment with free regions to release in {STEPS_WAIT_S} s [GPU-10]")
+            adj.adjust_memory_limit(0, bfc)               # AntMan shrinks the running job ...
+            time.sleep(0.0002)
+        tenant.leave(COTENANT_LEAVES)                     # ... and another job takes the GPU
+        adj.adjust_memory_limit(2 * GiB, bfc)
+        grabbed_at = len(losses)
+        steps_done(grabbed_at + 3)
+        tenant.release()
+        steps_done(len(losses) + 1)
+    finally:                                              # no step runs on after the test
+        stop.set()
+        trainer.join(timeout=STEPS_WAIT_S)
+    assert not trainer.is_alive(), f"the job's step did not end {STEPS_WAIT_S} s after the " \
+                                   f"stop [GPU-10]"
+    assert not errors, f"training failed: {errors!r} [GPU-10]"
     assert len(losses) >= grabbed_at + 3, (
         f"only {len(losses) - grabbed_at} steps ran while the co-tenant held the GPU [GPU-10]")
     assert host.get_stats().peak_bytes_in_use > 0, (
@@ -561,8 +573,7 @@ def test_per_bus_id_limits_apply_to_the_right_simulated_gpu(rt, runtimes, tmp_pa
 def test_per_bus_id_limits_apply_to_the_right_real_gpu(rt, cuda_runtimes, cupy,
                                                        tmp_path) -> None:
     count = int(cupy.cuda.runtime.getDeviceCount())
-    if count < 2:
-        pytest.skip(f"GPU-12 on real GPUs needs 2 GPUs; this machine has {count}")
+    need_real_gpus(2, count, "GPU-12 on real GPUs")
     key_1 = rt.get_pci_bus_id(f"pci bus id: {cupy.cuda.runtime.deviceGetPCIBusId(1)}")
     config = _config_naming_gpu_1(tmp_path, key_1)
     clock = VirtualClock()

@@ -1005,6 +1005,35 @@ def test_spend_idle_time_is_atomic_under_threads(rt, managed) -> None:
         f"[RM-14]")
 
 
+@pytest.mark.clause("RM-14")
+def test_a_set_concurrent_with_a_spend_is_not_lost(rt, managed, monkeypatch) -> None:
+    """set_estimated_idle_time lands exactly as spend_idle_time is about to take the idle-time
+    lock (a watched lock, fixtures/interleave.py, runs the set from another thread then): the
+    outcome is one of the two orders, set then spend (4900) or spend then set (5000), never
+    the spend computed from the E it saw before the set (900)."""
+    from fixtures.interleave import watch_lock
+    rm, _ = managed
+    rm.set_estimated_idle_time(1000)
+    watched = watch_lock(monkeypatch, rm, "_idle_lock", "the idle-time lock")
+    done: dict = {}
+
+    def concurrent_set() -> None:
+        t, out = run_in_thread(lambda: rm.set_estimated_idle_time(5000), name="idle-set")
+        done["joined"] = joined(t)
+        done.update(out)
+
+    watched.before_next_acquire(concurrent_set)
+    returned = rm.spend_idle_time(100)
+    assert not watched.pending, \
+        "spend_idle_time took no lock of the watched idle-time lock [RM-14]"
+    assert done.get("joined") and "error" not in done, f"the concurrent set: {done} [RM-14]"
+    final = rm.get_estimated_idle_time()
+    assert final in (4900, 5000), (
+        f"E = 1000, then spend_idle_time(100) with set_estimated_idle_time(5000) at the same "
+        f"time left E = {final} (spend returned {returned}): the set was lost, the spend's "
+        f"read-modify-write is not atomic [RM-14]")
+
+
 @contextlib.contextmanager
 def frequent_thread_switches():
     """Make the interpreter switch threads every microsecond: a read-modify-write that is not
@@ -1225,3 +1254,38 @@ def test_clamp_and_return_values(rt, runtimes) -> None:
     assert adj.adjust_mem_limit(bus, MiB, mgr) is True, \
         "after a short shrink the same request was not applied again [RM-18]"
     assert bytes_limit(g0) == MiB, "[RM-18]"
+
+
+# -- API-10: the context's close does not wait out a throttle sleep ------------------------------
+
+@pytest.mark.clause("API-10")
+@pytest.mark.capability("executor", "session_run_actions")
+def test_context_close_does_not_wait_for_a_throttle_sleep(rt, runtimes, vclock,
+                                                          tmp_path) -> None:
+    """A step in its throttle sleep (RM-10, perfControl 10) on a virtual clock nobody
+    advances: close() of the runtime context ends the sleep (RM-16) before it waits for the
+    session's run, so it returns without the clock moving."""
+    config = tmp_path / "gpu_config.json"
+    config.write_text(json.dumps(config_document(perf=10)), encoding="utf-8")
+    ctx = runtimes(config_file=str(config), clock=vclock)
+    vclock.wait_for_waiters(1)                      # the file listener
+    graph = rt.Graph()
+    graph.add_node("work", "PyFunc", func=lambda: vclock.advance(100_000) or 1.0,
+                   device="/job:localhost/replica:0/task:0/device:CPU:0")
+    session = ctx.new_session(graph)
+    step, step_out = run_in_thread(lambda: session.run("work"), name="step")
+    closer = None
+    try:
+        vclock.wait_for_waiters(2)                  # the listener and the step's sleep
+        assert step.is_alive(), f"the step did not sleep at perfControl 10: {step_out} [RM-10]"
+        closer, close_out = run_in_thread(ctx.close, name="context-close")
+        assert joined(closer), (
+            "RuntimeContext.close() waited for a step's throttle sleep (it closed the sessions, "
+            "which wait for their runs, before it ended the sleep) [API-10]")
+        assert "error" not in close_out, f"close() raised {close_out['error']!r} [API-10]"
+        assert joined(step), "the step did not end after close() [RM-16]"
+    finally:
+        vclock.advance(60_000_000)                  # a fork's sleep ends; nothing is left
+        for t in (step, closer):
+            if t is not None:
+                t.join(10)

@@ -328,6 +328,66 @@ def test_unknown_bus_ids_are_logged_once_while_remembered(rt, one_gpu, vclock, c
         f"again; logged {evicted} [RM-20]")
 
 
+@pytest.mark.clause("RM-20")
+@pytest.mark.parametrize("when", ["at start-up", "rewritten"])
+def test_the_bound_never_costs_the_gpu_its_entry(rt, runtimes, vclock, tmp_path, when) -> None:
+    """256 unknown bus ids listed before the process's own GPU: the bound of 256 held bus
+    ids drops one of them, never the GPU's entry, whose limit applies at the boundary."""
+    config = tmp_path / "gpu_config.json"
+    limit = 24 * MiB
+    first = bus_id(rt, gpus(runtimes())[0])     # the GPU's bus id, from a runtime without config
+
+    def document(gpu_bus: str) -> str:
+        return nemesis.unknown_bus_ids_document(MAX_BUS_IDS, extra={gpu_bus: limit})
+
+    if when == "at start-up":
+        write_text(config, document(first))
+    ctx = runtimes(config_file=str(config), clock=vclock)
+    vclock.wait_for_waiters(1)
+    gpu = gpus(ctx)[0]
+    bus = bus_id(rt, gpu)
+    if when == "rewritten":
+        deliver(vclock, config, document(bus))
+    rm = ctx.resource_management
+    held = rm.memory_limits
+    assert len(held) <= MAX_BUS_IDS and held.get(bus) == limit, (
+        f"{when}: a document of 256 unknown bus ids then the GPU's {bus!r} left memory_limits "
+        f"with {len(held)} bus ids and {'no entry' if bus not in held else held[bus]} for "
+        f"the GPU: the bound cost the GPU its entry [RM-20]")
+    boundary(rt, ctx)
+    assert bytes_limit(gpu) == limit, (
+        f"{when}: the GPU's limit listed after 256 unknown bus ids did not apply "
+        f"(bytes_limit {bytes_limit(gpu)}, expected {limit}) [RM-20]")
+
+
+@pytest.mark.clause("RM-20")
+def test_unknown_bus_id_found_again_is_remembered_as_the_newest(rt, one_gpu, vclock,
+                                                                caplog) -> None:
+    """The remembered unknown bus ids are the 256 most recently found: one found again moves
+    to the newest, so 256 other ones found after it, less one, do not make it logged again."""
+    ctx, config, _, _ = one_gpu
+    caplog.set_level(logging.ERROR)
+    x = "ff:1f.7"
+
+    def logged_after(doc: str) -> list[str]:
+        deliver(vclock, config, doc)
+        caplog.clear()
+        boundary(rt, ctx)
+        return [r.getMessage() for r in runtime_records(caplog, rt, logging.ERROR)]
+
+    first = logged_after(json.dumps(config_document(limits={x: MiB}, perf=100)))
+    assert len(first) == 1 and x in first[0], f"an unknown bus id logged {first} [RM-20]"
+    logged_after(nemesis.unknown_bus_ids_document(MAX_BUS_IDS - 1))     # 256 remembered
+    again = logged_after(json.dumps(config_document(limits={x: 2 * MiB}, perf=99)))
+    assert again == [], f"a remembered unknown bus id was logged again: {again} [RM-20]"
+    logged_after(nemesis.unknown_bus_ids_document(1, start=MAX_BUS_IDS))  # evicts the oldest
+    third = logged_after(json.dumps(config_document(limits={x: 3 * MiB}, perf=98)))
+    assert third == [], (
+        f"{x!r}, found unknown again after 255 others, was evicted by the next new one and "
+        f"logged a second time ({third}): the remembered set is not refreshed when a bus id "
+        f"is found again (the 256 most recently found) [RM-20]")
+
+
 @pytest.mark.clause("RM-20", "RM-5")
 def test_at_most_256_bus_ids_are_held(rt, managed, config_path, caplog) -> None:
     caplog.set_level(logging.WARNING)
@@ -386,6 +446,25 @@ def test_config_path_cannot_forge_a_log_line(rt, runtimes, vclock, tmp_path, cap
     assert len(runtime_records(caplog, rt, logging.WARNING)) >= 2, \
         "the bad config and the directory were not reported [RM-5]"
     assert_clean_log(caplog, rt, "a config path holding a newline")
+
+
+@pytest.mark.clause("RM-21")
+def test_config_path_cannot_forge_the_suspend_line(rt, runtimes, vclock, tmp_path,
+                                                   caplog) -> None:
+    """The line a step suspended at perfControl 0 logs names the config path quoted."""
+    caplog.set_level(logging.DEBUG)
+    config = tmp_path / "gpu_config\n2026-01-01 00:00:00,000 CRITICAL forged.json"
+    write_text(config, '{"perfControl": 0}')
+    ctx = runtimes(config_file=str(config), clock=vclock)
+    vclock.wait_for_waiters(1)
+    t, out = run_in_thread(lambda: boundary(rt, ctx), name="step")
+    vclock.wait_for_waiters(2)                 # the listener and the suspended step
+    deliver(vclock, config, '{"perfControl": 100}')
+    assert joined(t) and "error" not in out, \
+        f"the suspended step did not resume: {out.get('error')!r} [RM-12]"
+    assert runtime_records(caplog, rt, logging.DEBUG, containing="forged"), \
+        "the suspended step logged no line naming the config path [RM-12]"
+    assert_clean_log(caplog, rt, "a step suspended on a config path holding a newline")
 
 
 # -- API-8 ------------------------------------------------------------------------------------

@@ -536,3 +536,30 @@ def test_close_from_another_sessions_node_waits_for_the_running_step(rt, ctx) ->
         f"events {log.snapshot()}: close() called from another session's pool thread returned "
         f"before A's running step ended [SESS-8]")
     b.close()
+
+
+# -- API-9: the context keeps only open sessions -----------------------------------------------
+
+@pytest.mark.clause("API-9")
+def test_context_keeps_no_closed_session(rt, ctx) -> None:
+    """A job opening a session per step: once closed (and dropped by the job), no session is
+    kept alive by the runtime context, so its memory does not grow with the steps."""
+    import gc
+    import weakref
+    log = Log()
+    graph = step_graph(rt, log)
+    refs = []
+    for _ in range(50):
+        session = ctx.new_session(graph)
+        session.run("out", feed_dict=FEED)
+        session.close()
+        refs.append(weakref.ref(session))
+        del session
+    gc.collect()
+    alive = sum(ref() is not None for ref in refs)
+    assert alive == 0, (f"{alive} of 50 sessions opened, run and closed are still alive after "
+                        f"the job dropped them: the runtime context keeps closed sessions, so a "
+                        f"job that opens a session per step grows without bound [API-9]")
+    kept = ctx.new_session(graph)               # an open session is still closed by close()
+    ctx.close()
+    assert kept.closed, "the runtime context's close() did not close an open session [API-9]"

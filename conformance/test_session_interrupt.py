@@ -33,3 +33,20 @@ def test_ctrl_c_cancels_the_step(rt) -> None:
         f"interrupted step's {OP_US / 1e6:g} s op, which was not cancelled [SESS-9]")
     assert got["runtime_close_s"] <= CLOSE_BOUND_S + TOLERANCE_S, (
         f"after Ctrl-C, RuntimeContext.close() took {got['runtime_close_s']:.2f} s [SESS-9]")
+
+
+OTHER_OP_US = 10_000_000     # what a fork that does not cancel waits for
+
+
+@pytest.mark.clause("SESS-9")
+def test_any_exception_in_the_waiting_thread_cancels_the_step(rt) -> None:
+    """Not only KeyboardInterrupt: an Exception raised in the thread waiting in run (here by
+    a SIGUSR1 handler) cancels the step too, so that close() does not wait for its op."""
+    got = nemesis.interrupt_mid_step(rt.__name__, OTHER_OP_US, "DeliveredError")
+    assert "DeliveredError" in str(got["raised"]), (
+        f"an exception delivered to the waiting thread: run raised {got['raised']!r}, expected "
+        f"that exception re-raised [SESS-9]")
+    assert got["close_s"] <= CLOSE_BOUND_S + TOLERANCE_S, (
+        f"after an exception delivered to the waiting thread, session.close() took "
+        f"{got['close_s']:.2f} s: it waited for the step's {OTHER_OP_US / 1e6:g} s op, which "
+        f"was cancelled only for KeyboardInterrupt [SESS-9]")

@@ -313,6 +313,30 @@ def test_global_registry_is_a_singleton_and_instances_independent(rt) -> None:
 
 
 @pytest.mark.clause("REG-8")
+def test_registration_at_a_phase_still_to_run_waits_for_the_next_run(rt) -> None:
+    """During a run, an action at phase 0 registers at phase 0 (running) and at phase 5 (which
+    already has an action and has not run yet): neither runs in this run, both in the next."""
+    reg, log = rt.SessionRunActionRegistry(), []
+    late0, late5 = Recorder(rt, log, "late-0"), Recorder(rt, log, "late-5")
+
+    def hook(options) -> None:
+        if "registered" not in log:
+            log.append("registered")
+            reg.register(1, 5, late5)
+            reg.register(1, 0, late0)
+
+    reg.register(1, 0, Recorder(rt, log, "first", hook=hook))
+    reg.register(1, 5, Recorder(rt, log, "second"))
+    reg.run_grouping(1, options(rt))
+    assert log == ["first", "registered", "second"], (
+        f"registrations made during the run at phases 0 (running) and 5 (not run yet) ran in "
+        f"it: {log}; a run uses the registrations present when it started [REG-8]")
+    reg.run_grouping(1, options(rt))
+    assert log[3:] == ["first", "late-0", "second", "late-5"], \
+        f"the next run ran {log[3:]}, expected first, late-0, second, late-5 [REG-8]"
+
+
+@pytest.mark.clause("REG-8")
 def test_actions_may_use_the_registry_while_running(rt) -> None:
     reg, log = rt.SessionRunActionRegistry(), []
     late = Recorder(rt, log, "late")

@@ -201,6 +201,39 @@ def test_window_holds_at_most_nine(harness) -> None:
     assert h.run(51), "51 µs against the oldest 5 µs was not a huge change [STAT-2]"
 
 
+MAX_GRAPHS = 256
+
+
+@pytest.mark.clause("STAT-2")
+def test_at_most_256_graphs_are_held(harness) -> None:
+    """A job running a new graph at every step: the graphs run least recently are forgotten
+    (256 held, the newest), and the memory held stops growing."""
+    import tracemalloc
+    harness.run(1000, graph=1)                 # the first run checks: graph 1 stored
+    tracemalloc.start()
+    try:
+        for g in range(2, 1001):
+            harness.run(1000, graph=g)         # no check: recorded only
+        grown_at_1000 = tracemalloc.get_traced_memory()[0]
+        for g in range(1001, 3001):
+            harness.run(1000, graph=g)
+        grown_at_3000 = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert harness.later(10).run(1000, graph=3000), "[STAT-4]"   # graph 3000 stored
+    assert harness.later(10).run(1000, graph=3000), "[STAT-4]"   # every window re-averaged
+    graphs = set(harness.doc()["Durations"])
+    newest = {f"graph_{g}" for g in range(3001 - MAX_GRAPHS, 3001)}
+    assert graphs == newest, (
+        f"after runs of 3000 graphs, one each, Durations holds {len(graphs)} graphs "
+        f"({sorted(graphs - newest, key=len)[:3]} ... beyond the newest 256): expected exactly "
+        f"the 256 run most recently [STAT-2]")
+    growth = grown_at_3000 - grown_at_1000
+    assert growth < 256 * 1024, (
+        f"2000 more graphs run once each grew the memory held by {growth} bytes: the windows "
+        f"of forgotten graphs are still held [STAT-2]")
+
+
 @pytest.mark.clause("STAT-4")
 @pytest.mark.parametrize("x,flagged", [(10_200, True), (10_198, False), (9_800, True),
                                        (9_802, False)])

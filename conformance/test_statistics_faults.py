@@ -91,7 +91,109 @@ def test_symlink_at_the_status_path_is_followed(rt, runtimes, tmp_path, target_e
         "the dump through a symlink left a temporary file behind [STAT-8]"
 
 
+OTHER_UID = 54321          # a user that owns nothing here: the planter of a symlink
+
+
+def planted_symlink(sticky: Path, name: str, target: Path, owner: int) -> Path:
+    """A symlink ``sticky/name`` -> ``target`` owned by uid ``owner`` (``os.lchown``: root
+    only; the test is skipped otherwise)."""
+    link = sticky / name
+    os.symlink(target, link)
+    if os.lstat(link).st_uid != owner:
+        try:
+            os.lchown(link, owner, owner)
+        except PermissionError:
+            pytest.skip("a symlink owned by another user needs root (os.lchown)")
+    return link
+
+
+def sticky_world_writable(tmp_path: Path, owner: int | None = None) -> Path:
+    """A directory of mode 1777, as /tmp (owned by ``owner`` when given: root only)."""
+    sticky = tmp_path / "tmp"
+    sticky.mkdir()
+    os.chmod(sticky, 0o1777)
+    if owner is not None and os.stat(sticky).st_uid != owner:
+        try:
+            os.chown(sticky, owner, owner)
+        except PermissionError:
+            pytest.skip("a directory owned by another user needs root (os.chown)")
+    return sticky
+
+
+@pytest.mark.clause("STAT-9")
+def test_symlink_planted_by_another_user_in_a_sticky_directory_is_not_followed(
+        rt, runtimes, tmp_path, caplog) -> None:
+    """A symlink in a sticky world-writable directory, owned by neither this process's user
+    nor the directory's owner, is not followed: the private file it points to keeps its
+    content and mode, and the refused write logs an error."""
+    private = tmp_path / "private" / "secret"
+    private.parent.mkdir()
+    private.write_text("private content\n", encoding="utf-8")
+    os.chmod(private, 0o600)
+    before = identity(private), private.read_bytes()
+    sticky = sticky_world_writable(tmp_path)
+    path = planted_symlink(sticky, NAME, private, OTHER_UID)
+    caplog.set_level(logging.WARNING)
+    dump_once(rt, runtimes(), path)          # never raises (STAT-8)
+    assert (identity(private), private.read_bytes()) == before \
+        and stat.S_IMODE(os.stat(private).st_mode) == 0o600, (
+        f"a dump followed a symlink planted in a sticky world-writable directory by uid "
+        f"{OTHER_UID} and replaced the 0600 file it points to (mode now "
+        f"{stat.S_IMODE(os.stat(private).st_mode):o}) [STAT-9]")
+    assert os.path.islink(path) and os.readlink(path) == str(private), \
+        "a dump replaced the planted symlink itself [STAT-9]"
+    errors = runtime_records(caplog, rt, logging.ERROR, containing=NAME)
+    assert errors, "a dump refused by a planted symlink logged no error [STAT-8]"
+    assert temporaries(sticky) == [] and temporaries(private.parent, private.name) == [], \
+        "the refused dump left a temporary file behind [STAT-8]"
+
+
+@pytest.mark.clause("STAT-9")
+@pytest.mark.parametrize("owner", ["process user", "directory owner"])
+def test_symlink_of_the_user_or_the_directory_owner_in_a_sticky_directory_is_followed(
+        rt, runtimes, tmp_path, owner) -> None:
+    """The protected-symlinks rule lets a symlink owned by the process's user, or by the
+    sticky directory's owner, be followed."""
+    target = tmp_path / "elsewhere" / "status-target.json"
+    target.parent.mkdir()
+    if owner == "process user":
+        sticky = sticky_world_writable(tmp_path)
+        path = planted_symlink(sticky, NAME, target, os.geteuid())
+    else:
+        sticky = sticky_world_writable(tmp_path, OTHER_UID)
+        path = planted_symlink(sticky, NAME, target, OTHER_UID)
+    dump_once(rt, runtimes(), path)
+    assert target.exists() and validate_status(
+        json.loads(target.read_text(encoding="utf-8"))) == [], \
+        f"a symlink owned by the {owner} in a sticky world-writable directory was not " \
+        f"followed [STAT-9]"
+
+
 # -- STAT-10: temporary files of a writer that died ---------------------------------------------
+@pytest.mark.clause("STAT-10")
+def test_stale_temporaries_are_swept_beside_the_symlinks_target(rt, runtimes,
+                                                                tmp_path) -> None:
+    """Through a symlink the temporary files are made beside its target (STAT-8), so the
+    first dump sweeps there: a dead writer's temporary beside the target is removed, a file
+    of the temporary name form beside the symlink (no temporary of this path) is kept."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    target = elsewhere / "status-target.json"
+    path = tmp_path / NAME
+    os.symlink(target, path)
+    dead = elsewhere / f".{target.name}.left-by-a-dead-writer.tmp"
+    beside_link = tmp_path / f".{NAME}.not-a-temporary-of-this-path.tmp"
+    for p in (dead, beside_link):
+        p.write_text("x", encoding="utf-8")
+    dump_once(rt, runtimes(), path)
+    assert not dead.exists(), (
+        f"the first dump through a symlink did not remove {dead.name}, left beside the "
+        f"symlink's target by a writer that died [STAT-10]")
+    assert beside_link.exists(), (
+        f"the first dump through a symlink removed {beside_link.name} beside the symlink, "
+        f"where no temporary of the resolved path is made [STAT-10]")
+
+
 @pytest.mark.clause("STAT-10")
 def test_temporary_file_of_a_killed_writer_is_removed(rt, runtimes, tmp_path) -> None:
     path = tmp_path / NAME

@@ -401,6 +401,46 @@ def test_unknown_pointers_raise_clear_errors(rt, tf_env):
         "[VMEM-7]")
 
 
+@pytest.mark.clause("VMEM-7")
+def test_address_reused_during_a_free_is_routed_to_the_device(rt, tf_env, monkeypatch):
+    """A device pointer is forgotten before the device allocator may hand its address out
+    again: an allocation made by another thread the moment the device allocator freed the
+    address (a hook on the device allocator's deallocate_raw runs it, before the free through
+    the VMem allocator returns) gets that address, and it stays a device pointer."""
+    from conformance.control_helpers import joined, run_in_thread
+    s = Stack(rt)
+    p = s.vmem.allocate_raw(256, 4096)
+    assert p is not None and in_region(s.dev_sim, p), "[VMEM-3]"
+    device_free = s.device.deallocate_raw
+    reused: dict = {}
+
+    def free_then_reallocate(ptr):
+        device_free(ptr)
+        if not reused:
+            t, out = run_in_thread(lambda: s.vmem.allocate_raw(256, 4096), name="realloc")
+            reused["joined"] = joined(t)
+            reused.update(out)
+
+    monkeypatch.setattr(s.device, "deallocate_raw", free_then_reallocate)
+    s.free(p)
+    monkeypatch.undo()
+    q = reused.get("result")
+    assert reused.get("joined") and q is not None, f"the concurrent allocation: {reused} [VMEM-3]"
+    assert q == p, f"the device allocator gave {q:#x}, not the address just freed {p:#x} [BFC-3]"
+    try:
+        size = s.vmem.requested_size(q)
+        s.vmem.deallocate_raw(q)
+    except rt.InvalidPointerError as exc:
+        raise AssertionError(
+            f"{q:#x}, allocated on the device by another thread while the free of the same "
+            f"address was in progress, is routed to the host allocator ({exc}): the freeing "
+            f"thread forgot the address after the device allocator could hand it out again "
+            f"[VMEM-7]") from None
+    assert size == 4096 and s.device.get_stats().bytes_in_use == 0, (
+        f"requested_size {size}, device bytes in use {s.device.get_stats().bytes_in_use} "
+        f"after the free: the re-allocated address was not routed to the device [VMEM-7]")
+
+
 # --- VMEM-8 ------------------------------------------------------------------------------
 
 @pytest.mark.clause("VMEM-8")

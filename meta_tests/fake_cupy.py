@@ -9,6 +9,7 @@ allocates through that hook as CuPy's array constructors do. Nothing is computed
 from __future__ import annotations
 
 import itertools
+import os
 import threading
 import types
 from typing import Any
@@ -30,7 +31,14 @@ class _PointerAttributes:
         self.type = type_
 
 
+ERROR_NO_DEVICE = 100
+
+
 def make_fake_cupy(num_gpus: int = 1, gpu_bytes: int = 1 << 30) -> types.ModuleType:
+    """A CuPy of ``num_gpus`` GPUs; ``CUDA_VISIBLE_DEVICES=""`` hides them all, as with CUDA
+    (``getDeviceCount`` then raises ``cudaErrorNoDevice``)."""
+    if os.environ.get("CUDA_VISIBLE_DEVICES", None) == "":
+        num_gpus = 0
     state = threading.local()
     lock = threading.Lock()
     addresses = itertools.count(1 << 32, 1 << 28)
@@ -79,9 +87,14 @@ def make_fake_cupy(num_gpus: int = 1, gpu_bytes: int = 1 << 30) -> types.ModuleT
             return _PointerAttributes(get_device(), ptr, 1)
         return _PointerAttributes(device_live[ptr][0], ptr, 2)
 
+    def device_count() -> int:
+        if num_gpus <= 0:
+            raise CUDARuntimeError(ERROR_NO_DEVICE)
+        return num_gpus
+
     runtime = types.SimpleNamespace(
         CUDARuntimeError=CUDARuntimeError, errorMemoryAllocation=ERROR_MEMORY_ALLOCATION,
-        getDeviceCount=lambda: num_gpus, getDevice=get_device, setDevice=set_device,
+        getDeviceCount=device_count, getDevice=get_device, setDevice=set_device,
         malloc=malloc, free=free, hostAlloc=host_alloc, freeHost=free_host,
         pointerGetAttributes=pointer_attributes,
         deviceGetPCIBusId=lambda i: f"0000:{0x3B + i:02X}:00.0",

@@ -300,3 +300,40 @@ def test_routings_uninstalled_in_any_order_leave_cupy_consistent(backend, cupy) 
     assert cupy.cuda.get_allocator() == b.malloc
     b.uninstall()
     assert cupy.cuda.get_allocator() is original
+
+
+class _Nvml:
+    """What the co-tenant fixture reads of NVML: free memory and the compute processes."""
+
+    def __init__(self, free: int, procs: dict[int, int | None]) -> None:
+        self.free, self.procs = free, procs
+
+    def memory(self, device):
+        import types
+        return types.SimpleNamespace(free=self.free)
+
+    def processes(self, device):
+        return dict(self.procs)
+
+
+def test_a_cotenant_needs_room_for_its_cuda_context_and_says_who_holds_the_gpu() -> None:
+    from fixtures.cotenant import CONTEXT_HEADROOM, CoTenantError, check_headroom
+    assert check_headroom(_Nvml(CONTEXT_HEADROOM, {}), None) == CONTEXT_HEADROOM
+    with pytest.raises(CoTenantError, match=r"NVML shows 100 MiB free.*pid 7: 79000 MiB"):
+        check_headroom(_Nvml(100 * MiB, {7: 79000 * MiB}), "3b:00.0")
+
+
+def test_a_stopped_cotenant_is_waited_for_until_nvml_no_longer_lists_it() -> None:
+    from fixtures.cotenant import CoTenantError, wait_released
+    nvml = _Nvml(0, {7: MiB, 8: MiB})
+    timer = threading.Timer(0.3, lambda: nvml.procs.pop(7))
+    timer.start()
+    try:
+        wait_released(nvml, [7], None, timeout_s=20)
+    finally:
+        timer.join()
+    assert 7 not in nvml.procs
+    start = time.monotonic()
+    with pytest.raises(CoTenantError, match=r"still lists stopped co-tenant\(s\) \[8\]"):
+        wait_released(nvml, [8], None, timeout_s=0.5)
+    assert time.monotonic() - start < 5

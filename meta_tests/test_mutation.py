@@ -7,6 +7,7 @@ These tests are fast (one real mutant run of a few seconds at the end); the camp
 
 from __future__ import annotations
 
+import os
 import random
 import textwrap
 from pathlib import Path
@@ -349,3 +350,77 @@ def test_a_mutant_runs_in_a_copy_of_the_runtime(tmp_path: Path, runtime_populati
     assert (CONFORMANCE_DIR.parent / "reference_runtime" / module).read_text(
         encoding="utf-8") == source
     assert run.wall_s > 0 and run.cpu_s > 0
+
+
+# --- the command line: bad arguments are usage errors before anything runs -----------------
+
+@pytest.mark.parametrize("args, needle", [
+    (["run", "--mutant-timeout-s", "0"], "--mutant-timeout-s"),
+    (["run", "--mutant-timeout-s", "-1"], "--mutant-timeout-s"),
+    (["run", "--mutant-timeout-s", "nan"], "--mutant-timeout-s"),
+    (["run", "--mutant-timeout-s", "inf"], "--mutant-timeout-s"),
+    (["run", "--test-timeout-s", "0"], "--test-timeout-s"),
+    (["run", "--sample", "-3"], "--sample"),
+    (["run", "--sample", "ten"], "--sample"),
+    (["run", "--seed", "x/../../../escaped"], "--seed"),
+    (["run", "--seed", "1\n"], "--seed"),
+    (["run", "--jobs", "0"], "--jobs"),
+    (["run", "--jobs", str((os.cpu_count() or 1) + 1)], "--jobs"),
+    (["run", "--min-kill-rate", "nan"], "--min-kill-rate"),
+    (["list", "--seed", "../x"], "--seed"),
+])
+def test_bad_arguments_are_usage_errors(args: list[str], needle: str,
+                                        capsys: pytest.CaptureFixture[str],
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    import mutation.__main__ as cli
+
+    def started(*a: object, **k: object) -> None:
+        raise AssertionError("the campaign started")
+
+    monkeypatch.setattr(cli, "population", started)
+    monkeypatch.setattr(cli, "baseline", started)
+    with pytest.raises(SystemExit) as stopped:
+        cli.main(args)
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err
+    assert needle in err.splitlines()[-1] and "Traceback" not in err
+
+
+def test_an_unusable_out_folder_is_found_before_the_campaign(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import mutation.__main__ as cli
+    started = []
+    monkeypatch.setattr(cli, "baseline", lambda *a, **k: started.append("baseline"))
+    monkeypatch.setattr(cli, "population", lambda *a, **k: started.append("population"))
+    (tmp_path / "a_file").write_text("x")
+    for out in (tmp_path / "a_file", tmp_path / "a_file" / "below", Path("/dev/null")):
+        assert cli.main(["run", "--out", str(out)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and str(out) in err, err
+    assert started == []
+    monkeypatch.setattr(cli, "population", lambda *a, **k: type("P", (), {"mutants": ()})())
+    for module in ("../../../etc/passwd", "conformance/spec.py", "conformance/nothing.py"):
+        assert cli.main(["run", "--out", str(tmp_path / "out"), "--modules", module]) == 2
+        assert "not a conformance module" in capsys.readouterr().err
+    with pytest.raises(cli.UsageError, match="outside"):
+        cli.inside(tmp_path, "../escaped")
+    assert cli.inside(tmp_path, "20260101-seed-1") == tmp_path.resolve() / "20260101-seed-1"
+
+
+def test_list_and_rescore_refuse_what_they_cannot_read(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from fixtures.nemesis import make_fifo
+    from mutation.__main__ import main
+    assert main(["list", "--at", "bfc_allocator.py:x"]) == 2
+    assert "LINE must be a line number" in capsys.readouterr().err
+    fifo = tmp_path / "fifo.json"
+    fifo.write_text("")
+    make_fifo(fifo)
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    (tmp_path / "list.json").write_text("[]")
+    for path in (fifo, Path("/dev/zero"), deep, tmp_path / "list.json", tmp_path / "none"):
+        assert main(["rescore", str(path)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and "Traceback" not in err, err

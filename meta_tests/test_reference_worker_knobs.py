@@ -36,6 +36,7 @@ def run_worker(tmp_path: Path, **knobs: str) -> subprocess.CompletedProcess:
     ("ANTMAN_WORKER_STEP_MS", "1e308", 50.0),
     ("ANTMAN_WORKER_STEP_MS", "inf", 50.0),
     ("ANTMAN_WORKER_POLL_INTERVAL_S", "1e10", 1.0),
+    ("ANTMAN_WORKER_POLL_INTERVAL_S", "61", 1.0),        # beyond WORKER-2's 60 s
     ("ANTMAN_WORKER_SEED", "9" * 5000, 0),
 ])
 def test_unusable_knob_falls_back_to_its_default(tmp_path: Path, name: str, value: str,

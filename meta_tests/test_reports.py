@@ -159,8 +159,8 @@ def run(pytester: pytest.Pytester, *args: str) -> tuple[pytest.RunResult, dict[s
                                 "-p", "no:cacheprovider", "--runtime",
                                 "fake_runtime_for_reports", "--report-dir", str(out),
                                 "--timeout=60", *args)
-    latest = out / "latest"
-    doc = json.loads((latest / "certification.json").read_text()) if latest.exists() else {}
+    latest = writer.newest_pointer(out)       # latest, latest-partial or latest-bench
+    doc = json.loads((latest / "certification.json").read_text()) if latest else {}
     return result, doc
 
 
@@ -252,10 +252,18 @@ def test_certified_run_and_require_certified_exit_status(project: pytest.Pyteste
     codes = {r["code"] for r in doc["verdict"]["reasons"]}
     assert codes == {"mustpass-not-run", "subset-selection"}, doc["verdict"]
     assert "-k 'test_one'" in doc["invocation"]["selection_reasons"][0]
+    # Only the complete run is ``latest``; the subset has its own pointer.
+    out = project.path / "out"
+    assert (out / "latest-partial").resolve().name == doc["run_id"]
+    full = json.loads((out / "latest" / "certification.json").read_text())
+    assert full["verdict"]["status"] == model.CERTIFIED and full["run_id"] != doc["run_id"]
 
 
 def test_waivers_applied_stale_unneeded_gpu_scoped(project: pytest.Pytester) -> None:
     project.makepyfile(test_outcomes=OUTCOMES_MODULE)
+    # A test of the suite this run does not collect: its waiver is stale, not unknown.
+    project.makepyfile(test_elsewhere="def test_elsewhere():\n    pass\n")
+    project.makeconftest('collect_ignore = ["test_elsewhere.py"]\n')
     waivers = project.path / "expectations.toml"
     waivers.write_text(textwrap.dedent('''
         fork = "synthetic"
@@ -269,6 +277,7 @@ def test_waivers_applied_stale_unneeded_gpu_scoped(project: pytest.Pytester) -> 
         test = "test_outcomes.py::test_worker_crash*"
         reason = "worker crash on this fork"
         link = "https://example.org/issues/2"
+        outcomes = ["CRASH"]
 
         [[waiver]]
         clause = "API-1"
@@ -276,8 +285,8 @@ def test_waivers_applied_stale_unneeded_gpu_scoped(project: pytest.Pytester) -> 
         link = "https://example.org/issues/3"
 
         [[waiver]]
-        test = "*::test_nothing_matches*"
-        reason = "renamed test"
+        test = "test_elsewhere.py::test_else*"
+        reason = "not collected here"
         link = "https://example.org/issues/4"
 
         [[waiver]]
@@ -292,7 +301,8 @@ def test_waivers_applied_stale_unneeded_gpu_scoped(project: pytest.Pytester) -> 
         link = "https://example.org/issues/6"
         expires = 2000-01-01
     '''))
-    result, doc = run(project, "--expectations", str(waivers), "--require-certified")
+    result, doc = run(project, "--expectations", str(waivers), "--require-certified",
+                      "--allow-waivers")
     assert_valid(doc)
     clauses = by_id(doc)
     assert clauses["API-2"]["outcome"] == "WAIVED"
@@ -308,9 +318,9 @@ def test_waivers_applied_stale_unneeded_gpu_scoped(project: pytest.Pytester) -> 
     status = {w["id"]: w["status"] for w in doc["expectations"]["waivers"]}
     assert status == {"W1": "applied", "W2": "applied", "W3": "unneeded", "W4": "stale",
                       "W5": "inactive", "W6": "expired"}
-    # Must-pass API-1 and API-2 are PASS/WAIVED: certified despite failing tests.
-    assert doc["verdict"]["status"] == model.CERTIFIED, doc["verdict"]
-    assert result.ret == 0
+    # Must-pass API-1 and API-2 are PASS/WAIVED: certified only with waivers, never plainly.
+    assert doc["verdict"]["status"] == model.CERTIFIED_WITH_WAIVERS, doc["verdict"]
+    assert result.ret == 0, "--allow-waivers accepts CERTIFIED WITH WAIVERS"
     result.stdout.fnmatch_lines(["*waiver W3: unneeded*", "*waiver W4: stale*",
                                  "*waiver W5: inactive*"])
 
@@ -400,7 +410,7 @@ def test_run_without_conformance_tests_has_no_verdict(project: pytest.Pytester) 
     ''')
     result, doc = run(project, "-k", "test_", "--require-certified")
     assert_valid(doc)
-    assert doc["schema_version"] == model.SCHEMA_VERSION == "1.3"
+    assert doc["schema_version"] == model.SCHEMA_VERSION == "1.4"
     v = doc["verdict"]
     assert v["status"] == model.NO_VERDICT, v
     assert [r["code"] for r in v["reasons"]] == ["no-conformance-tests"]
@@ -412,7 +422,8 @@ def test_run_without_conformance_tests_has_no_verdict(project: pytest.Pytester) 
     result.stdout.fnmatch_lines(["verdict: NO VERDICT*", "  - no conformance test ran: *",
                                  "benchmarks: 1", "tests: 2 (PASS 2)"])
     assert "must-pass clauses:" not in result.stdout.str()
-    folder = project.path / "out" / "latest"
+    assert not (project.path / "out" / "latest").exists(), "a benchmark run is not latest"
+    folder = project.path / "out" / "latest-bench"
     html = (folder / "certification.html").read_text()
     md = (folder / "certification.md").read_text()
     for text in (html, md):  # no clause listing, no must-pass clause as a failure

@@ -27,6 +27,8 @@ def certify(tmp_path: Path, *args: str, modules: tuple[str, ...] = ("conformance
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("PYTEST_XDIST", "PYTEST_CURRENT", "ANTMAN_RUNTIME"))}
     env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), str(ROOT)])
+    (tmp_path / "tmp").mkdir(exist_ok=True)
+    env["TMPDIR"] = str(tmp_path / "tmp")          # what the run leaves in the temp folder
     return subprocess.run([sys.executable, "-m", "pytest", *modules, "-p", "no:cacheprovider",
                            "-q", "--report-dir", str(tmp_path / "out"), *args],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
@@ -66,6 +68,8 @@ def assert_refused(done: subprocess.CompletedProcess[str], tmp_path: Path, *need
     folders = sorted(p.name for p in (tmp_path / "out").iterdir())
     assert folders == ["20260101T000000Z-earlier-1", "latest"], folders
     assert os.readlink(tmp_path / "out" / "latest") == "20260101T000000Z-earlier-1"
+    left = sorted(p.name for p in (tmp_path / "tmp").iterdir())
+    assert left == [], f"a run stopped at start-up left temporary files: {left}"
 
 
 @pytest.mark.parametrize("module, source, needles", [
@@ -80,6 +84,11 @@ def assert_refused(done: subprocess.CompletedProcess[str], tmp_path: Path, *need
                                                                "teleport"]),
     ("fake_missing_names", runtime_source('"bfc"', names=False),
      ["declares capability 'bfc' but lacks", "BFCAllocator"]),
+    ("fake_missing_many", runtime_source('"bfc", "vmem", "workload"', names=False),
+     ["declares capability 'bfc' but lacks", "BFCAllocator",
+      "declares capability 'vmem' but lacks GPUVMemAllocator, maybe_create_gpu_vmem_allocator",
+      "declares capability 'workload' but lacks MLPWorkload",
+      "no submodule fake_missing_many.workload"]),
     ("fake_module_workload", runtime_source('"workload"'),
      ["no submodule fake_module_workload.workload", "python -m fake_module_workload.workload"]),
     ("fake_bad_worker", runtime_source('"worker"', extra='WORKER_COMMAND = ["/nonexistent/w"]'),
@@ -112,7 +121,8 @@ def test_a_valid_setup_still_runs_and_reports(tmp_path: Path) -> None:
         f'WORKER_COMMAND = [{sys.executable!r}, "-m", "fake_ok.worker"]')))
     done = certify(tmp_path, "--runtime", "fake_ok")
     assert done.returncode in (0, 1), done.stdout[-3000:] + done.stderr[-3000:]
-    assert (tmp_path / "out" / "latest" / "certification.json").is_file()
+    assert (tmp_path / "out" / "latest-partial" / "certification.json").is_file()
+    assert not (tmp_path / "out" / "latest").exists(), "one module is not a complete run"
 
 
 # --- the GPU gate ------------------------------------------------------------------------
@@ -134,21 +144,85 @@ def test_require_gpu_makes_the_gpu_clauses_required_whatever_the_target(tmp_path
     assert doc["verdict"]["status"] == model.CERTIFIED, doc["verdict"]
 
 
-def test_require_gpu_without_a_gpu_is_not_certified_with_one_line_saying_why(
+#: Hosts without a usable GPU: (pynvml state or None for no pynvml, CuPy present, needles).
+NO_GPU_HOSTS = {
+    "no pynvml": (None, False, ["no usable NVIDIA GPU", "pynvml"]),
+    "NVML without a driver": ({"init_error": "Driver Not Loaded"}, True,
+                              ["no usable NVIDIA GPU", "nvmlInit failed: Driver Not Loaded"]),
+    "NVML sees no GPU": ({"gpus": 0}, True, ["no usable NVIDIA GPU", "NVML reports no GPU"]),
+    "no CuPy": ({}, False, ["no usable NVIDIA GPU", "import cupy failed", "no CuPy"]),
+}
+
+
+def gpu_host(tmp_path: Path, nvml: dict | None, cupy: bool) -> dict[str, str]:
+    """PYTHONPATH entries and variables of a host with a stand-in NVML (or none) and CuPy (a
+    stand-in with one GPU, or one whose import fails)."""
+    from meta_tests import fake_pynvml
+    from meta_tests.test_host_independent_verdicts import ONE_GPU_CUPY
+    host = tmp_path / "host"
+    host.mkdir()
+    if nvml is None:
+        (host / "pynvml.py").write_text("raise ImportError('no nvidia-ml-py here')\n")
+    else:
+        fake_pynvml.install(host)
+        fake_pynvml.write_state(tmp_path / "nvml.json", **nvml)
+    (host / "cupy.py").write_text(ONE_GPU_CUPY if cupy else "raise ImportError('no CuPy')\n")
+    return {"host": str(host), "FAKE_NVML_STATE": str(tmp_path / "nvml.json")}
+
+
+def certify_on(tmp_path: Path, host: dict[str, str], *args: str,
+               modules: tuple[str, ...] = ("conformance/test_api.py",)
+               ) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PYTEST_XDIST", "PYTEST_CURRENT", "ANTMAN_RUNTIME"))}
+    env["PYTHONPATH"] = os.pathsep.join([host["host"], str(tmp_path), str(ROOT)])
+    env["FAKE_NVML_STATE"] = host["FAKE_NVML_STATE"]
+    (tmp_path / "tmp").mkdir(exist_ok=True)
+    env["TMPDIR"] = str(tmp_path / "tmp")          # what the run leaves in the temp folder
+    return subprocess.run([sys.executable, "-m", "pytest", *modules, "-p", "no:cacheprovider",
+                           "-q", "--report-dir", str(tmp_path / "out"), *args],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("host", sorted(NO_GPU_HOSTS))
+def test_require_gpu_without_a_usable_gpu_stops_before_any_test(tmp_path: Path, earlier_run: Path,
+                                                               host: str) -> None:
+    nvml, cupy, needles = NO_GPU_HOSTS[host]
+    done = certify_on(tmp_path, gpu_host(tmp_path, nvml, cupy), "--require-gpu",
+                      "--require-certified",
+                      modules=("conformance/test_gpu.py", "conformance/test_api.py"))
+    assert_refused(done, tmp_path, *needles)
+    assert "passed" not in done.stdout and "error" not in done.stdout.lower(), done.stdout
+
+
+def test_require_gpu_with_a_usable_gpu_runs_and_counts_the_gpu_clauses_as_must_pass(
         tmp_path: Path) -> None:
-    gpu_reason = None
-    try:
-        import pynvml  # noqa: F401
-        gpu_reason = "pynvml is installed"
-    except ImportError:
-        pass
-    if gpu_reason and os.environ.get("CUDA_VISIBLE_DEVICES", "") != "":
-        pytest.skip("this machine may have a GPU")
-    done = certify(tmp_path, "--require-gpu", "--require-certified",
-                   modules=("conformance/test_gpu.py", "conformance/test_api.py"))
-    assert done.returncode == 1, done.stdout[-3000:]
-    lines = done.stdout.splitlines()
-    verdict = next(i for i, line in enumerate(lines) if line.startswith("verdict: "))
-    assert lines[verdict].startswith("verdict: NOT CERTIFIED"), lines[verdict]
-    assert lines[verdict + 1].startswith("  - --require-gpu: no usable NVIDIA GPU on this runner"), \
-        lines[verdict:verdict + 3]
+    done = certify_on(tmp_path, gpu_host(tmp_path, {}, True), "--require-gpu")
+    out = done.stdout + done.stderr
+    assert done.returncode in (0, 1), out[-3000:]
+    import json
+    doc = json.loads((tmp_path / "out" / "latest-partial" / "certification.json").read_text())
+    required = set(doc["mustpass"]["required"])
+    gpu_clauses = {f"GPU-{i}" for i in range(1, 13)}
+    assert gpu_clauses <= required, sorted(required)
+    assert doc["summary"]["must_pass"]["total"] == len(required), doc["summary"]["must_pass"]
+    line = next(x for x in done.stdout.splitlines() if x.startswith("must-pass clauses: "))
+    assert line.startswith(f"must-pass clauses: {len(required)} "), line
+
+
+def test_require_gpu_counts_the_gpu_clauses_whatever_the_capabilities(tmp_path: Path) -> None:
+    listing = "profile minimal: bfc\n[all]\nAPI-1\nAPI-2\n[requires cuda gpu-target]\nAPI-7\n"
+    ok = [_record("t::a", ["API-1"], PASSED), _record("t::b", ["API-2"], PASSED)]
+    for gpu in (None, "NVIDIA H100"):
+        doc = _build(_data(tmp_path, ok, gpu=gpu, caps=("bfc",), listing=listing,
+                           require_gpu=True))
+        flags = {c["id"]: c["must_pass"] for c in doc["clauses"]}
+        assert flags["API-7"] is True, (gpu, flags)
+        assert "API-7" in doc["mustpass"]["required"]
+        assert doc["summary"]["must_pass"]["total"] == 3, doc["summary"]["must_pass"]
+        from reports import writer
+        props = dict(writer.junit_properties(doc))
+        assert props["antman:mustpass_clauses"].startswith("3 ("), props
+        assert doc["verdict"]["status"] == model.NOT_CERTIFIED, props
+    doc = _build(_data(tmp_path, ok, caps=("bfc",), listing=listing))
+    assert {c["id"]: c["must_pass"] for c in doc["clauses"]}["API-7"] is False

@@ -187,3 +187,18 @@ def test_numbers_the_protocol_forbids_fail_quoting_the_line(tmp_path: Path, mode
     quoted = "stdout line " in message and '"type": ' in message
     assert quoted, f"the failure does not quote the line: {message[:600]}"
     assert len(message) < 20_000, f"the failure message is {len(message)} characters long"
+
+
+def test_a_poll_interval_beyond_the_bound_is_a_tagged_failure(tmp_path: Path) -> None:
+    """``poll_interval_s: 1e308`` made the detection bound infinite, and the first wait on it
+    raised an untagged OverflowError; the hello record is a WORKER-2 failure instead."""
+    w = fake("odd_numbers", tmp_path, "poll_1e308")
+    try:
+        w.start()
+        with pytest.raises(AssertionError, match=r"poll_interval_s.*\[WORKER-2\]") as caught:
+            w.wait_hello()
+            w.detection_bound_s
+        assert "OverflowError" not in str(caught.value)
+    finally:
+        timed_close(w, CLOSE_BOUND_S)
+

@@ -18,6 +18,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
+import re
 import shutil
 import signal
 import sys
@@ -36,6 +39,111 @@ DEFAULT_SEEDS = ("1", "2")
 DEFAULT_SAMPLE = 150
 OUT_DIR = ROOT / "reports" / "out" / "mutation"
 PUBLISHED_DIR = ROOT / "reports" / "published" / "mutation"
+MAX_REPORT_BYTES = 64 << 20          # a mutation.json of a few thousand mutants is < 10 MiB
+_SEED = re.compile(r"[0-9]{1,20}")
+
+
+class UsageError(Exception):
+    """A command line that cannot be carried out; one line, exit status 2."""
+
+
+# -- argument types (argparse turns their errors into usage errors, exit status 2) ---------
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not a positive integer")
+    return value
+
+
+def _seconds(text: str) -> float:
+    """A finite number of seconds > 0 (0, negatives and nan would end every run at once)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a finite number of seconds > 0")
+    return value
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0.0 <= value <= 1.0:                 # nan fails both comparisons
+        raise argparse.ArgumentTypeError(f"{text!r}: give a fraction from 0 to 1")
+    return value
+
+
+def _seed(text: str) -> str:
+    """A seed is a non-negative integer: it names report folders, so nothing else is taken."""
+    if not _SEED.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a seed (a non-negative integer of "
+                                         f"at most 20 digits)")
+    return text
+
+
+def _jobs(text: str) -> int:
+    value = _positive_int(text)
+    cores = os.cpu_count() or 1
+    if value > cores:
+        raise argparse.ArgumentTypeError(f"{value} jobs on {cores} core(s): each mutant run "
+                                         f"takes one core; give at most {cores}")
+    return value
+
+
+def usable_folder(path: Path) -> Path:
+    """``path`` created if missing and checked writable (a file written and removed), before
+    anything long runs; a ``UsageError`` says why not."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".write-check-"):
+            pass
+    except FileExistsError:
+        raise UsageError(f"{path} is not a folder") from None
+    except OSError as exc:
+        raise UsageError(f"cannot write reports to {path}: "
+                         f"{exc.strerror or exc}") from None
+    return path.resolve()
+
+
+def inside(folder: Path, name: str) -> Path:
+    """``folder/name``, refused when it would lie outside ``folder``."""
+    path = (folder / name).resolve()
+    if path.parent != folder.resolve():
+        raise UsageError(f"{name!r} would be written outside {folder}")
+    return path
+
+
+def read_report(source: Path) -> dict:
+    """A ``mutation.json`` (or a folder holding one): a regular file of bounded size."""
+    path = source / "mutation.json" if source.is_dir() else source
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
+    with os.fdopen(fd, "rb") as f:
+        import stat
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise UsageError(f"{path} is not a regular file")
+        if st.st_size > MAX_REPORT_BYTES:
+            raise UsageError(f"{path} is {st.st_size} bytes, more than a mutation report's "
+                             f"{MAX_REPORT_BYTES}")
+        raw = f.read(MAX_REPORT_BYTES + 1)
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise UsageError(f"{path} is not a mutation report: "
+                         f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+                         ) from None
+    if not isinstance(data, dict) or not isinstance(data.get("results"), list):
+        raise UsageError(f"{path} is not a mutation report (no list of results)")
+    return data
 
 
 def _progress(done: int, total: int, r: MutantResult) -> None:
@@ -46,7 +154,24 @@ def _progress(done: int, total: int, r: MutantResult) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    out = usable_folder(Path(args.out))
+    if args.publish:
+        usable_folder(PUBLISHED_DIR)
     pop = population()
+    if args.key:
+        known = pop.by_key()
+        unknown = [k for k in args.key if k not in known]
+        if unknown:
+            raise UsageError(f"no such mutant: {', '.join(unknown)}")
+    suite = (ROOT / "conformance").resolve()
+    for module in args.modules or ():
+        path = (ROOT / module).resolve()
+        if not (path.is_file() and path.parent == suite and path.name.startswith("test_")
+                and path.suffix == ".py"):
+            raise UsageError(f"--modules {module}: not a conformance module "
+                             f"(conformance/test_*.py)")
+    size = len(args.key) if args.key else args.sample
+    jobs = max(1, min(args.jobs, size))      # more workspaces than mutants would idle
     entries = eq.load()
     problems = eq.problems(entries, list(pop.mutants))
     for p in problems:
@@ -69,7 +194,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                       file=sys.stderr)
                 return 2
         for seed in seeds:
-            campaign = Campaign(seed=seed, sample=args.sample, options=options, jobs=args.jobs,
+            campaign = Campaign(seed=seed, sample=args.sample, options=options, jobs=jobs,
                                 confirm=not args.no_confirm,
                                 check_equivalents=args.check_equivalents,
                                 keys=tuple(args.key or ()),
@@ -79,9 +204,9 @@ def cmd_run(args: argparse.Namespace) -> int:
                                   baseline_run=base_run, progress=_progress)
             result.list_problems = problems
             stamp = time.strftime("%Y%m%d-%H%M%S")
-            folder = Path(args.out) / f"{stamp}-seed-{seed}"
+            folder = inside(out, f"{stamp}-seed-{seed}")
             json_path, md_path = report.write(result, folder)
-            latest = Path(args.out) / f"latest-seed-{seed}"
+            latest = inside(out, f"latest-seed-{seed}")
             if latest.is_symlink() or latest.exists():
                 latest.unlink()
             latest.symlink_to(folder.name)
@@ -93,7 +218,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                   if rate is not None
                   else f"seed {seed}: nothing counted; report {md_path}", flush=True)
             if args.publish:
-                target = PUBLISHED_DIR / f"seed-{seed}"
+                target = inside(PUBLISHED_DIR, f"seed-{seed}")
                 target.mkdir(parents=True, exist_ok=True)
                 for path in (json_path, md_path):
                     shutil.copy2(path, target / path.name)
@@ -106,8 +231,13 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_rescore(args: argparse.Namespace) -> int:
     source = Path(args.report)
     path = source / "mutation.json" if source.is_dir() else source
-    data = report.rescore(json.loads(path.read_text(encoding="utf-8")), eq.load())
-    folder = Path(args.into) if args.into else path.parent
+    loaded = read_report(source)
+    folder = usable_folder(Path(args.into)) if args.into else path.parent
+    try:
+        data = report.rescore(loaded, eq.load())
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise UsageError(f"{path} is not a mutation report: {type(exc).__name__}: {exc}"
+                         ) from None
     _, md_path = report.write_data(data, folder)
     s = data["summary"]
     print(f"kill rate {report._pct(s['kill_rate'])} ({s['killed']}/{s['counted']}; "
@@ -121,6 +251,8 @@ def cmd_list(args: argparse.Namespace) -> int:
     entries = eq.load()
     if args.at:
         module, _, line = args.at.partition(":")
+        if line and not line.isdigit():
+            raise UsageError(f"--at {args.at!r}: LINE must be a line number")
         chosen = [m for m in pop.mutants if m.module == module
                   and (not line or m.line == int(line))]
     else:
@@ -175,20 +307,21 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run seeded samples and write their reports")
-    run.add_argument("--seed", action="append",
+    run.add_argument("--seed", action="append", type=_seed,
                      help=f"sample seed, repeatable (default: {' and '.join(DEFAULT_SEEDS)})")
-    run.add_argument("--sample", type=int, default=DEFAULT_SAMPLE,
+    run.add_argument("--sample", type=_positive_int, default=DEFAULT_SAMPLE,
                      help=f"mutants per seed (default {DEFAULT_SAMPLE})")
     run.add_argument("--key", action="append", help="run this mutant (repeatable) instead of "
                                                     "a sample")
     run.add_argument("--modules", nargs="+", metavar="PATH",
                      help="run these conformance modules against every mutant instead of the "
                           "static map's (a quick check while writing tests; no confirmation)")
-    run.add_argument("--jobs", type=int, default=1,
-                     help="mutants run at once, one core each (default 1)")
-    run.add_argument("--mutant-timeout-s", type=float, default=300.0,
+    run.add_argument("--jobs", type=_jobs, default=1,
+                     help="mutants run at once, one core each (default 1; at most the "
+                          "number of cores, and no more than the mutants are used)")
+    run.add_argument("--mutant-timeout-s", type=_seconds, default=300.0,
                      help="wall limit of one pytest run against a mutant (default 300)")
-    run.add_argument("--test-timeout-s", type=int, default=45,
+    run.add_argument("--test-timeout-s", type=_positive_int, default=45,
                      help="per-test limit (pytest-timeout) in mutant runs (default 45)")
     run.add_argument("--no-confirm", action="store_true",
                      help="do not run survivors against the conformance modules outside "
@@ -198,15 +331,15 @@ def main(argv: list[str] | None = None) -> int:
                           "mistake in the list)")
     run.add_argument("--no-baseline", action="store_true",
                      help="skip the baseline run of the unmutated copy")
-    run.add_argument("--min-kill-rate", type=float, default=0.0,
+    run.add_argument("--min-kill-rate", type=_fraction, default=0.0,
                      help="exit 1 when a seed's kill rate is below this fraction")
     run.add_argument("--out", default=str(OUT_DIR), help=f"report folder (default {OUT_DIR})")
     run.add_argument("--publish", action="store_true",
                      help=f"copy each seed's report to {PUBLISHED_DIR}/seed-<S>/")
     run.set_defaults(func=cmd_run)
     lst = sub.add_parser("list", help="print a sample without running it")
-    lst.add_argument("--seed", default=DEFAULT_SEEDS[0])
-    lst.add_argument("--sample", type=int, default=DEFAULT_SAMPLE)
+    lst.add_argument("--seed", type=_seed, default=DEFAULT_SEEDS[0])
+    lst.add_argument("--sample", type=_positive_int, default=DEFAULT_SAMPLE)
     lst.add_argument("--at", metavar="MODULE[:LINE]",
                      help="every mutant of a runtime module (or of one of its lines) instead")
     lst.set_defaults(func=cmd_list)
@@ -226,13 +359,18 @@ def main(argv: list[str] | None = None) -> int:
     entry.add_argument("--reason", required=True)
     entry.set_defaults(func=cmd_entry)
     args = parser.parse_args(argv)
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
+    previous = {sig: signal.signal(sig, _stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         return args.func(args)
+    except UsageError as exc:
+        print(f"{parser.prog} {args.command}: {exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("stopped", file=sys.stderr)
         return 130
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 if __name__ == "__main__":

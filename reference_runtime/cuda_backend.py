@@ -41,6 +41,7 @@ __all__ = [
     "CudaUnavailableError",
     "import_cupy",
     "cuda_available",
+    "cupy_installed",
     "CudaDeviceMemory",
     "CudaHostMemory",
     "CudaBackend",
@@ -100,16 +101,66 @@ def import_cupy() -> ModuleType:
     return cupy
 
 
-def cuda_available() -> bool:
-    """True when CuPy imports and the CUDA runtime sees at least one GPU (cheap; no context).
+def cupy_installed() -> bool:
+    """True when CuPy can be imported: the cuda backend is part of this installation.
 
-    Without CuPy installed this costs one ``find_spec`` and never imports anything.
+    Costs one ``find_spec``; imports nothing and touches no GPU.
     """
     import importlib.util
     try:
-        if "cupy" not in sys.modules and importlib.util.find_spec("cupy") is None:
-            return False
-        cupy = import_cupy()
+        if "cupy" in sys.modules:                 # imported, or blocked with None
+            return sys.modules["cupy"] is not None
+        return importlib.util.find_spec("cupy") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _cuda_devices_hidden() -> bool:
+    """``CUDA_VISIBLE_DEVICES`` set to nothing, or to a list starting with an invalid index
+    (``-1``), hides every GPU from CUDA."""
+    value = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if value is None:
+        return False
+    first = value.strip().split(",")[0].strip()
+    return first == "" or first.startswith("-")
+
+
+def _nvml_device_count() -> int | None:
+    """The number of GPUs NVML sees, or None when NVML is unavailable. NVML creates no CUDA
+    context, so asking it leaves the GPU's memory alone."""
+    try:
+        import pynvml  # type: ignore[import-not-found]  # optional: nvidia-ml-py
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except Exception:
+        return None
+    try:
+        return int(pynvml.nvmlDeviceGetCount())
+    except Exception:
+        return None
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:
+            pass
+
+
+def cuda_available() -> bool:
+    """True when CuPy imports and a GPU is visible to CUDA, without creating a CUDA context.
+
+    A CUDA context costs hundreds of MiB of the GPU's memory in every process that makes one,
+    so this asks NVML (``CUDA_VISIBLE_DEVICES`` respected) and falls back to the CUDA runtime
+    only where NVML is unavailable. Without CuPy installed this costs one ``find_spec``.
+    """
+    if not cupy_installed() or _cuda_devices_hidden():
+        return False
+    count = _nvml_device_count()
+    try:
+        cupy = import_cupy()              # DEVICE-7: CuPy must import, not merely be found
+        if count is not None:
+            return count > 0
         return int(cupy.cuda.runtime.getDeviceCount()) > 0
     except Exception:
         return False

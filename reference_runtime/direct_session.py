@@ -80,7 +80,8 @@ class DirectSession:
 
     def __init__(self, device_mgr: Any, graph: Graph, *,
                  registry: SessionRunActionRegistry | None = None, clock: Clock | None = None,
-                 inter_op_threads: int | None = None) -> None:
+                 inter_op_threads: int | None = None,
+                 on_close: Callable[["DirectSession"], None] | None = None) -> None:
         if not isinstance(graph, Graph):
             raise TypeError(f"graph must be a Graph, got {type(graph).__name__}")
         graph.validate()
@@ -97,6 +98,7 @@ class DirectSession:
         self._in_flight: set[ExecutorState] = set()
         self._running_threads: dict[int, int] = {}    # thread ident -> active run() calls
         self._closed = False
+        self._on_close = on_close        # the owner forgets the session (API-7)
         self._step_ids = itertools.count()
         n = inter_op_threads if inter_op_threads is not None else max(4, os.cpu_count() or 1)
         if not isinstance(n, int) or n < 2:
@@ -269,6 +271,8 @@ class DirectSession:
                 self._runs_done.wait()
         self._pool.shutdown(wait=not on_pool)
         self._resources.release_all()
+        if self._on_close is not None:
+            self._on_close(self)
 
     def __enter__(self) -> "DirectSession":
         return self

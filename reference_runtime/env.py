@@ -17,6 +17,8 @@ import logging
 import os
 from typing import Any
 
+from .log_text import quote
+
 __all__ = [
     "ENV_DEFAULT",
     "path_from_env",
@@ -50,8 +52,8 @@ def read_bool_from_env_var(name: str, default: bool) -> bool:
         return False
     if value in ("1", "true"):
         return True
-    _log.error("Failed to parse the env-var ${%s} into bool: %r. Use the default value: %s",
-               name, raw, default)
+    _log.error("Failed to parse the env-var ${%s} into bool: %s. Use the default value: %s",
+               name, quote(raw), default)
     return default
 
 
@@ -80,8 +82,8 @@ def read_int64_from_env_var(name: str, default: int) -> int:
         return default
     value = safe_strto64(raw)
     if value is None:
-        _log.error("Failed to parse the env-var ${%s} into int64: %r. Use the default value: %d",
-                   name, raw, default)
+        _log.error("Failed to parse the env-var ${%s} into int64: %s. Use the default value: %d",
+                   name, quote(raw), default)
         return default
     return value
 
@@ -98,8 +100,8 @@ def get_allow_growth_value(option: bool) -> bool:
                          "environment variable is set. Original config value was %s.", option)
         return value
     _log.error('The TF_FORCE_GPU_ALLOW_GROWTH environment variable is set but could not be '
-               'parsed: %r. Valid values are "true" or "false". Using original config value '
-               'of %s.', raw, bool(option))
+               'parsed: %s. Valid values are "true" or "false". Using original config value '
+               'of %s.', quote(raw), bool(option))
     return bool(option)
 
 
@@ -113,8 +115,8 @@ def get_garbage_collection_value() -> bool:
     if raw == "true":
         return True
     _log.error('The TF_ENABLE_GPU_GARBAGE_COLLECTION environment variable is set but could not '
-               'be parsed: %r. Valid values are "true" or "false". Using the default value '
-               '"true".', raw)
+               'be parsed: %s. Valid values are "true" or "false". Using the default value '
+               '"true".', quote(raw))
     return True
 
 

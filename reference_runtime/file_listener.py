@@ -259,7 +259,7 @@ class FileListener:
                     content = self._read_if_changed(watch, force=False, stop=stop)
                     if content is not None and not stop.is_set():
                         self._deliver(watch, content, stop)
-                except Exception:  # pragma: no cover - defensive: keep the thread alive
+                except BaseException:  # pragma: no cover - defensive: keep the thread alive
                     log.exception("file listener: scanning %s failed", quote(watch.path, 4096))
                 finally:
                     watch.scan_lock.release()
@@ -376,6 +376,13 @@ class FileListener:
             try:
                 callback(content)
             except Exception:
+                log.exception("file listener: handler %s of %s raised", quote(name),
+                              quote(watch.path, 4096))
+            except BaseException:
+                if stop is None:       # the registering thread's own (FL-5): its caller's
+                    raise
+                # On the monitor thread SystemExit or KeyboardInterrupt would end the thread
+                # silently and every later change would be ignored (FL-6).
                 log.exception("file listener: handler %s of %s raised", quote(name),
                               quote(watch.path, 4096))
 

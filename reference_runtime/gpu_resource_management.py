@@ -33,6 +33,7 @@ import logging
 import os
 import re
 import threading
+from collections.abc import Iterable
 from typing import Any
 
 from .bounded_json import DEFAULT_MAX_DEPTH, DEFAULT_MAX_VALUES, JSONNumber, JSONTooDeep
@@ -158,7 +159,8 @@ class GPUResourceManagement(SessionRunAction):
     def __init__(self, config_file: str | os.PathLike | None = ENV_DEFAULT, *,
                  clock: Clock | None = None, file_listener: FileListener | None = None,
                  registry: SessionRunActionRegistry | None = None,
-                 usage_adjustment: GPUUsageAdjustment | None = None) -> None:
+                 usage_adjustment: GPUUsageAdjustment | None = None,
+                 gpu_bus_ids: Iterable[str] = ()) -> None:
         self.config_file = path_from_env(config_file, CONFIG_FILE_ENV_VAR)
         self.enabled = bool(self.config_file)
         self.name = "GPUResourceManagement"
@@ -176,6 +178,10 @@ class GPUResourceManagement(SessionRunAction):
         self._oversleep_us = 0                   # the last throttle sleep's oversleep (RM-10)
         self._queued_op_num: dict[Any, int] = {}
         self._unknown: dict[str, None] = {}      # bus ids found to name no GPU (RM-20)
+        # bus ids of this process's GPUs (given, or found at a boundary): an entry for one
+        # is never the one the bound of RM-20 drops
+        self._own_gpus = frozenset(gpu_bus_ids)
+        self._known: frozenset[str] = self._own_gpus
         self._closed = threading.Event()
         self._suspended: set[threading.Event] = set()
         self._listener: FileListener | None = None
@@ -223,8 +229,10 @@ class GPUResourceManagement(SessionRunAction):
         perf = self._parse_perf(doc, problems)
         beyond = 0
         with self._manage_lock:
-            for bus_id, limit in limits.items():
-                if bus_id not in self._limits and len(self._limits) >= MAX_BUS_IDS:
+            known = self._known                # the GPUs' entries first: never beyond
+            for bus_id, limit in sorted(limits.items(), key=lambda e: e[0] not in known):
+                if bus_id not in self._limits and len(self._limits) >= MAX_BUS_IDS \
+                        and not (bus_id in known and self._drop_one_unknown_locked()):
                     beyond += 1
                     continue
                 self._limits[bus_id] = limit
@@ -237,6 +245,16 @@ class GPUResourceManagement(SessionRunAction):
         if problems:
             log.warning("%s: ignored %s; keeping the last good values", source, problems)
             return False
+        return True
+
+    def _drop_one_unknown_locked(self) -> bool:
+        """Make room for a GPU's entry (RM-20): drop the held entry longest held whose bus
+        id is no known GPU's; False when every held entry is a GPU's."""
+        victim = next((b for b in self._limits if b not in self._known), None)
+        if victim is None:
+            return False
+        del self._limits[victim]
+        self._pending.pop(victim, None)
         return True
 
     @staticmethod
@@ -305,6 +323,7 @@ class GPUResourceManagement(SessionRunAction):
             with self._manage_lock:
                 pending = sorted(self._pending.items())
             gpus = gpu_bfc_allocators(device_mgr)
+            self._known = self._own_gpus | frozenset(gpus)
             unknown: list[str] = []
             for bus_id, limit in pending:
                 if bus_id not in gpus:
@@ -385,7 +404,8 @@ class GPUResourceManagement(SessionRunAction):
             if self._perf != 0:
                 return
             self._suspended.add(wake)
-        log.info("%s: perfControl is 0: suspending the step", self.config_file or "<config>")
+        log.info("%s: perfControl is 0: suspending the step",
+                 quote(self.config_file or "<config>", 4096))
         try:
             while self._perf == 0 and not self._closed.is_set() \
                     and not getattr(session, "closed", False):

@@ -35,7 +35,7 @@ from .session_run_action_registry import (SessionRunAction,
 
 __all__ = ["GPUStatistics", "AllocatorStatus", "STATUS_FILE_ENV_VAR", "SCHEMA_PATH",
            "GPU_STATISTICS_INTERVAL_S", "MAX_RECORD_INTERVAL_S", "DURATION_STATISTICS_NUM_SESS",
-           "DURATION_HUGE_CHANGE_THRESHOLD", "PHASE", "ENV_DEFAULT"]
+           "DURATION_HUGE_CHANGE_THRESHOLD", "PHASE", "ENV_DEFAULT", "MAX_GRAPHS"]
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +47,7 @@ DURATION_STATISTICS_NUM_SESS = 10         # the window holds at most this minus 
 DURATION_HUGE_CHANGE_THRESHOLD = 10
 # duration_statistics_threshold = 0.01: |cur - last| * 100 >= last
 PHASE = 1
+MAX_GRAPHS = 256          # graphs whose window and stored duration are held (STAT-2)
 
 
 
@@ -156,10 +157,13 @@ class GPUStatistics(SessionRunAction):
         """Add to the graph's window; True on a huge change against its oldest entry."""
         now = self._clock.time_s()
         with self._record_lock:
-            history = self._histories.get(graph_id)
+            history = self._histories.pop(graph_id, None)   # re-inserted: most recent last
             if history is None:
                 self._histories[graph_id] = collections.deque([(now, duration)])
+                while len(self._histories) > MAX_GRAPHS:     # forget the least recently run
+                    del self._histories[next(iter(self._histories))]
                 return False
+            self._histories[graph_id] = history
             oldest = history[0][1]
             history.append((now, duration))
             if len(history) >= DURATION_STATISTICS_NUM_SESS:
@@ -170,12 +174,15 @@ class GPUStatistics(SessionRunAction):
     def check_session_run_duration(self, graph_id: int, duration: int) -> bool:
         """Re-average every recent window; True when a graph is new or its mean moved 1 %."""
         now = self._clock.time_s()
+        with self._record_lock:
+            windows = [(g, list(h)) for g, h in self._histories.items()]
+        held = {g for g, _ in windows}
+        for g in [g for g in self._durations if g not in held]:
+            del self._durations[g]             # a graph forgotten by the bound (STAT-2)
         if graph_id not in self._durations:
             self._durations[graph_id] = _Duration(now, duration)
             return True
         changed = False
-        with self._record_lock:
-            windows = [(g, list(h)) for g, h in self._histories.items()]
         for g, window in windows:
             recording_time = window[-1][0]
             if now - recording_time >= MAX_RECORD_INTERVAL_S:
@@ -276,10 +283,64 @@ def _kind(mode: int) -> str:
     return f"a file of type {stat_module.S_IFMT(mode):#o}"
 
 
+_MAX_SYMLINK_HOPS = 40   # as the kernel's MAXSYMLINKS: more is a loop ("does not resolve")
+
+
+def _check_protected(link: str, st: os.stat_result, directory: str) -> None:
+    """The kernel's ``fs.protected_symlinks`` rule, applied by the runtime itself (it
+    resolves the status path on its own, so the kernel's check never runs): a symlink in a
+    sticky world-writable directory is followed only when it is owned by this process's
+    user or by the directory's owner (STAT-9). Raises ``OSError(EACCES)`` otherwise."""
+    dir_st = os.stat(directory)
+    sticky_world_writable = (dir_st.st_mode & stat_module.S_ISVTX
+                             and dir_st.st_mode & stat_module.S_IWOTH)
+    if not sticky_world_writable or st.st_uid in (os.geteuid(), dir_st.st_uid):
+        return
+    raise OSError(errno.EACCES, f"{quote(link, 4096)} is a symlink owned by uid {st.st_uid} "
+                                f"in the sticky world-writable directory "
+                                f"{quote(directory, 4096)} (owner uid {dir_st.st_uid}), "
+                                f"neither this process's user nor the directory's owner; "
+                                f"it is not followed")
+
+
+def _resolve(path: str) -> str:
+    """``os.path.realpath(path)`` (non-strict), following each symlink met on the way only
+    under the protected-symlinks rule of :func:`_check_protected`. A chain of more than
+    ``_MAX_SYMLINK_HOPS`` symlinks resolves to the symlink where it stopped."""
+    pending = os.path.abspath(path).split(os.sep)[::-1]
+    resolved = os.sep
+    hops = 0
+    while pending:
+        name = pending.pop()
+        if name in ("", "."):
+            continue
+        if name == "..":
+            resolved = os.path.dirname(resolved)
+            continue
+        candidate = os.path.join(resolved, name)
+        try:
+            st = os.lstat(candidate)
+        except (FileNotFoundError, NotADirectoryError):
+            return os.path.normpath(os.path.join(candidate, *pending[::-1]))
+        if not stat_module.S_ISLNK(st.st_mode):
+            resolved = candidate
+            continue
+        hops += 1
+        if hops > _MAX_SYMLINK_HOPS:
+            return os.path.normpath(os.path.join(candidate, *pending[::-1]))
+        _check_protected(candidate, st, resolved)
+        link = os.readlink(candidate)
+        if os.path.isabs(link):
+            resolved = os.sep
+        pending.extend(link.split(os.sep)[::-1])
+    return resolved
+
+
 def _destination(status_file: str) -> str:
     """The file a dump replaces: the path with its symlinks resolved, when that is a
-    regular file or does not exist. Anything else raises ``OSError`` (not replaced)."""
-    target = os.path.realpath(status_file)
+    regular file or does not exist. Anything else raises ``OSError`` (not replaced), as
+    does a symlink the protected-symlinks rule forbids following (STAT-9)."""
+    target = _resolve(status_file)
     try:
         st = os.lstat(target)
     except FileNotFoundError:

@@ -16,7 +16,7 @@ import threading
 from typing import Any
 
 from .clock import REAL_CLOCK, Clock
-from .device import Backend, DeviceMgr, create_devices, select_backend
+from .device import Backend, DeviceMgr, create_devices, get_pci_bus_id, select_backend
 from .env import ENV_DEFAULT, path_from_env
 from .file_listener import DEFAULT_POLL_INTERVAL_S, FileListener
 from .gpu_resource_management import (CONFIG_FILE_ENV_VAR,
@@ -46,7 +46,7 @@ class RuntimeContext:
         self.resource_management = resource_management
         self.statistics = statistics
         self._lock = threading.Lock()
-        self._sessions: list[Any] = []
+        self._sessions: dict[int, Any] = {}      # the open sessions, by id() (API-7)
         self._closed = False
 
     def new_session(self, graph: Any) -> Any:
@@ -56,9 +56,15 @@ class RuntimeContext:
             if self._closed:
                 raise RuntimeError("new_session(): the runtime is closed")
             session = DirectSession(self.device_mgr, graph, registry=self.registry,
-                                    clock=self.clock)
-            self._sessions.append(session)
+                                    clock=self.clock, on_close=self._forget_session)
+            self._sessions[id(session)] = session
         return session
+
+    def _forget_session(self, session: Any) -> None:
+        """A closed session is not kept (API-7: memory bounded by the open sessions)."""
+        with self._lock:
+            if self._sessions.get(id(session)) is session:
+                del self._sessions[id(session)]
 
     @property
     def closed(self) -> bool:
@@ -70,7 +76,7 @@ class RuntimeContext:
             if self._closed:
                 return
             self._closed = True
-            sessions, self._sessions = self._sessions, []
+            sessions, self._sessions = list(self._sessions.values()), {}
         errors: list[BaseException] = []
         rm = self.resource_management
         if rm is not None:
@@ -130,7 +136,8 @@ def create_runtime(*, num_gpus: int = 1, gpu_memory_bytes: int = 1 << 30,
             # Registers itself at POST/2 before its listener delivers the start-up content,
             # and forces TF_FORCE_GPU_ALLOW_GROWTH / TF_GPU_VMEM before the devices exist.
             rm = GPUResourceManagement(config_file, clock=clock, file_listener=listener,
-                                       registry=registry)
+                                       registry=registry,
+                                       gpu_bus_ids=_gpu_bus_ids(backend, num_gpus))
         device_mgr = create_devices(backend=backend, clock=clock, num_gpus=num_gpus,
                                     gpu_memory_bytes=gpu_memory_bytes,
                                     allow_growth=allow_growth)
@@ -146,3 +153,22 @@ def create_runtime(*, num_gpus: int = 1, gpu_memory_bytes: int = 1 << 30,
     return RuntimeContext(device_mgr=device_mgr, registry=registry, clock=clock,
                           file_listener=listener, backend=backend, resource_management=rm,
                           statistics=statistics)
+
+
+def _gpu_bus_ids(backend: Backend, num_gpus: int) -> list[str]:
+    """The bus ids of the GPUs the devices will have, as ``get_pci_bus_id`` gives them (so
+    that a config's entry for one is never the one RM-20's bound drops); a GPU the backend
+    cannot describe is left out (creating the devices reports it)."""
+    found = []
+    try:
+        count = min(int(num_gpus), backend.gpu_count())
+    except Exception:                         # noqa: BLE001 - create_devices reports it
+        return found
+    for index in range(max(0, count)):
+        try:
+            bus_id = get_pci_bus_id(f"pci bus id: {backend.gpu_info(index).pci_bus_id}")
+        except Exception:                     # noqa: BLE001 - create_devices reports it
+            continue
+        if bus_id:
+            found.append(bus_id)
+    return found

@@ -38,10 +38,11 @@ COST_SHARE = 0.9           # share of ANTMAN_WORKER_STEP_MS spent as simulated d
 MODEL = dict(batch=64, input_dim=64, hidden=128, layers=3, classes=10)
 DEVICE = "/device:GPU:0"
 BLAS_THREADS_ENV_VAR = "OPENBLAS_NUM_THREADS"
-# Knob ranges: a step of an hour, a poll of an hour. Beyond them a value is invalid
-# (WORKER-3: replaced by the default), before it can overflow the step's simulated time.
+# Knob ranges: a step of an hour, a poll of a minute (WORKER-2 bounds poll_interval_s at
+# 60 s). Beyond them a value is invalid (WORKER-3: replaced by the default), before it can
+# overflow the step's simulated time.
 MAX_STEP_MS = 3_600_000.0
-MAX_POLL_INTERVAL_S = 3_600.0
+MAX_POLL_INTERVAL_S = 60.0
 
 
 @dataclass(frozen=True)

@@ -439,7 +439,7 @@ def add_parsers(sub: Any) -> None:
                         "runtime package's folder, when the report names one on this host)")
     p.add_argument("--expectations", type=Path,
                    help="where the run's expectations file is now, if it moved")
-    p.set_defaults(tool=lambda a: main(a.run_dir, a.output, a.source, a.expectations))
+    p.set_defaults(func=lambda a: main(a.run_dir, a.output, a.source, a.expectations))
     p = sub.add_parser("verify", help="check a bundle: hashes, schema, and its verdict "
                                       "re-judged against the official must-pass list")
     p.add_argument("bundle", type=Path)
@@ -451,4 +451,4 @@ def add_parsers(sub: Any) -> None:
     def run_verify(a: Any) -> int:
         from reports import verify
         return verify.main(a.bundle, a.suite_tests)
-    p.set_defaults(tool=run_verify)
+    p.set_defaults(func=run_verify)

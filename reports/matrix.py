@@ -380,4 +380,4 @@ def add_parser(sub: Any) -> None:
     p.add_argument("reports", type=Path, nargs="+",
                    help="certification.json files, run folders, or folders to search")
     p.add_argument("-o", "--output", type=Path, required=True, help="folder for the pages")
-    p.set_defaults(tool=lambda args: main(args.reports, args.output))
+    p.set_defaults(func=lambda args: main(args.reports, args.output))

@@ -12,7 +12,15 @@ Verdict, in order:
 - ``INCOMPLETE`` otherwise when a required must-pass clause was not run, the run selected a
   subset of the suite (``-k``, ``-m``, ``--deselect``, node IDs, paths that do not cover
   ``conformance/``), or collected tests were never reported (``-x``, interruption, crashes).
-- ``CERTIFIED`` otherwise: every required must-pass clause is PASS or WAIVED.
+- ``CERTIFIED WITH WAIVERS`` otherwise when a waiver was applied (a clause or test is
+  WAIVED): the run certifies only with the failures its expectations file excuses, which the
+  verdict's reason ``waivers-applied`` lists with their waivers. Never reported as CERTIFIED.
+- ``CERTIFIED`` otherwise: every required must-pass clause is PASS.
+
+With ``--repeat N`` (reports/stability.py) a FLAKY must-pass clause is ``NOT CERTIFIED``
+(``mustpass-flaky``) like any failure; for the reference runtime (``reference_runtime``) any
+FLAKY test is ``NOT CERTIFIED`` (``flaky-tests``), waived or not, on a must-pass clause or
+not: its tests must be deterministic, so a flaky test there is a defect of the suite.
 
 With ``--require-gpu`` the GPU clauses (``gpu-target`` sections) are required whatever the
 execution target, so a runner without a usable GPU can never certify.
@@ -36,6 +44,7 @@ from conformance import spec
 from reports import attribution
 from reports import expectations as exp
 from reports import outcomes as oc
+from reports import stability
 from reports.mustpass import MustPassList
 
 #: 1.1: ``runtime.worker_hello``; ``execution_target`` kinds "cpu" and "unknown", ``source``,
@@ -43,15 +52,23 @@ from reports.mustpass import MustPassList
 #: 1.2: verdict status ``NO VERDICT`` (runs without conformance tests).
 #: 1.3: attribution by assertion tag (``tests[].clause_outcomes``, ``attribution``,
 #: ``failures``; ``clauses[].failures``; reports/attribution.py).
-SCHEMA_VERSION = "1.3"
+#: 1.4: test outcome FLAKY and ``tests[].repeat`` (``--repeat N``), ``invocation.repeat``;
+#: verdict status ``CERTIFIED WITH WAIVERS``; waivers' ``outcomes``, ``matched_count`` and
+#: status ``not-covered`` (``matched`` keeps at most 5 IDs).
+SCHEMA_VERSION = "1.4"
 CERTIFIED = "CERTIFIED"
+CERTIFIED_WITH_WAIVERS = "CERTIFIED WITH WAIVERS"
 NOT_CERTIFIED = "NOT CERTIFIED"
 INCOMPLETE = "INCOMPLETE"
 NO_VERDICT = "NO VERDICT"
 #: Fatal reasons that keep the full verdict even when no conformance test was collected
 #: (the tests that failed to collect may be the conformance tests).
 _ALWAYS_FATAL = ("collection-errors", "internal-error")
-FAILING = (oc.CRASH, oc.TIMEOUT, oc.ERROR, oc.FAIL, oc.NOT_SUPPORTED)
+FAILING = (oc.CRASH, oc.TIMEOUT, oc.ERROR, oc.FAIL, oc.FLAKY, oc.NOT_SUPPORTED)
+#: The runtime whose flaky tests are defects of the suite (conformance/plugin.py's default).
+REFERENCE_RUNTIME = "reference_runtime"
+#: Statuses, best first (``reports diff`` compares verdicts by this order).
+STATUS_ORDER = (CERTIFIED, CERTIFIED_WITH_WAIVERS, INCOMPLETE, NO_VERDICT, NOT_CERTIFIED)
 
 
 @dataclass
@@ -74,6 +91,8 @@ class TestRecord:
     verdicts: attribution.Attribution = field(
         default_factory=lambda: attribution.Attribution({}))
     clause_outcomes: dict[str, str] = field(default_factory=dict)   # after waivers
+    #: ``--repeat``: runs, ran, passed, flaky, failures (reports/stability.py ``fold``)
+    repeat: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"nodeid": self.nodeid, "outcome": self.outcome,
@@ -82,7 +101,8 @@ class TestRecord:
                 "worker": self.worker, "hypothesis": self.hypothesis,
                 "message": self.message, "waiver": self.waiver,
                 "clause_outcomes": self.clause_outcomes,
-                "attribution": self.verdicts.how, "failures": self.verdicts.failures}
+                "attribution": self.verdicts.how, "failures": self.verdicts.failures,
+                "repeat": self.repeat}
 
 
 @dataclass
@@ -108,32 +128,68 @@ class RunData:
     benchmarks: list[dict[str, Any]] = field(default_factory=list)
     worker_hellos: list[dict[str, Any]] = field(default_factory=list)
     require_gpu: bool = False          # --require-gpu: GPU clauses required whatever the target
+    repeat: int = 1                    # --repeat N (reports/stability.py)
     run_id: str = ""
     generated_at: str = ""
     today: dt.date | None = None
 
 
 def _finish_tests(data: RunData, waivers: list[exp.Waiver]) -> None:
+    exact: dict[str, list[exp.Waiver]] = {}     # globs without wildcards: looked up, not scanned
+    globs: list[exp.Waiver] = []
+    for w in waivers:
+        if w.test is not None:
+            if "*" in w.test or "?" in w.test:
+                globs.append(w)
+            else:
+                exact.setdefault(w.test, []).append(w)
+    uncovered: dict[str, set[str]] = {}
     for t in data.tests.values():
         t.observed, t.message = oc.combine_phases(t.phases)
-        t.outcome = t.observed
         t.verdicts = attribution.attribute(t.clauses, t.phases, t.failures, data.clauses,
                                            t.whens)
-        for w in waivers:
-            if not w.matches_test(t.nodeid):
-                continue
-            w.matched.append(t.nodeid)
-            if t.outcome in oc.WAIVABLE:
-                t.outcome, t.waiver, w.status = oc.WAIVED, w.id, exp.APPLIED
+        if t.repeat and t.repeat.get("flaky"):
+            t.observed, t.message = oc.FLAKY, stability.flaky_message(t.repeat)
+            t.verdicts.observed = {c: oc.FLAKY if o in oc.FAILED_RUN else oc.PASS
+                                   for c, o in t.verdicts.observed.items()}
+            t.verdicts.notes = {}
+        t.outcome = t.observed
+        for w in [*exact.get(t.nodeid, ()), *(g for g in globs if g.matches_test(t.nodeid))]:
+            w.match(t.nodeid)
+            if t.outcome in oc.WAIVABLE and t.waiver is None:
+                if w.covers(t.outcome):
+                    t.outcome, t.waiver, w.status = oc.WAIVED, w.id, exp.APPLIED
+                else:
+                    uncovered.setdefault(w.id, set()).add(t.observed)
         t.clause_outcomes = {c: oc.WAIVED if t.waiver and o in oc.WAIVABLE else o
                              for c, o in t.verdicts.observed.items()}
     for w in waivers:
         if w.test is None:
             continue
-        if not w.matched:
+        if not w.matched_count:
             w.status, w.note = exp.STALE, "matched no test of this run"
+        elif w.status != exp.APPLIED and w.id in uncovered:
+            named = ", ".join(sorted(uncovered[w.id], key=oc.severity))
+            w.status = exp.NOT_COVERED
+            w.note = (f"matched {named}, which it does not cover: name it in outcomes "
+                      f"(outcomes = [\"{sorted(uncovered[w.id], key=oc.severity)[0]}\"])")
         elif w.status != exp.APPLIED:
             w.status, w.note = exp.UNNEEDED, "every matched test passed or did not run"
+
+
+def _waive_tests_of_waived_clauses(data: RunData, clauses: list[dict]) -> None:
+    """A test whose every failure is blamed on clauses a clause waiver covers is WAIVED too
+    (by the first such clause's waiver): it is not reported as a failure beside a verdict
+    that excuses it."""
+    waived = {c["id"]: c["waiver"] for c in clauses if c["outcome"] == oc.WAIVED}
+    for t in data.tests.values():
+        if t.outcome not in oc.WAIVABLE:
+            continue
+        blamed = [c for c, o in t.clause_outcomes.items() if o in oc.WAIVABLE]
+        if blamed and all(c in waived for c in blamed):
+            t.outcome, t.waiver = oc.WAIVED, waived[blamed[0]]
+            t.clause_outcomes = {c: oc.WAIVED if o in oc.WAIVABLE else o
+                                 for c, o in t.clause_outcomes.items()}
 
 
 def _clauses(data: RunData, waivers: list[exp.Waiver], required: set[str]) -> list[dict]:
@@ -159,9 +215,13 @@ def _clauses(data: RunData, waivers: list[exp.Waiver], required: set[str]) -> li
             if outcome == oc.NOT_RUN:
                 w.status, w.note = exp.STALE, f"no test of {cid} ran"
                 continue
-            w.matched.append(cid)
-            if outcome in oc.WAIVABLE:
+            w.match(cid)
+            if outcome in oc.WAIVABLE and w.covers(outcome):
                 outcome, waiver, w.status = oc.WAIVED, w.id, exp.APPLIED
+            elif outcome in oc.WAIVABLE and w.status != exp.APPLIED:
+                w.status = exp.NOT_COVERED
+                w.note = (f"{cid} is {outcome}, which it does not cover: name it in outcomes "
+                          f"(outcomes = [\"{outcome}\"])")
             elif w.status != exp.APPLIED:
                 w.status, w.note = exp.UNNEEDED, f"{cid} is {outcome} without it"
         not_run = [t for t in tests
@@ -292,13 +352,40 @@ def _verdict(data: RunData, clauses: list[dict], required: set[str],
         reason(warnings, "worker-hello-inconsistent",
                f"the worker's hello records disagree on what ran ({len(variants)} variants): "
                + "; ".join(variants[:5]))
+    flaky = sorted(t.nodeid for t in data.tests.values() if t.observed == oc.FLAKY)
+    if flaky:
+        ratios = [f"{t.nodeid} ({t.repeat['passed']}/{t.repeat['runs']} passed)"
+                  for t in sorted(data.tests.values(), key=lambda t: t.nodeid)
+                  if t.observed == oc.FLAKY and t.repeat]
+        if rt.get("module") == REFERENCE_RUNTIME:
+            reason(fatal, "flaky-tests",
+                   f"{len(flaky)} test(s) FLAKY on the reference runtime (a defect of the "
+                   f"suite): {listing(ratios, 10)}")
+        else:
+            reason(warnings, "flaky-tests", f"{len(flaky)} test(s) FLAKY: {listing(ratios, 10)}")
+    by_status: dict[str, list[exp.Waiver]] = {}
     for w in data.expectations.waivers:
-        if w.status in (exp.STALE, exp.UNNEEDED, exp.EXPIRED):
-            reason(warnings, f"waiver-{w.status}", f"waiver {w.id} is {w.status}: {w.note}")
+        if w.status in (exp.STALE, exp.UNNEEDED, exp.EXPIRED, exp.NOT_COVERED):
+            by_status.setdefault(w.status, []).append(w)
+    for status, found in by_status.items():   # one warning per status, however many waivers
+        shown = "; ".join(f"{w.id}: {w.note}" for w in found[:10])
+        more = f"; and {len(found) - 10} more" if len(found) > 10 else ""
+        reason(warnings, f"waiver-{status}",
+               f"{len(found)} waiver(s) {status}: {shown}{more}")
 
     if not is_certification_run(data) and not any(r["code"] in _ALWAYS_FATAL for r in fatal):
         return _no_verdict(data, fatal, incomplete, warnings, profiles)
-    status = NOT_CERTIFIED if fatal else INCOMPLETE if incomplete else CERTIFIED
+    applied = [w for w in data.expectations.waivers if w.status == exp.APPLIED]
+    if applied and not fatal and not incomplete:
+        waived = [c["id"] for c in clauses if c["outcome"] == oc.WAIVED]
+        shown = "; ".join(f"{w.id} ({w.clause or w.test}): {w.reason}" for w in applied[:10])
+        more = f"; and {len(applied) - 10} more" if len(applied) > 10 else ""
+        reason(incomplete, "waivers-applied",
+               f"certified only with {len(applied)} waiver(s) of "
+               f"{data.expectations.path or 'the expectations file'}: {shown}{more}", waived)
+        status = CERTIFIED_WITH_WAIVERS
+    else:
+        status = NOT_CERTIFIED if fatal else INCOMPLETE if incomplete else CERTIFIED
     return {"status": status, "reasons": fatal + incomplete, "warnings": warnings,
             "profiles": profiles,
             "scope": scope(profiles, required, data.target.get("source") == "worker")}
@@ -360,12 +447,17 @@ def build(data: RunData) -> dict[str, Any]:
     target = data.target
     models = [d["model"] for d in target.get("devices", [])]
     waivers = exp.activate(data.expectations, models, data.today)
+    data.tests = stability.fold(data.tests, data.repeat)
     _finish_tests(data, waivers)
     caps = data.runtime.get("capabilities") or []
     gpu_target = target.get("kind") == "gpu" or data.require_gpu
-    required = set(data.mustpass.required(caps, gpu_target)) if data.mustpass else set()
+    # --require-gpu: the GPU clauses are required whatever the target and capabilities.
+    required_caps = [*caps, "cuda"] if data.require_gpu else caps
+    required = (set(data.mustpass.required(required_caps, gpu_target)) if data.mustpass
+                else set())
     profiles = data.mustpass.satisfied_profiles(caps) if data.mustpass else []
     clauses = _clauses(data, waivers, required)
+    _waive_tests_of_waived_clauses(data, clauses)
     verdict = _verdict(data, clauses, required, profiles)
     live = [c for c in clauses if not c["withdrawn"]]
     tests = sorted(data.tests.values(), key=lambda t: t.nodeid)
@@ -389,7 +481,7 @@ def build(data: RunData) -> dict[str, Any]:
         "python": data.python,
         "platform": data.platform,
         "execution_target": target,
-        "invocation": {**data.invocation, "exitstatus": data.exitstatus,
+        "invocation": {**data.invocation, "exitstatus": data.exitstatus, "repeat": data.repeat,
                        "selection_complete": not data.selection_reasons,
                        "selection_reasons": data.selection_reasons,
                        "collection_errors": data.collection_errors},

@@ -18,17 +18,20 @@ Test outcomes (one per test, from its setup, call and teardown reports):
   test did not exercise its clauses: it is "not applicable", not evidence.
 - ``NOT_RUN``: collected but never reported (the run stopped early: ``-x``, ``--maxfail``,
   interruption, too many crashed workers).
+- ``FLAKY``: with ``--repeat N`` (reports/stability.py), a test that passed in some runs and
+  failed (FAIL, ERROR, TIMEOUT or CRASH) in others; the report keeps its pass ratio and each
+  failure's message. Never folded into PASS.
 - ``WAIVED``: a non-passing test covered by a valid test waiver (its observed outcome is kept).
 
 Clause outcomes: the worst outcome among the tests that exercised the clause, by
-``CRASH > TIMEOUT > ERROR > FAIL > WAIVED > PASS``. A NOT_SUPPORTED test is a part of the
+``CRASH > TIMEOUT > ERROR > FAIL > FLAKY > WAIVED > PASS``. A NOT_SUPPORTED test is a part of the
 clause the runtime does not claim (API-2: it lacks a capability the test needs), so it counts
 only when no part of the clause was supported: the clause is then ``NOT_SUPPORTED``. The clause
 is ``NOT_RUN`` when no test exercised it (no test names it, or every test naming it was
 skipped or not run). A clause with skipped, unsupported or unrun tests besides the ones that
 ran is marked *partial*. ``WAIVED`` when a valid clause waiver covers a clause whose outcome is
-FAIL, ERROR, TIMEOUT, CRASH or NOT_SUPPORTED (never NOT_RUN: a waiver excuses a known failure,
-not missing evidence).
+FAIL, ERROR or NOT_SUPPORTED, or TIMEOUT, CRASH or FLAKY when the waiver names that outcome
+(``outcomes = [...]``; never NOT_RUN: a waiver excuses a known failure, not missing evidence).
 """
 
 from __future__ import annotations
@@ -44,15 +47,21 @@ TIMEOUT = "TIMEOUT"
 CRASH = "CRASH"
 NOT_SUPPORTED = "NOT_SUPPORTED"
 WAIVED = "WAIVED"
+FLAKY = "FLAKY"
 SKIPPED = "SKIPPED"
 NOT_RUN = "NOT_RUN"
 
 #: Worst first. WAIVED ranks just above PASS: a waived problem never hides an unwaived one.
-SEVERITY: tuple[str, ...] = (CRASH, TIMEOUT, ERROR, FAIL, NOT_SUPPORTED, WAIVED, PASS)
+SEVERITY: tuple[str, ...] = (CRASH, TIMEOUT, ERROR, FAIL, FLAKY, NOT_SUPPORTED, WAIVED, PASS)
 #: Outcomes in which the test exercised the implementation (evidence for its clauses).
 RAN = frozenset(SEVERITY)
 #: Outcomes a waiver may cover.
-WAIVABLE = frozenset({CRASH, TIMEOUT, ERROR, FAIL, NOT_SUPPORTED})
+WAIVABLE = frozenset({CRASH, TIMEOUT, ERROR, FAIL, FLAKY, NOT_SUPPORTED})
+#: What a waiver covers unless it names its outcomes: a hang, a crash or an unstable test is
+#: waived only by a waiver that says so (``outcomes = ["TIMEOUT"]``).
+WAIVED_BY_DEFAULT = frozenset({FAIL, ERROR, NOT_SUPPORTED})
+#: Outcomes of one run of a test that are a failure (FLAKY when another run passed).
+FAILED_RUN = frozenset({CRASH, TIMEOUT, ERROR, FAIL})
 TEST_OUTCOMES: tuple[str, ...] = (*SEVERITY, SKIPPED, NOT_RUN)
 CLAUSE_OUTCOMES: tuple[str, ...] = (*SEVERITY, NOT_RUN)
 

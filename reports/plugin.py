@@ -6,16 +6,28 @@ Every run (with or without xdist; only the controller writes) gets a folder
 ``certification.html``, ``junit.xml`` (unless ``--junitxml`` names another file; pytest
 writes it aside first and it moves in with the report, named after the suite and carrying
 the verdict as properties) and the plots as SVG; ``<report-dir>/latest`` points at the
-newest folder (a symlink, or a file naming it where symlinks are unavailable). The newest 50
-run folders are kept. The terminal summary prints the verdict and what it covered, the
-counts per outcome and the folder. A run that ends in a usage error (exit status 4: the
-checks before any test, conformance/plugin.py) writes nothing and leaves ``latest`` alone.
+newest complete run's folder (a symlink, or a file naming it where symlinks are
+unavailable), ``latest-partial`` at the newest run of part of the suite and ``latest-bench``
+at the newest run without a verdict (reports/writer.py). The newest 20 run folders are kept
+(``--keep-runs N`` or ``ANTMAN_KEEP_RUNS``), and every folder a pointer names. The terminal
+summary prints the verdict and what it covered, the counts per outcome and the folder. A run
+that ends in a usage error (exit status 4: the checks before any test, conformance/plugin.py)
+writes nothing, not even a temporary file, and leaves the pointers alone. The folder is
+filled under a temporary name and renamed when complete (reports/writer.py); a report that
+cannot be written completely, or that ``latest`` cannot name, makes the exit status 4 with
+one line saying why. Every text goes through reports/safe_text.py (the terminal
+summary included).
 
 Options: ``--report-dir DIR`` (default ``reports/out`` under the rootdir), ``--no-report``,
 ``--expectations FILE`` (waivers, see ``reports.expectations``), ``--mustpass FILE``
-(another must-pass list; such a run is never CERTIFIED) and ``--require-certified`` (exit
-status 0 exactly when the verdict is CERTIFIED, so waived failures do not fail the run, and
-NO VERDICT, a run without conformance tests such as a benchmark run, fails it).
+(another must-pass list; such a run is never CERTIFIED), ``--require-certified`` (exit
+status 0 exactly when the verdict is CERTIFIED: NO VERDICT, a run without conformance tests
+such as a benchmark run, fails it, and so does CERTIFIED WITH WAIVERS, a run that needed
+waivers, unless ``--allow-waivers`` is given, whose waived failures then do not fail it) and
+``--repeat N`` (the stability gate, reports/stability.py: N whole passes, FLAKY tests). An
+expectations file that names a clause or test the suite does not have is a usage error
+(reports/expectations.py ``unknown_ids``). Waived and flaky tests are not counted as pytest
+failures in the terminal (reports/outcome_summary.py).
 
 How data crosses xdist workers: at collection each item gets ``user_properties``
 ``antman:clause`` / ``antman:capability`` / ``antman:gpu`` (they travel with every report and
@@ -65,6 +77,7 @@ import datetime as dt
 import json
 import os
 import re
+import secrets
 import shutil
 import sys
 import tempfile
@@ -77,11 +90,15 @@ import pytest
 
 from conformance import plugin as conformance_plugin
 from conformance import spec
-from reports import attribution, environment, model
+from reports import attribution, environment, model, safe_text
 from reports import expectations as exp
 from reports import mustpass as mp
+from reports import outcome_summary
 from reports import outcomes as oc
 from reports.render_md import target_text
+from reports.safe_text import terminal_safe
+
+pytest_plugins = ["reports.stability_plugin"]
 
 PROP_CLAUSE = "antman:clause"
 PROP_CAPABILITY = "antman:capability"
@@ -95,7 +112,9 @@ WORKEROUTPUT_TESTS = "antman_tests"
 WORKEROUTPUT_DESELECTED = "antman_deselected"
 _ARTIFACT_NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 _RECORDER = "antman-certification-recorder"
-KEEP_RUNS = 50
+#: Exit status of a run whose report could not be written completely (or whose ``latest``
+#: could not be moved to it): as for a usage error, no new report is where ``latest`` says.
+REPORT_NOT_WRITTEN = pytest.ExitCode.USAGE_ERROR
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -111,6 +130,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "(such a run is never CERTIFIED)")
     group.addoption("--require-certified", action="store_true", default=False,
                     help="exit status 0 exactly when the verdict is CERTIFIED")
+    group.addoption("--allow-waivers", action="store_true", default=False,
+                    help="with --require-certified: CERTIFIED WITH WAIVERS exits 0 too")
+    group.addoption("--keep-runs", default=None, metavar="N",
+                    help="run folders kept in the report folder, the newest first (default: "
+                         "$ANTMAN_KEEP_RUNS or 20)")
 
 
 # --------------------------------------------------------------------------- every process
@@ -252,13 +276,22 @@ def pytest_configure(config: pytest.Config) -> None:
         try:
             expectations = exp.load(Path(path).resolve())
         except exp.ExpectationsError as exc:
-            raise pytest.UsageError(str(exc)) from exc
+            raise pytest.UsageError(str(exc)) from None
+        unknown = exp.unknown_ids(expectations, spec.load_clauses(), config.rootpath)
+        if unknown:
+            raise pytest.UsageError(exp.unknown_ids_message(expectations.path, unknown))
     recorder = CertificationRecorder(config, expectations)
+    from reports import writer
+    problem = writer.report_dir_problem(recorder.base)
+    if problem:
+        raise pytest.UsageError(safe_text.terminal(problem))
     config.pluginmanager.register(recorder, _RECORDER)
     if not getattr(opt, "xmlpath", None) and config.pluginmanager.has_plugin("junitxml"):
         # junitxml writes before the report exists: into a private folder, moved into the
-        # run folder with the report (and removed when the run ends in a usage error).
-        recorder.junit_tmp = Path(tempfile.mkdtemp(prefix="antman-junit-")) / "junit.xml"
+        # run folder with the report (and removed when the run ends in a usage error). The
+        # folder is made when the session starts, so a run stopped before leaves nothing.
+        private = f"antman-junit-{secrets.token_hex(16)}"
+        recorder.junit_tmp = Path(tempfile.gettempdir()) / private / "junit.xml"
         opt.xmlpath = str(recorder.junit_tmp)
         recorder.junit_is_ours = True
 
@@ -281,8 +314,8 @@ def selection_reasons(config: pytest.Config, deselected: int) -> list[str]:
         reasons.append(f"-m {opt.markexpr!r}")
     if getattr(opt, "deselect", None):
         reasons.append(f"--deselect {' '.join(opt.deselect)}")
-    if getattr(opt, "lf", False):
-        reasons.append("--last-failed")
+    from conformance import selection       # --clause, --rerun, --lf
+    reasons.extend(selection.reasons(config))
     if getattr(opt, "stepwise", False) or getattr(opt, "stepwise_skip", False):
         reasons.append("--stepwise")
     root = certification_root()
@@ -343,9 +376,15 @@ class CertificationRecorder:
         self.junit_tmp: Path | None = None
         self.document: dict[str, Any] | None = None
         self.write_error: str | None = None
+        self.not_written: str | None = None      # why the report is incomplete or missing
         self.skipped_for: str | None = None
         self.runtime_error: str | None = None
         self.runtime = None
+        from reports import writer
+        try:
+            self.keep_runs = writer.keep_runs(config.getoption("--keep-runs"))
+        except ValueError as exc:
+            raise pytest.UsageError(f"--keep-runs or {writer.KEEP_RUNS_ENV}: {exc}") from None
         try:
             self.runtime = conformance_plugin.load_runtime(config)
             name = self.runtime.NAME
@@ -359,6 +398,10 @@ class CertificationRecorder:
         stamp = dt.datetime.fromtimestamp(self.started, dt.timezone.utc)
         self.base = base
         self.run_dir = base / f"{stamp:%Y%m%dT%H%M%SZ}-{safe_name(str(name))}-{os.getpid()}"
+
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        if self.junit_tmp is not None:
+            self.junit_tmp.parent.mkdir(mode=0o700, exist_ok=True)
 
     # -- collection
     def record(self, nodeid: str) -> model.TestRecord:
@@ -498,6 +541,7 @@ class CertificationRecorder:
             require_gpu=bool(config.getoption("--require-gpu", default=False)),
             selection_reasons=selection_reasons(config, self.deselected),
             collection_errors=self.collection_errors, exitstatus=int(session.exitstatus),
+            repeat=int(config.getoption("--repeat", default=1) or 1),
             artifacts=artifacts, benchmarks=benchmark_results(config),
             run_id=self.run_dir.name, generated_at=_iso(finished))
 
@@ -508,32 +552,43 @@ class CertificationRecorder:
             self._drop_junit_tmp()
             return
         try:
-            self.document = model.build(self.run_data(session))
             from reports import writer
+            self.run_dir = writer.free_run_dir(self.run_dir)
+            self.document = model.build(self.run_data(session))
             external = None if self.junit_is_ours else getattr(self.config.option, "xmlpath",
                                                                  None)
-            errors = writer.write_run(self.document, self.run_dir,
-                                      junit="junit.xml" if self.junit_is_ours else external)
-            junit = self.run_dir / "junit.xml" if self.junit_is_ours else \
-                (Path(external) if external else None)
-            if self.junit_is_ours and self.junit_tmp is not None and self.junit_tmp.exists():
-                shutil.move(str(self.junit_tmp), junit)
-                _point_junit_summary_at(self.config, junit)
-            if junit is not None and junit.exists():
-                writer.annotate_junit(junit, self.document)
-            writer.point_latest(self.base, self.run_dir)
+            # The folder is filled under a temporary name and renamed when complete.
+            with writer.staged(self.run_dir) as folder:
+                errors = writer.write_run(self.document, folder,
+                                          junit="junit.xml" if self.junit_is_ours else external)
+                if self.junit_is_ours and self.junit_tmp is not None \
+                        and self.junit_tmp.exists():
+                    shutil.move(str(self.junit_tmp), folder / "junit.xml")
+                    writer.annotate_junit(folder / "junit.xml", self.document)
+            if self.junit_is_ours and (self.run_dir / "junit.xml").exists():
+                _point_junit_summary_at(self.config, self.run_dir / "junit.xml")
+            if external and Path(external).exists():
+                writer.annotate_junit(Path(external), self.document)
+            writer.point_latest(self.base, self.run_dir, writer.pointer_for(self.document))
             if errors:
                 self.write_error = ("certification.json does not match its schema: "
                                     + "; ".join(errors[:5]))
-            writer.prune(self.base, keep=KEEP_RUNS)
+            writer.prune(self.base, keep=self.keep_runs)
         except Exception as exc:  # the report must never hide the test results
-            import traceback
-            self.write_error = "".join(traceback.format_exception(exc))
+            self.not_written = _one_line(exc)
+            session.exitstatus = REPORT_NOT_WRITTEN
         finally:
             self._drop_junit_tmp()
-        if self.config.getoption("--require-certified") and self.document is not None \
-                and int(session.exitstatus) in (0, 1):
-            ok = self.document["verdict"]["status"] == model.CERTIFIED
+        if self.document is not None:
+            reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+            if reporter is not None:
+                outcome_summary.recategorize(reporter.stats, self.document)
+        if self.config.getoption("--require-certified") and self.not_written is None \
+                and self.document is not None and int(session.exitstatus) in (0, 1):
+            accepted = {model.CERTIFIED}
+            if self.config.getoption("--allow-waivers"):
+                accepted.add(model.CERTIFIED_WITH_WAIVERS)
+            ok = self.document["verdict"]["status"] in accepted
             session.exitstatus = pytest.ExitCode.OK if ok else pytest.ExitCode.TESTS_FAILED
 
     def _drop_junit_tmp(self) -> None:
@@ -545,13 +600,30 @@ class CertificationRecorder:
         if self.skipped_for:
             return
         tr.section("AntMan certification", bold=True)
-        if self.document is None:
-            tr.write_line(f"report not written: {self.write_error}", red=True)
-            return
-        for line, markup in summary_lines(self.document, self.run_dir):
-            tr.write_line(line, **markup)
+        if self.document is not None:
+            for line, markup in summary_lines(self.document, self.run_dir):
+                tr.write_line(safe_text.terminal(line), **markup)
         if self.write_error:
-            tr.write_line(f"report incomplete: {self.write_error}", red=True)
+            tr.write_line(safe_text.terminal(f"report incomplete: {self.write_error}"),
+                          red=True)
+        if self.not_written is not None:
+            tr.write_line(safe_text.terminal(f"report not written: {self.not_written}"),
+                          red=True, bold=True)
+
+
+def _one_line(exc: BaseException) -> str:
+    """Why the report was not written, in one line: the message of a ``ReportWriteError``;
+    otherwise the exception and where it was raised."""
+    from reports.writer import ReportWriteError
+    if isinstance(exc, ReportWriteError):
+        return str(exc)
+    if isinstance(exc, OSError) and exc.strerror:
+        where = f" ({exc.filename})" if exc.filename else ""
+        return f"{exc.strerror}{where}"
+    import traceback
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" at {Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else ""
+    return f"{type(exc).__name__}: {exc}{where}"
 
 
 def _point_junit_summary_at(config: pytest.Config, path: Path) -> None:
@@ -567,6 +639,7 @@ def _point_junit_summary_at(config: pytest.Config, path: Path) -> None:
 def summary_lines(doc: dict[str, Any], run_dir: Path) -> list[tuple[str, dict[str, bool]]]:
     v = doc["verdict"]
     colour = {model.CERTIFIED: {"green": True, "bold": True},
+              model.CERTIFIED_WITH_WAIVERS: {"yellow": True, "bold": True},
               model.NOT_CERTIFIED: {"red": True, "bold": True},
               model.INCOMPLETE: {"yellow": True, "bold": True},
               model.NO_VERDICT: {"cyan": True, "bold": True}}[v["status"]]
@@ -576,7 +649,8 @@ def summary_lines(doc: dict[str, Any], run_dir: Path) -> list[tuple[str, dict[st
     lines = [(f"verdict: {v['status']}  ({rt['name']} {rt['version']}, spec "
               f"{doc['spec']['version']}, {where}{covered})", colour)]
     for r in v["reasons"][:12]:
-        lines.append((f"  - {r['message']}", {"red": v["status"] == model.NOT_CERTIFIED}))
+        lines.append((f"  - {terminal_safe(r['message'], 2000)}",
+                      {"red": v["status"] == model.NOT_CERTIFIED}))
 
     def counts(key: str) -> str:
         s = doc["summary"][key]
@@ -589,13 +663,14 @@ def summary_lines(doc: dict[str, Any], run_dir: Path) -> list[tuple[str, dict[st
         lines.append((f"must-pass clauses: {counts('must_pass')}", {}))
         lines.append((f"clauses: {counts('clauses')}", {}))
     lines.append((f"tests: {counts('tests')}", {}))
-    for w in doc["expectations"]["waivers"]:
-        if w["status"] != exp.APPLIED:
-            lines.append((f"waiver {w['id']}: {w['status']} ({w['note']})",
-                          {"yellow": w["status"] in (exp.STALE, exp.UNNEEDED, exp.EXPIRED)}))
+    lines += [(line, {"yellow": True}) for line in outcome_summary.waived_lines(doc)]
+    lines += [(line, {"yellow": True}) for line in outcome_summary.flaky_lines(doc)]
+    for status, line in outcome_summary.waiver_status_lines(doc):
+        lines.append((line, {"yellow": status in (exp.STALE, exp.UNNEEDED, exp.EXPIRED,
+                                                  exp.NOT_COVERED)}))
     for warn in v["warnings"]:
         if not warn["code"].startswith("waiver-"):
-            lines.append((f"note: {warn['message']}", {}))
+            lines.append((f"note: {terminal_safe(warn['message'], 2000)}", {}))
     junit = (doc.get("files") or {}).get("junit")
     others = "certification.json, certification.md" + (", junit.xml" if junit == "junit.xml"
                                                         else "")

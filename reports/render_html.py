@@ -5,7 +5,7 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
-from reports import model
+from reports import model, safe_text
 from reports.render_md import bench_figures, host_text, target_text
 
 #: outcome -> (background, text colour, legend meaning)
@@ -13,6 +13,7 @@ STYLE = {
     "PASS": ("#2e7d32", "#fff", "passed"),
     "WAIVED": ("#1565c0", "#fff", "failed, covered by a valid waiver"),
     "NOT_SUPPORTED": ("#90a4ae", "#fff", "capability not declared"),
+    "FLAKY": ("#ad1457", "#fff", "passed in some runs, failed in others (--repeat)"),
     "FAIL": ("#c62828", "#fff", "failed"),
     "ERROR": ("#ef6c00", "#fff", "setup/teardown error"),
     "TIMEOUT": ("#6a1b9a", "#fff", "hung"),
@@ -21,6 +22,7 @@ STYLE = {
     "SKIPPED": ("#cfd8dc", "#37474f", "skipped, not applicable"),
 }
 VERDICT_STYLE = {model.CERTIFIED: ("#1b5e20", "#e8f5e9"),
+                 model.CERTIFIED_WITH_WAIVERS: ("#0d47a1", "#e3f2fd"),
                  model.NOT_CERTIFIED: ("#b71c1c", "#ffebee"),
                  model.INCOMPLETE: ("#e65100", "#fff3e0"),
                  model.NO_VERDICT: ("#37474f", "#eceff1")}
@@ -78,7 +80,9 @@ def badge(outcome: str) -> str:
 
 
 def _e(text: Any) -> str:
-    return escape(str(text if text is not None else ""))
+    """Every text of the page passes here: escaped, control and bidi characters visible
+    (reports/safe_text.py)."""
+    return safe_text.html(text)
 
 
 def _facts(doc: dict[str, Any]) -> str:
@@ -172,8 +176,8 @@ def _grid(doc: dict[str, Any]) -> str:
                          f'style="background:{bg};color:{fg}">{_e(c["id"])}</div></a>')
         rows.append(f'<div class="area">{_e(area)}</div><div class="cells">{"".join(cells)}</div>')
     return ("<h2>Clauses</h2>"
-            + _legend(["PASS", "WAIVED", "NOT_SUPPORTED", "FAIL", "ERROR", "TIMEOUT", "CRASH",
-                       "NOT_RUN"])
+            + _legend(["PASS", "WAIVED", "NOT_SUPPORTED", "FLAKY", "FAIL", "ERROR", "TIMEOUT",
+                       "CRASH", "NOT_RUN"])
             + f'<div class="grid">{"".join(rows)}</div>')
 
 
@@ -229,11 +233,35 @@ def _waivers(doc: dict[str, Any]) -> str:
     rows = "".join(
         f"<tr><td><code>{_e(w['id'])}</code></td><td><b>{_e(w['status'])}</b> "
         f"<span class=muted>{_e(w['note'])}</span></td><td>{_e(', '.join(w['matched'][:6]))}"
+        + (f" <span class=muted>(of {w.get('matched_count')})</span>"
+           if (w.get("matched_count") or 0) > 6 else "") + ""
         f"</td><td>{_e(w['reason'])}</td><td>{_e(', '.join(w['gpu']) or 'any')}</td>"
         f"<td>{_e(w['link'])}</td></tr>" for w in ws)
     return (f"<h2>Waivers</h2><p class=muted>{_e(doc['expectations']['path'])}</p><table><tr>"
             "<th>waiver</th><th>status</th><th>matched</th><th>reason</th><th>GPU scope</th>"
             "<th>link</th></tr>" + rows + "</table>")
+
+
+def _waived_and_flaky(doc: dict[str, Any]) -> str:
+    """The waived clauses and tests with their waivers' reasons; the FLAKY tests with their
+    pass ratio and each failed run's message."""
+    from reports import outcome_summary
+    parts = []
+    waived = outcome_summary.waived_lines(doc)
+    if waived:
+        parts.append("<h2>Waived</h2><ul>" + "".join(f"<li>{_e(w)}</li>" for w in waived)
+                     + "</ul>")
+    flaky = [t for t in doc["tests"] if t.get("observed_outcome") == "FLAKY" and t.get("repeat")]
+    if flaky:
+        rows = "".join(
+            f"<tr><td><code>{_e(t['nodeid'])}</code></td><td>{badge('FLAKY')} passed "
+            f"{t['repeat']['passed']} of {t['repeat']['runs']} runs</td><td>"
+            + "".join(f"<div>run {f['run']} {badge(f['outcome'])}<pre>{_e(f['message'] or '')}"
+                      f"</pre></div>" for f in t["repeat"]["failures"][:5])
+            + "</td></tr>" for t in flaky)
+        parts.append("<h2>Flaky tests</h2><table><tr><th>test</th><th>runs</th>"
+                     "<th>failed runs</th></tr>" + rows + "</table>")
+    return "".join(parts)
 
 
 def _plots(figures: list[dict[str, str]]) -> list[str]:
@@ -385,7 +413,8 @@ def render(doc: dict[str, Any], figures: list[dict[str, str]]) -> str:
         sections = [_benchmarks_first(doc, figures), _notes(doc), _summary(doc, ("tests",)),
                     _waivers(doc), _tests(doc), _provenance(doc)]
     else:
-        sections = [_problems(doc), _notes(doc), _summary(doc), _grid(doc), _waivers(doc),
+        sections = [_problems(doc), _waived_and_flaky(doc), _notes(doc), _summary(doc),
+                    _grid(doc), _waivers(doc),
                     _figures(doc, figures), _by_area(doc), _tests(doc), _provenance(doc)]
     body = "".join([_verdict(doc), "<main>", *sections, "</main>"])
     return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'

@@ -4,16 +4,24 @@ from __future__ import annotations
 
 from typing import Any
 
-from reports import model
+from reports import model, safe_text
 
 SYMBOL = {"PASS": "✅", "FAIL": "❌", "ERROR": "🟧", "TIMEOUT": "⏱️", "CRASH": "💀",
-          "NOT_SUPPORTED": "➖", "WAIVED": "🛡️", "NOT_RUN": "⬜", "SKIPPED": "⏭️"}
+          "NOT_SUPPORTED": "➖", "WAIVED": "🛡️", "NOT_RUN": "⬜", "SKIPPED": "⏭️",
+          "FLAKY": "🎲"}
 VERDICT_SYMBOL = {model.CERTIFIED: "✅", model.NOT_CERTIFIED: "❌", model.INCOMPLETE: "⚠️",
-                  model.NO_VERDICT: "ℹ️"}
+                  model.NO_VERDICT: "ℹ️", model.CERTIFIED_WITH_WAIVERS: "🛡️"}
 
 
 def _cell(text: Any) -> str:
-    return str(text if text is not None else "").replace("|", "\\|").replace("\n", " ")
+    """Text of the document in a sentence, list item or table cell: one line, Markdown syntax
+    inert, control and bidi characters visible (reports/safe_text.py)."""
+    return safe_text.markdown(text)
+
+
+def _code(text: Any, *, in_table: bool = False) -> str:
+    """Text of the document as a code span (backticks included)."""
+    return safe_text.markdown_code(text, in_table=in_table)
 
 
 def target_text(target: dict[str, Any], short: bool = False) -> str:
@@ -104,8 +112,8 @@ def _plots(figures: list[dict[str, str]]) -> list[str]:
     out = []
     for f in figures:
         if f.get("file"):
-            out += [f"### {f['title']}", "", f"![{f['title']}]({f['file']})",
-                    "" if not f["nodeid"] else f"From `{f['nodeid']}`.", ""]
+            out += [f"### {_cell(f['title'])}", "", f"![{_cell(f['title'])}]({f['file']})",
+                    "" if not f["nodeid"] else f"From {_code(f['nodeid'])}.", ""]
     return out
 
 
@@ -141,32 +149,36 @@ def render(doc: dict[str, Any], figures: list[dict[str, str]]) -> str:
     no_verdict = v["status"] == model.NO_VERDICT
     out = [f"# {VERDICT_SYMBOL[v['status']]} {v['status']}", ""]
     if no_verdict:
-        out.append(f"**{rt['name']} {rt['version']}** (module `{rt['module']}`), not a "
-                   f"certification run, on {target_text(doc['execution_target'])}; "
-                   f"{doc['generated_at']}.")
+        out.append(f"**{_cell(rt['name'])} {_cell(rt['version'])}** (module "
+                   f"{_code(rt['module'])}), not a certification run, on "
+                   f"{_cell(target_text(doc['execution_target']))}; {doc['generated_at']}.")
     else:
-        out.append(f"**{rt['name']} {rt['version']}** (module `{rt['module']}`) against SPEC.md "
-                   f"**{doc['spec']['version']}**, on {target_text(doc['execution_target'])}; "
-                   f"{v.get('scope') or 'profile: ' + (', '.join(v['profiles']) or 'none')}; "
+        out.append(f"**{_cell(rt['name'])} {_cell(rt['version'])}** (module "
+                   f"{_code(rt['module'])}) against SPEC.md "
+                   f"**{_cell(doc['spec']['version'])}**, on "
+                   f"{_cell(target_text(doc['execution_target']))}; "
+                   f"{_cell(v.get('scope') or 'profile: ' + (', '.join(v['profiles']) or 'none'))}"
+                   f"; "
                    f"{doc['generated_at']}.")
         if rt.get("worker_cmd"):
-            out += ["", f"Worker command: `{rt['worker_cmd']}`."]
+            out += ["", f"Worker command: {_code(rt['worker_cmd'])}."]
     out.append("")
     if v["reasons"]:
-        out += ["## Why", ""] + [f"- {r['message']}" for r in v["reasons"]] + [""]
+        out += ["## Why", ""] + [f"- {_cell(r['message'])}" for r in v["reasons"]] + [""]
+    out += _waived_and_flaky(doc)
     if no_verdict:  # nothing certified: the benchmarks first, no clause listings
         bench = _bench_targets(doc) + _plots(figures) \
             + _bench_stats(doc, "### Benchmark statistics")
         out += ["## Benchmarks", ""] + (bench or ["This run recorded no benchmark.", ""])
     if v["warnings"]:
-        out += ["## Notes", ""] + [f"- {w['message']}" for w in v["warnings"]] + [""]
+        out += ["## Notes", ""] + [f"- {_cell(w['message'])}" for w in v["warnings"]] + [""]
     out += _summary(doc, ("tests",) if no_verdict else ("must_pass", "clauses", "tests"))
     if no_verdict:
         return "\n".join(out + _waivers(doc) + _tests(doc) + _provenance(doc))
 
     out += ["## Clause grid", "", "Legend: " + ", ".join(
-        f"{SYMBOL[o]} {o}" for o in ("PASS", "WAIVED", "NOT_SUPPORTED", "FAIL", "ERROR",
-                                     "TIMEOUT", "CRASH", "NOT_RUN")) +
+        f"{SYMBOL[o]} {o}" for o in ("PASS", "WAIVED", "NOT_SUPPORTED", "FLAKY", "FAIL",
+                                     "ERROR", "TIMEOUT", "CRASH", "NOT_RUN")) +
         "; *italic* = not must-pass in this run.", "", "| area | clauses |", "|---|---|"]
     areas: dict[str, list[dict]] = {}
     for c in doc["clauses"]:
@@ -207,9 +219,31 @@ def _waivers(doc: dict[str, Any]) -> list[str]:
         out += ["## Waivers", "", f"File: `{doc['expectations']['path']}`", "",
                 "| waiver | status | matched | reason | link |", "|---|---|---|---|---|"]
         for w in waivers:
+            count = w.get("matched_count", len(w["matched"]))
+            shown = ", ".join(w["matched"][:5]) + (f" (of {count})" if count > 5 else "")
             out.append(f"| {_cell(w['id'])} | {w['status']} {_cell(w['note'])} | "
-                       f"{_cell(', '.join(w['matched'][:5]))} | {_cell(w['reason'])} | "
-                       f"{w['link']} |")
+                       f"{_cell(shown)} | {_cell(w['reason'])} | {_cell(w['link'])} |")
+        out.append("")
+    return out
+
+
+def _waived_and_flaky(doc: dict[str, Any]) -> list[str]:
+    """What the verdict leans on: the waived clauses and tests with their waivers' reasons,
+    and the FLAKY tests with their pass ratio and each failed run's message."""
+    from reports import outcome_summary
+    out: list[str] = []
+    waived = outcome_summary.waived_lines(doc)
+    if waived:
+        out += ["## Waived", ""] + [f"- {_cell(line)}" for line in waived] + [""]
+    flaky = [t for t in doc["tests"] if t.get("observed_outcome") == "FLAKY" and t.get("repeat")]
+    if flaky:
+        out += ["## Flaky tests", ""]
+        for t in flaky:
+            r = t["repeat"]
+            out.append(f"- {_code(t['nodeid'])}: {SYMBOL['FLAKY']} FLAKY, passed {r['passed']} "
+                       f"of {r['runs']} runs")
+            out += [f"  - run {f['run']} {f['outcome']}: {_cell((f['message'] or '')[:300])}"
+                    for f in r["failures"][:5]]
         out.append("")
     return out
 
@@ -232,10 +266,10 @@ def _failing_clauses(doc: dict[str, Any]) -> list[str]:
                 ""]
         for f in c.get("failures") or []:
             how = "" if f["tagged"] else " (untagged failure: blamed on every clause of the test)"
-            out += [f"- `{f['nodeid']}`: {f['outcome']}{how}", "", "  ```",
-                    *(f"  {line}" for line in f["message"][:1500].splitlines()), "  ```", ""]
+            out += [f"- {_code(f['nodeid'])}: {f['outcome']}{how}", "",
+                    *safe_text.markdown_block(f["message"], 1500, indent="  "), ""]
         if not c.get("failures"):
-            out += [f"- {n}" for n in c["notes"][:5]] + ([""] if c["notes"] else [])
+            out += [f"- {_cell(n)}" for n in c["notes"][:5]] + ([""] if c["notes"] else [])
         if c.get("text"):
             out += [f"{spec_reference(c)}:", ""]
             out += [f"> {line}" if line else ">" for line in c["text"].splitlines()] + [""]
@@ -256,7 +290,8 @@ def _tests(doc: dict[str, Any]) -> list[str]:
                                       if t["outcome"] != t["observed_outcome"] else "")
             outcomes = t.get("clause_outcomes") or {c: t["outcome"] for c in t["clauses"]}
             clauses = ", ".join(f"{c} {o}" for c, o in outcomes.items())
-            out.append(f"| `{_cell(t['nodeid'])}` | {SYMBOL[t['outcome']]} {outcome} | "
+            out.append(f"| {_code(t['nodeid'], in_table=True)} | "
+                       f"{SYMBOL[t['outcome']]} {outcome} | "
                        f"{_cell(clauses)} | {_cell(msg)} |")
         out.append("")
     return out
@@ -268,29 +303,32 @@ def _provenance(doc: dict[str, Any]) -> list[str]:
     tgt = doc["execution_target"]
     inv = doc["invocation"]
     return ["## Provenance", "",
-            f"- Runtime: {rt['name']} {rt['version']}, module `{rt['module']}` ({rt['path']}), "
-            f"targets spec {rt['spec_version']}; capabilities: "
-            f"{', '.join(rt['capabilities']) or 'none'}"
-            + (f"; worker command `{rt['worker_cmd']}`" if rt.get("worker_cmd") else ""),
-            *([f"- Worker's hello record: {model.hello_identity(rt['worker_hello'])}"]
+            f"- Runtime: {_cell(rt['name'])} {_cell(rt['version'])}, module "
+            f"{_code(rt['module'])} ({_cell(rt['path'])}), targets spec "
+            f"{_cell(rt['spec_version'])}; capabilities: "
+            f"{_cell(', '.join(rt['capabilities']) or 'none')}"
+            + (f"; worker command {_code(rt['worker_cmd'])}" if rt.get("worker_cmd") else ""),
+            *([f"- Worker's hello record: {_cell(model.hello_identity(rt['worker_hello']))}"]
               if rt.get("worker_hello") else []),
-            f"- Suite: {suite['name']} {suite['version']}, commit {git.get('commit') or 'unknown'}"
+            f"- Suite: {_cell(suite['name'])} {_cell(suite['version'])}, commit "
+            f"{_cell(git.get('commit') or 'unknown')}"
             f"{' (dirty)' if git.get('dirty') else ''}"
             + (f" (from {COMMIT_SOURCE.get(git.get('source'), git.get('source'))})"
                if git.get("commit") else ""),
-            f"- Must-pass list: `{doc['mustpass']['path']}` (sha256 "
+            f"- Must-pass list: {_code(doc['mustpass']['path'])} (sha256 "
             f"{(doc['mustpass']['sha256'] or '')[:12]}, "
             f"{'official' if doc['mustpass']['official'] else 'NOT official'}),"
             + (" not applied (no conformance test ran)"
                if doc["verdict"]["status"] == model.NO_VERDICT
                else f" {len(doc['mustpass']['required'])} clauses required in this run"),
-            f"- Execution target: {target_text(tgt)}",
-            f"- Python {doc['python']['version']} ({doc['python']['implementation']}) on "
-            f"{doc['platform']['platform']}; host {host_text(doc['platform'])}",
-            f"- Command: `{inv.get('command') or 'pytest ' + ' '.join(inv['args'])}` in "
-            f"`{inv.get('cwd')}`" + (f" (tox environment {inv['tox_env']})"
-                                     if inv.get("tox_env") else ""),
-            f"- Invocation: `pytest {' '.join(inv['args'])}`; xdist workers "
-            f"{inv['xdist_workers']}; Hypothesis profile {inv['hypothesis_profile']}; "
+            f"- Execution target: {_cell(target_text(tgt))}",
+            f"- Python {_cell(doc['python']['version'])} "
+            f"({_cell(doc['python']['implementation'])}) on "
+            f"{_cell(doc['platform']['platform'])}; host {_cell(host_text(doc['platform']))}",
+            f"- Command: {_code(inv.get('command') or 'pytest ' + ' '.join(inv['args']))} in "
+            f"{_code(inv.get('cwd'))}" + (f" (tox environment {_cell(inv['tox_env'])})"
+                                          if inv.get("tox_env") else ""),
+            f"- Invocation: {_code('pytest ' + ' '.join(inv['args']))}; xdist workers "
+            f"{inv['xdist_workers']}; Hypothesis profile {_cell(inv['hypothesis_profile'])}; "
             f"exit status {inv['exitstatus']}; {inv['duration_s']} s",
             ""]

@@ -5,7 +5,9 @@ quoting the line). The argument picks the defect:
 - ``memory_limit_1e30``: ``"memory_limit": 1e30`` in the hello record;
 - ``t_us_1e400``: a number beyond the float range;
 - ``duration_2_64``: ``"duration_us"`` of 2^64, beyond 64 bits;
-- ``deep``: a member nested 5000 levels deep in a step record.
+- ``deep``: a member nested 5000 levels deep in a step record;
+- ``poll_1e308``: ``"poll_interval_s": 1e308`` in the hello record (a detection bound of
+  WORKER-5 that is no finite wait).
 """
 import os
 import sys
@@ -35,6 +37,9 @@ def emit_raw(rec: dict) -> None:
     sys.stdout.flush()
 
 
+if mode == "poll_1e308":
+    _fake.emit = lambda rec, _emit=_fake.emit: _emit(
+        {**rec, "poll_interval_s": 1e308} if rec.get("type") == "hello" else rec)
 if mode == "memory_limit_1e30":
     _fake.LIMIT = 1e30
 if mode in ("t_us_1e400", "deep"):
