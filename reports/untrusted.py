@@ -58,18 +58,37 @@ def read_regular(path: Path, limit: int) -> bytes:
 
 def parse_report(raw: bytes, where: str) -> dict[str, Any]:
     """The certification document in ``raw``: JSON, schema-valid (``ReportError`` if not)."""
-    from reports import writer
     try:
         doc = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise ReportError(f"{where}: not JSON ({one_line(exc, 120)})") from exc
     if not isinstance(doc, dict):
         raise ReportError(f"{where}: not a certification report (not a JSON object)")
-    errors = writer.validation_errors(doc)
+    errors = validation_errors(doc)
     if errors:
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
         raise ReportError(f"{where}: breaks the report schema: {one_line(errors[0], 200)}{more}")
     return doc
+
+
+#: Schemas of earlier minor versions, kept to read the reports written with them.
+EARLIER_SCHEMAS = {"1.3": Path(__file__).resolve().parent / "schema"
+                   / "certification-1.3.schema.json"}
+
+
+def validation_errors(doc: dict[str, Any]) -> list[str]:
+    """Where ``doc`` breaks the schema of its own version: the current one, or an earlier
+    minor version this checkout keeps (a reader ignores what it does not know)."""
+    from reports import writer
+    version = doc.get("schema_version")
+    earlier = EARLIER_SCHEMAS.get(version) if isinstance(version, str) else None
+    if earlier is None:
+        return writer.validation_errors(doc)
+    import jsonschema
+    schema = json.loads(earlier.read_text(encoding="utf-8"))
+    validator = jsonschema.Draft202012Validator(schema)
+    return [f"{'/'.join(map(str, e.absolute_path)) or '<root>'}: {e.message}"
+            for e in sorted(validator.iter_errors(doc), key=lambda e: list(e.absolute_path))]
 
 
 def report_file(path: Path) -> Path:
