@@ -12,6 +12,9 @@
   run (``--rerun REPORT``, conformance/selection.py), against the runtime it certified.
 - ``diff OLD NEW``: clause outcomes that changed between two runs (``certification.json`` or
   run folders), regressions first; exit 1 on a regression (reports/diff.py).
+- ``matrix REPORT... -o DIR``: one HTML and Markdown matrix, clause by run (reports/matrix.py).
+- ``bundle RUN_DIR [-o FILE]`` and ``verify BUNDLE``: a certification packed with what it was
+  judged by, and its verification (reports/bundle.py, reports/verify.py).
 
 Files given are read as regular files of bounded size (reports/reading.py). A file that
 cannot be read, a folder that cannot be written or a missing dependency is one line on
@@ -269,6 +272,9 @@ def parser() -> argparse.ArgumentParser:
                                     "a regression")
     p.add_argument("old", type=Path, help="certification.json or run folder of the earlier run")
     p.add_argument("new", type=Path, help="certification.json or run folder of the later run")
+    from reports import bundle, matrix
+    matrix.add_parser(sub)
+    bundle.add_parsers(sub)
     return top
 
 
