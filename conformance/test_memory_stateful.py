@@ -56,6 +56,15 @@ EXAMPLES_PER_PROFILE_EXAMPLE = 2
 derandomized) → 600 examples."""
 
 
+STATEFUL_TIMEOUT_S = 300
+"""The per-test limit of a state machine, above the suite's 120 s: under ``certify`` a machine
+runs 600 examples of up to 60 steps, 15 to 25 s on one core of a 16-core host with the rest of
+the suite beside it, and past 120 s on a 2-core runner under a load of about 16; a limit the
+clean run crosses on a loaded runner would make the verdict depend on the load. The shrinking
+budget follows the limit (conformance/shrinking.py: a quarter of it)."""
+STATEFUL_LIMIT = pytest.mark.timeout(STATEFUL_TIMEOUT_S)
+
+
 def stateful_settings() -> settings:
     """The active profile, with the example count of a stateful machine."""
     base = settings.default
@@ -1044,6 +1053,7 @@ def quiet_runtime_logs(rt: types.ModuleType):
 @pytest.mark.clause("BFC-1", "BFC-2", "BFC-3", "BFC-4", "BFC-5", "BFC-6", "BFC-8", "BFC-9",
                      "BFC-11", "BFC-13", "BFC-14", "BFC-15", "BFC-16")
 @pytest.mark.capability("bfc")
+@STATEFUL_LIMIT
 def test_bfc_state_machine(rt: types.ModuleType) -> None:
     """Random allocate / free / fault / clear_stats sequences on one BFCAllocator."""
     with quiet_runtime_logs(rt):
@@ -1053,6 +1063,7 @@ def test_bfc_state_machine(rt: types.ModuleType) -> None:
 @pytest.mark.clause("VMEM-3", "VMEM-4", "VMEM-5", "VMEM-7", "VMEM-8", "VMEM-10",
                      "BFC-9", "BFC-13", "BFC-16")
 @pytest.mark.capability("bfc", "vmem")
+@STATEFUL_LIMIT
 def test_vmem_state_machine(rt: types.ModuleType) -> None:
     """Random sequences on a GPUVMemAllocator: device first, host fallback, routed frees."""
     with quiet_runtime_logs(rt):
@@ -1062,6 +1073,7 @@ def test_vmem_state_machine(rt: types.ModuleType) -> None:
 @pytest.mark.clause("ADJ-1", "ADJ-2", "ADJ-3", "ADJ-4", "ADJ-5", "ADJ-6", "BFC-8", "BFC-9",
                      "BFC-11")
 @pytest.mark.capability("bfc", "adjustable")
+@STATEFUL_LIMIT
 def test_adjustable_state_machine(rt: types.ModuleType) -> None:
     """Random allocate / free / adjust / free_empty_memory sequences on a BFC allocator."""
     with quiet_runtime_logs(rt):
