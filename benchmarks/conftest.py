@@ -30,6 +30,9 @@ SUITE_SPEED = "suite_speed"
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    from benchmarks import claims
+    if not config.pluginmanager.has_plugin("benchmarks.claims"):
+        config.pluginmanager.register(claims, "benchmarks.claims")
     config.addinivalue_line("markers", f"{SUITE_SPEED}: runs the whole conformance suite "
                                        "(minutes); selected only by -m or ANTMAN_BENCH_SUITE=1")
 
