@@ -20,11 +20,13 @@ Only the public runtime API (SPEC.md section 1) is used; the runtime is the suit
 
 from __future__ import annotations
 
+import contextlib
 import os
 import statistics
 import threading
 import time
 import types
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -308,3 +310,39 @@ def device_bfc(device: Any) -> Any:
     """The GPU's BFC: the VMem allocator's device side, or the allocator itself."""
     allocator = device.get_allocator()
     return getattr(allocator, "device_allocator", allocator)
+
+
+@contextlib.contextmanager
+def runtime_maker(rt: types.ModuleType, monkeypatch: Any,
+                  tmp_path: Any) -> Iterator[Callable[..., Any]]:
+    """``make(**kwargs)``: a runtime with resource management on (config at perfControl 100).
+
+    Defaults: backend from ``ANTMAN_DEVICE`` (the simulated device unless ``cuda``), one GPU of
+    ``GPU_MEMORY`` bytes, the real clock, ``poll_interval_s=1.0``, no statistics file.
+    ``make.config(ctx)`` is the runtime's config path (a ``pathlib.Path``). The runtimes are
+    closed on exit; ``monkeypatch`` restores the variables enabling sets (RM-1).
+    """
+    for name in ("TF_FORCE_GPU_ALLOW_GROWTH", "TF_GPU_VMEM", "GPU_CONFIG_FILE",
+                 "GPU_STATUS_FILE"):
+        monkeypatch.setenv(name, "")              # restored at teardown
+        monkeypatch.delenv(name)
+    made: list[Any] = []
+    paths: dict[int, Any] = {}
+
+    def make(**kwargs: Any) -> Any:
+        path = tmp_path / f"sche2pai-{len(made)}.json"
+        write_config(path, perf=100)
+        kwargs.setdefault("config_file", str(path))
+        kwargs.setdefault("status_file", None)
+        kwargs.setdefault("gpu_memory_bytes", GPU_MEMORY)
+        ctx = rt.create_runtime(**kwargs)
+        made.append(ctx)
+        paths[id(ctx)] = path
+        return ctx
+
+    make.config = lambda ctx: paths[id(ctx)]  # type: ignore[attr-defined]
+    try:
+        yield make
+    finally:
+        for ctx in reversed(made):
+            ctx.close()

@@ -29,15 +29,40 @@ import pytest
 SUITE_SPEED = "suite_speed"
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("antman-bench", "AntMan benchmarks")
+    group.addoption("--bench-against", default=None, metavar="MODULE",
+                    help="compare the runtime under test (--runtime) with MODULE: only the "
+                         "comparable benchmarks run, interleaved on both, and report ratios "
+                         "runtime / MODULE with 95 %% intervals (benchmarks/against.py)")
+    group.addoption("--bench-against-rounds", type=int, default=3, metavar="N",
+                    help="paired rounds of each comparison (default 3; at least 2)")
+
+
 def pytest_configure(config: pytest.Config) -> None:
     from benchmarks import claims
     if not config.pluginmanager.has_plugin("benchmarks.claims"):
         config.pluginmanager.register(claims, "benchmarks.claims")
     config.addinivalue_line("markers", f"{SUITE_SPEED}: runs the whole conformance suite "
                                        "(minutes); selected only by -m or ANTMAN_BENCH_SUITE=1")
+    config.addinivalue_line("markers", "against: compares --runtime with --bench-against; "
+                                       "selected only by --bench-against (and then alone)")
+    name = config.getoption("--bench-against", default=None)
+    if name is not None:
+        from benchmarks.against import load_reference
+        if config.getoption("--bench-against-rounds") < 2:
+            raise pytest.UsageError("--bench-against-rounds: at least 2 paired rounds")
+        config._antman_bench_reference = load_reference(name)  # type: ignore[attr-defined]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    against = config.getoption("--bench-against", default=None) is not None
+    keep, drop = [], []
+    for item in items:      # --bench-against: the comparisons alone; otherwise none of them
+        (keep if bool(item.get_closest_marker("against")) == against else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
     if os.environ.get("ANTMAN_BENCH_SUITE", "").strip() in ("1", "true", "yes") \
             or SUITE_SPEED in (config.getoption("markexpr", "") or ""):
         return
@@ -90,32 +115,8 @@ def bench(benchmark, rt: types.ModuleType):
 @pytest.fixture
 def bench_runtime(rt: types.ModuleType, monkeypatch: pytest.MonkeyPatch,
                   tmp_path) -> Iterator[Callable[..., Any]]:
-    """``make(**kwargs)``: a runtime with resource management on (config at perfControl 100).
-
-    Defaults: backend from ``ANTMAN_DEVICE`` (the simulated device unless ``cuda``), one GPU of
-    ``GPU_MEMORY`` bytes, the real clock, ``poll_interval_s=1.0``, no statistics file.
-    ``make.config(ctx)`` is the runtime's config path (a ``pathlib.Path``).
-    """
-    from benchmarks.bench_support import GPU_MEMORY, write_config
-    for name in ("TF_FORCE_GPU_ALLOW_GROWTH", "TF_GPU_VMEM", "GPU_CONFIG_FILE",
-                 "GPU_STATUS_FILE"):
-        monkeypatch.setenv(name, "")              # restored at teardown
-        monkeypatch.delenv(name)
-    made: list[Any] = []
-    paths: dict[int, Any] = {}
-
-    def make(**kwargs: Any) -> Any:
-        path = tmp_path / f"sche2pai-{len(made)}.json"
-        write_config(path, perf=100)
-        kwargs.setdefault("config_file", str(path))
-        kwargs.setdefault("status_file", None)
-        kwargs.setdefault("gpu_memory_bytes", GPU_MEMORY)
-        ctx = rt.create_runtime(**kwargs)
-        made.append(ctx)
-        paths[id(ctx)] = path
-        return ctx
-
-    make.config = lambda ctx: paths[id(ctx)]  # type: ignore[attr-defined]
-    yield make
-    for ctx in reversed(made):
-        ctx.close()
+    """``make(**kwargs)``: a runtime with resource management on (config at perfControl 100);
+    see ``runtime_maker``."""
+    from benchmarks.bench_support import runtime_maker
+    with runtime_maker(rt, monkeypatch, tmp_path) as make:
+        yield make
