@@ -143,3 +143,12 @@ def test_bench_against_is_deselected_without_the_option_and_checked_with_it(
     assert run.returncode == 4
     assert "--bench-against 'no_such_runtime_module': cannot import it" in run.stderr
     assert "Traceback" not in run.stderr
+
+
+def test_report_marks_simulated_figures_smoke_and_judges_gpu_figures() -> None:
+    from reports.render_md import bench_figures
+    doc = {"benchmarks": [{"name": "sim", "extra_info": {"figures": FIGURES}},
+                          {"name": "gpu", "extra_info": {**GPU_INFO, "figures": FIGURES}}]}
+    got = [(r["benchmark"], r["met"]) for r in bench_figures(doc)]
+    assert got == [("sim", "smoke")] * 3 + [("sim", "")] + [
+        ("gpu", "met"), ("gpu", "missed"), ("gpu", "invalid"), ("gpu", "")]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from reports import model, render_ranking, safe_text
+from reports import claim_status, model, render_ranking, safe_text
 
 SYMBOL = {"PASS": "✅", "FAIL": "❌", "ERROR": "🟧", "TIMEOUT": "⏱️", "CRASH": "💀",
           "NOT_SUPPORTED": "➖", "WAIVED": "🛡️", "NOT_RUN": "⬜", "SKIPPED": "⏭️",
@@ -86,12 +86,12 @@ def bench_figures(doc: dict[str, Any]) -> list[dict[str, str]]:
         for f in info.get("figures") or []:
             if not isinstance(f, dict):
                 continue
-            met = f.get("met")
+            met = claim_status.status(f, info)
             name = str(f.get("name", "")) + (" [host CPU]" if f.get("host_cpu") else "")
             rows.append({"benchmark": str(b.get("name")), "figure": name,
                          "value": f"{_fmt(f.get('value'))} {f.get('unit', '')}".strip(),
                          "target": str(f.get("target") or ""),
-                         "met": {True: "met", False: "missed"}.get(met, ""),
+                         "met": "" if met == claim_status.NO_TARGET else met,
                          "machine": bench_machine(info), "how": str(f.get("how") or "")})
     return rows
 
