@@ -39,7 +39,7 @@ class Claim:
 
     def line(self) -> str:
         value = "n/a" if self.value is None else f"{self.value:.4g}"
-        interval = f" {self.interval}" if self.interval else ""
+        interval = f" {self.interval}" if self.interval else " (no interval)"
         target = f"target {self.target}" if self.target else "no target"
         return (f"{self.status.upper():7} {self.figure}: {value}{interval} {self.unit}; "
                 f"{target}; {self.card}")

@@ -37,6 +37,7 @@ def test_gpu_figures_are_judged_and_name_the_card() -> None:
     line = got[1].line()
     assert line.startswith("MISSED ") and "target within ±0.5 %" in line
     assert "0.9 ± 0.1 (95 %) %" in line and line.endswith("NVIDIA H100 80GB HBM3")
+    assert got[2].line().startswith("INVALID share: n/a (no interval) %; target < 1 %;")
 
 
 def test_simulated_figures_are_smoke_never_met_or_missed() -> None:
