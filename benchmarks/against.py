@@ -16,6 +16,10 @@ The metrics: delivered share at each perfControl (``test_bench_delivered_share``
 management overhead as a step-time factor (1 + overhead) and the op manager's cost per queued
 op (``test_bench_throttle_overhead``), and the BFC allocate+free pair
 (``test_bench_bfc_allocate_free_pair``, median ns a pair).
+
+Each round is a whole run of the body at the sizes of the device: seconds a round on the
+simulated device, minutes on a GPU (the overhead body's budget is
+``ANTMAN_BENCH_OVERHEAD_BUDGET_S``); the delivered share uses the small workload.
 """
 
 from __future__ import annotations

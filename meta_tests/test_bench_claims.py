@@ -144,6 +144,9 @@ def test_bench_against_is_deselected_without_the_option_and_checked_with_it(
     assert run.returncode == 4
     assert "--bench-against 'no_such_runtime_module': cannot import it" in run.stderr
     assert "Traceback" not in run.stderr
+    run = _bench("--collect-only", "-q", "--bench-against", "reference_runtime",
+                 "--bench-against-rounds", "1", tmp=tmp_path)
+    assert run.returncode == 4 and "at least 2 paired rounds" in run.stderr
 
 
 def test_report_marks_simulated_figures_smoke_and_judges_gpu_figures() -> None:
