@@ -1,0 +1,152 @@
+"""AntMan 1.15's verdict is pinned: every SPEC.md section 8 entry is detected on its clauses.
+
+``adapters.antman_1_15`` is the reference runtime with each section 8 deviation undone by a
+switch (all on by default). ``reports/antman_deviations.json`` (``python -m
+adapters.antman_1_15.pinning --write``) records, for each switch alone, the tests that fail
+and the clauses they fail, and the failures with every switch on. These tests check:
+
+- the data covers every section 8 entry, with the entry's current text; each switch makes
+  at least one test fail on a clause the entry names, and any other clause it fails is
+  declared with the reason (``Deviation.also``); the entries without a switch are listed
+  here with the reason (unobservable through the API, or not reproduced);
+- with every switch on, the adapter fails exactly the union of what the switches fail alone
+  (nothing else fails), certified now in a pytest subprocess over the modules the switches
+  map to;
+- turning one switch off makes exactly the failures that only that switch causes disappear
+  (a sample of switches, each certified now over its own modules).
+
+The subprocess runs use Hypothesis seed 0 and a per-test timeout, as the broken-fork
+meta-test runs forks.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from adapters.antman_1_15 import pinning  # noqa: E402
+from adapters.antman_1_15.deviations import BY_ID, DEVIATIONS  # noqa: E402
+
+DATA = pinning.load()
+SWITCHES = [d for d in DEVIATIONS if d.patches and not d.unobservable]
+#: Entries of section 8 without a switch that a test could see, and why.
+WITHOUT_A_TEST = {d.id: d.unobservable or d.not_implemented for d in DEVIATIONS
+                  if d.unobservable or d.not_implemented}
+#: Switches whose "off" run is certified by default (cheap modules, several areas);
+#: ANTMAN_META_ALL_SWITCHES=1 runs every switch.
+SAMPLE = ("D-BFC-3", "D-ADJ-3", "D-DEVICE-1", "D-REG-1", "D-OPM-1", "D-STAT-1", "D-SESS-3")
+
+
+def _pairs(failures: dict[str, dict[str, Any]]) -> set[tuple[str, str]]:
+    return {(n, c) for n, f in failures.items() for c in f["clauses"]}
+
+
+def test_every_entry_of_section_8_is_pinned() -> None:
+    entries = pinning.spec_entries()
+    assert set(entries) == set(BY_ID), (
+        f"section 8 and the adapter's switches differ: only in SPEC.md "
+        f"{sorted(set(entries) - set(BY_ID))}, only in the adapter "
+        f"{sorted(set(BY_ID) - set(entries))}")
+    assert set(DATA["deviations"]) == set(BY_ID), "regenerate: " + pinning.COMMAND
+    for d in DEVIATIONS:
+        pinned = DATA["deviations"][d.id]
+        assert pinned["entry"] == entries[d.id]["text"], \
+            f"{d.id}: the entry's text changed; regenerate with {pinning.COMMAND}"
+        assert pinned["clauses"] == list(d.clauses), f"{d.id}: regenerate"
+
+
+def test_entries_without_a_test_are_listed() -> None:
+    assert WITHOUT_A_TEST == {"D-ADJ-2": BY_ID["D-ADJ-2"].unobservable,
+                              "D-EXEC-2": BY_ID["D-EXEC-2"].not_implemented,
+                              "D-EXEC-3": BY_ID["D-EXEC-3"].not_implemented}
+    text = (ROOT / "SPEC.md").read_text(encoding="utf-8")
+    for ident in WITHOUT_A_TEST:
+        entry = pinning.spec_entries()[ident]["text"]
+        assert "not observable" in entry or "no switch" in entry, (
+            f"SPEC.md section 8 must say that {ident} is not observable through the API or "
+            f"has no switch")
+    assert "adapters/antman_1_15" in text
+
+
+@pytest.mark.parametrize("ident", [d.id for d in SWITCHES])
+def test_each_switch_fails_its_own_clauses(ident: str) -> None:
+    d = BY_ID[ident]
+    failures = DATA["deviations"][ident]["failures"]
+    own = {n for n, f in failures.items() if set(f["clauses"]) & set(d.clauses)}
+    assert own, (f"{ident} ({d.antman}) makes no test fail on {', '.join(d.clauses)}: "
+                 f"the suite does not detect it; pinned failures: {sorted(failures)}")
+    allowed = set(d.clauses) | set(d.also)
+    stray = {n: f["clauses"] for n, f in failures.items() if set(f["clauses"]) - allowed}
+    assert not stray, (f"{ident} also fails clauses it does not name: {stray}; declare a "
+                       f"clause the behaviour truly breaks in Deviation.also, with the "
+                       f"reason, or fix the test that blames it")
+    unused = set(d.also) - {c for f in failures.values() for c in f["clauses"]}
+    assert not unused, f"{ident}: also={sorted(unused)} no longer fail: remove them"
+
+
+def test_all_on_is_the_union_of_the_switches() -> None:
+    union: set[tuple[str, str]] = set()
+    for d in SWITCHES:
+        union |= _pairs(DATA["deviations"][d.id]["failures"])
+    assert _pairs(DATA["all_on"]["failures"]) == union, (
+        f"with every switch on: failing beyond the switches "
+        f"{sorted(_pairs(DATA['all_on']['failures']) - union)[:20]}, not failing "
+        f"{sorted(union - _pairs(DATA['all_on']['failures']))[:20]}")
+
+
+@pytest.fixture(scope="module")
+def all_on_run(tmp_path_factory: pytest.TempPathFactory) -> pinning.Run:
+    return pinning.certify(DATA["all_on"]["modules"], (),
+                           tmp_path_factory.mktemp("antman-all-on"), workers=2)
+
+
+def test_certified_verdict_with_every_switch_on(all_on_run: pinning.Run) -> None:
+    run = all_on_run
+    assert not run.problems and run.report is not None, run.problems
+    assert run.report["runtime"]["module"] == pinning.RUNTIME
+    assert run.report["verdict"]["status"] != "CERTIFIED"
+    got = {n: f["clauses"] for n, f in run.failures().items()}
+    want = {n: f["clauses"] for n, f in DATA["all_on"]["failures"].items()}
+    assert got == want, (
+        f"AntMan 1.15's verdict moved: newly failing {sorted(set(got) - set(want))[:20]}, "
+        f"no longer failing {sorted(set(want) - set(got))[:20]}, other clauses "
+        f"{ {n: (want[n], got[n]) for n in set(got) & set(want) if got[n] != want[n]} }; "
+        f"regenerate with {pinning.COMMAND} if the change is intended")
+    for t in run.report["tests"]:
+        if t["outcome"] in pinning.BAD:
+            assert t.get("antman", {}).get("verdict") == "same-as-antman", (
+                f"{t['nodeid']} is not recognised as AntMan's behaviour: {t.get('antman')}")
+
+
+def _sample() -> list[str]:
+    if os.environ.get("ANTMAN_META_ALL_SWITCHES"):
+        return [d.id for d in SWITCHES]
+    return list(SAMPLE)
+
+
+@pytest.mark.parametrize("ident", _sample())
+def test_switching_one_off_removes_exactly_its_failures(
+        ident: str, tmp_path_factory: pytest.TempPathFactory) -> None:
+    d = BY_ID[ident]
+    run = pinning.certify(d.modules, (ident,), tmp_path_factory.mktemp(ident))
+    assert not run.problems and run.report is not None, run.problems
+    in_modules = {n: f for n, f in DATA["all_on"]["failures"].items()
+                  if n.split("::")[0] in d.modules}
+    mine = _pairs(DATA["deviations"][ident]["failures"])
+    others: set[tuple[str, str]] = set()
+    for other in SWITCHES:
+        if other.id != ident:
+            others |= _pairs(DATA["deviations"][other.id]["failures"])
+    expected = _pairs(in_modules) - (mine - others)
+    got = _pairs(run.failures())
+    assert got == expected, (
+        f"with {ident} off: still failing {sorted(got - expected)[:20]}, also gone "
+        f"{sorted(expected - got)[:20]}")
