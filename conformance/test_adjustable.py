@@ -163,6 +163,18 @@ def test_shrink_to_zero_releases_everything_free(rt):
     assert bfc.allocate_raw(256, 256) is None, "allocation with limit 0 [ADJ-2]"
 
 
+@pytest.mark.clause("BFC-8", "ADJ-2")
+def test_a_pool_built_with_limit_zero_grows_once_the_limit_is_raised(rt):
+    bfc, sim = make(rt, limit=0)
+    assert bfc.memory_map().next_region_size == 0, "[BFC-8]"
+    assert rt.GPUAdjustableAllocator().adjust_memory_limit(MiB, bfc) == MiB, "[ADJ-2]"
+    assert bfc.allocate_raw(256, 1000) is not None, (
+        "allocate_raw(256, 1000) after raising a limit of 0 to 1 MiB [BFC-8]")
+    assert sim.alloc_calls == [1024] and bfc.memory_map().next_region_size == 1024, (
+        f"regions {sim.alloc_calls}, next {bfc.memory_map().next_region_size}: a next "
+        f"region size of 0 counts as 256, doubled to 1024 [BFC-8]")
+
+
 @pytest.mark.clause("ADJ-4", "BFC-8")
 @pytest.mark.parametrize("gap", [1, 255, 256, 1000, 100 * KiB, MiB - 1, MiB, 3 * MiB,
                                  4 * MiB - 1, 4 * MiB, 4 * MiB + 1])

@@ -216,6 +216,10 @@ def test_pre_then_step_then_post_in_phase_order(rt, ctx) -> None:
             f"step {step}: {kinds(log)} [SESS-4]"
         pre = [e for e in log.snapshot() if e[0].startswith("pre")]
         assert all(e[2] == 0 for e in pre), "PRE actions get sess_duration_us == 0 [SESS-4]"
+        post = [e for e in log.snapshot() if e[0].startswith("post")]
+        assert [e[1] for e in pre] == [s.graph_id(["out"], FEED)] * 2 == [e[1] for e in post], (
+            f"graph_id given to PRE {[e[1] for e in pre]} and POST {[e[1] for e in post]}, "
+            f"expected the signature's graph_id for both [SESS-4]")
 
 
 @pytest.mark.clause("SESS-4", "REG-10")

@@ -59,7 +59,8 @@ DEVIATIONS: tuple[Deviation, ...] = (
                      '        raise ValueError(f"{what} {path!r} contains a NUL character")\n',
                      '    if b"\\0" in encoded:                 # AntMan: the C string ends here\n'
                      '        path = os.fsdecode(encoded.split(b"\\0", 1)[0])\n'),),
-              modules=("conformance/test_api.py",)),
+              modules=("conformance/test_file_listener_faults.py",
+                       "conformance/test_resource_management_faults.py")),
     # -- ENV, BFC, VMEM, ADJ ---------------------------------------------------------------------
     Deviation("D-VMEM-1", ("VMEM-9",),
               "the VMem lock is held through the host allocation and its 10 s retry, so frees "
@@ -192,10 +193,10 @@ DEVIATIONS: tuple[Deviation, ...] = (
               ((RETRY, "                with self._mu:\n"
                        "                    event = self._event\n"
                        "                ptr = alloc_func(False)\n",
-                       "                ptr = alloc_func(False)\n"
-                       "                with self._mu:                  # AntMan: a free before this is missed\n"
-                       "                    event = self._event\n"),
+                       "                ptr = alloc_func(False)\n"),
                (RETRY, "                    clock.wait(event, deadline - now)\n",
+                       "                    with self._mu:              # AntMan: a free before this is missed\n"
+                       "                        event = self._event\n"
                        "                    ms = (deadline - now) // 1000   # AntMan: whole milliseconds\n"
                        "                    clock.wait(event, ms * 1000 if ms else deadline - now)\n")),
               modules=("conformance/test_bfc.py",)),
@@ -209,7 +210,7 @@ DEVIATIONS: tuple[Deviation, ...] = (
                      "                                   \"next region size is 0 and doubling it never \"\n"
                      "                                   f\"reaches {rounded} bytes\")\n"),),
               bounded="the endless doubling is an AntManGuardError at once",
-              modules=("conformance/test_bfc.py",)),
+              modules=("conformance/test_adjustable.py",)),
     # -- CLK, REG, FL, RM, STAT, DEVICE ------------------------------------------------------------
     Deviation("D-CLK-1", ("CLK-2", "CLK-3", "RM-12"),
               "the throttle sleeps with usleep, which close() cannot interrupt",
@@ -223,10 +224,17 @@ DEVIATIONS: tuple[Deviation, ...] = (
               "the registry has no locking and a run iterates the live map, so an action "
               "registered during a run runs in it",
               ((REG, "        for _, action in snapshot:\n            action.run_action(options)\n",
-                     "        phases = self._groups[_grouping(grouping)]   # AntMan: the live map\n"
-                     "        for p in sorted(phases):\n"
-                     "            for action in phases[p]:\n"
-                     "                action.run_action(options)\n"),),
+                     "        phases = self._groups[_grouping(grouping)]   # AntMan: the live std::map\n"
+                     "        p = None\n"
+                     "        while True:                         # an iterator: later phases added now are seen\n"
+                     "            later = [q for q in phases if p is None or q > p]\n"
+                     "            if not later:\n"
+                     "                break\n"
+                     "            p = min(later)\n"
+                     "            actions, i = phases.get(p, []), 0\n"
+                     "            while i < len(actions):             # the live vector\n"
+                     "                actions[i].run_action(options)\n"
+                     "                i += 1\n"),),
               modules=("conformance/test_session_run_actions.py",)),
     Deviation("D-FL-1", ("FL-6", "FL-7"),
               "handlers run under the listener's lock, so a handler that (un)registers "

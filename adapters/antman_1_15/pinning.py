@@ -179,8 +179,12 @@ def spec_entries(path: Path = SPEC_PATH) -> dict[str, dict[str, str]]:
     result = {}
     for ident, parts in entries.items():
         text = re.sub(r"\*\*|`", "", " ".join(parts)).strip()
-        reason = text.split("reason:", 1)[1].strip() if "reason:" in text \
-            else text.split("→", 1)[-1].strip()
+        after = text.split("→", 1)[1] if "→" in text else text
+        spec_side, _, why = after.partition("reason:")
+        spec_side, why = spec_side.strip().rstrip(";").strip(), why.strip()
+        # "reason: §11.3" names a section of the behaviour notes: say what the spec does
+        reason = why if why and not re.fullmatch(r"§[\d.]+\.?", why) \
+            else f"{spec_side} ({why.rstrip('.')})" if why else spec_side
         result[ident] = {"text": text, "reason": reason}
     return result
 
