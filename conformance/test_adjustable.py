@@ -319,6 +319,43 @@ def test_mem_pool_stats_is_a_consistent_snapshot(rt):
                      f"that the allocator never held; states held: {sorted(states)} [ADJ-5]")
 
 
+@pytest.mark.clause("ADJ-5")
+def test_mem_pool_stats_waits_for_an_extend_in_progress(rt):
+    """The snapshot is taken under the BFC's lock: while an allocation holds it, extending
+    the pool (its sub-allocator call blocks here), get_mem_pool_stats waits, and then sees
+    the new region. Without the lock it returns at once, from the middle of the Extend.
+    Tolerance: the stats call is given 1 s to show that it waits."""
+    entered, release = threading.Event(), threading.Event()
+
+    class Blocking(rt.SimulatedDeviceMemory):
+        def alloc(self, alignment: int, num_bytes: int):
+            entered.set()
+            release.wait(10)
+            return super().alloc(alignment, num_bytes)
+
+    sub = Blocking(4 * GiB)
+    bfc = rt.BFCAllocator(sub, GiB, True, "GPU_0_bfc", clock=VirtualClock(auto_advance=True),
+                          retry_timeout_us=0)
+    adj = rt.GPUAdjustableAllocator()
+    grow, grown = run_in_thread(lambda: bfc.allocate_raw(256, MiB), "antman-test-extend")
+    stats = None
+    try:
+        assert entered.wait(10), "the allocation never called its sub-allocator [ADJ-5]"
+        stats, got = run_in_thread(lambda: adj.get_mem_pool_stats(bfc), "antman-test-stats")
+        stats.join(1.0)
+        assert stats.is_alive(), (
+            f"get_mem_pool_stats returned {got.get('result')} while an Extend held the BFC "
+            f"lock: the snapshot is not taken under the allocator's lock [ADJ-5]")
+    finally:
+        release.set()
+        assert joined(grow, 10), "the allocation did not end [ADJ-5]"
+        if stats is not None:
+            assert joined(stats, 10), "get_mem_pool_stats did not end [ADJ-5]"
+    s = got.get("result")
+    assert s is not None and (s.pool_bytes, s.stable_bytes) == (MiB, MiB), (
+        f"get_mem_pool_stats after the Extend: {s}, expected (1 MiB, 1 MiB) [ADJ-5]")
+
+
 # --- ADJ-6 -------------------------------------------------------------------------------
 
 @pytest.mark.clause("ADJ-6")

@@ -35,7 +35,8 @@ if str(ROOT) not in sys.path:
 from adapters.antman_1_15 import pinning  # noqa: E402
 from adapters.antman_1_15.deviations import BY_ID, DEVIATIONS  # noqa: E402
 
-DATA = pinning.load()
+DATA = pinning.load() if pinning.DATA_PATH.exists() else \
+    {"deviations": {}, "all_on": {"modules": [], "failures": {}}}
 SWITCHES = [d for d in DEVIATIONS if d.patches and not d.unobservable]
 #: Entries of section 8 without a switch that a test could see, and why.
 WITHOUT_A_TEST = {d.id: d.unobservable or d.not_implemented for d in DEVIATIONS
@@ -43,6 +44,53 @@ WITHOUT_A_TEST = {d.id: d.unobservable or d.not_implemented for d in DEVIATIONS
 #: Switches whose "off" run is certified by default (cheap modules, several areas);
 #: ANTMAN_META_ALL_SWITCHES=1 runs every switch.
 SAMPLE = ("D-BFC-3", "D-ADJ-3", "D-DEVICE-1", "D-REG-1", "D-OPM-1", "D-STAT-1", "D-SESS-3")
+
+
+def test_every_combination_of_one_switch_applies() -> None:
+    """Every switch's patches apply alone, and with every other switch on."""
+    from adapters.antman_1_15.deviations import active_patches
+    from adapters.antman_1_15.loader import REFERENCE_DIR, apply_patches
+    modules = {m for d in DEVIATIONS for m, _, _ in d.patches}
+    sources = {m: (REFERENCE_DIR / f"{m.replace('.', '/')}.py").read_text(encoding="utf-8")
+               for m in modules}
+    ids = [d.id for d in DEVIATIONS]
+    combos = [{i: True for i in ids}] + [{i: i == j for i in ids} for j in ids] \
+        + [{i: i != j for i in ids} for j in ids]
+    for switches in combos:
+        patches = active_patches(switches)
+        for m, text in sources.items():
+            compile(apply_patches(m, text, patches), m, "exec")
+
+
+def test_switches_are_read_from_the_environment() -> None:
+    from adapters.antman_1_15.deviations import switches_from_env
+    assert all(switches_from_env({}).values())
+    assert not any(switches_from_env({"ANTMAN_1_15_OFF": "all"}).values())
+    off = switches_from_env({"ANTMAN_1_15_OFF": " D-RM-3 ,D-FL-1"})
+    assert [i for i, on in off.items() if not on] == ["D-FL-1", "D-RM-3"]
+    with pytest.raises(ValueError, match="unknown deviations D-NOPE-1"):
+        switches_from_env({"ANTMAN_1_15_OFF": "D-NOPE-1"})
+    import subprocess
+    out = subprocess.run([sys.executable, "-m", "adapters.antman_1_15"], cwd=ROOT,
+                         env={**os.environ, "ANTMAN_1_15_OFF": "D-NOPE-1"},
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "unknown deviations D-NOPE-1" in out.stderr \
+        and "Traceback" not in out.stderr, out
+
+
+def test_the_adapter_never_imports_the_reference() -> None:
+    import subprocess
+    code = ("import sys, adapters.antman_1_15 as a; "
+            "assert 'reference_runtime' not in sys.modules, 'imported the reference'; "
+            "print(a.NAME, a.get_pci_bus_id('pci bus id: 3b:00.0'))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                         text=True, timeout=60, env={k: v for k, v in os.environ.items()
+                                                     if k != "ANTMAN_1_15_OFF"})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["antman-1.15", "00.0"], out.stdout   # D-DEVICE-1
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                         text=True, timeout=60, env={**os.environ, "ANTMAN_1_15_OFF": "all"})
+    assert out.stdout.split() == ["antman-1.15", "3b:00.0"], out.stdout + out.stderr
 
 
 def _pairs(failures: dict[str, dict[str, Any]]) -> set[tuple[str, str]]:

@@ -31,7 +31,14 @@ from .loader import apply_patches as _apply_patches
 from .loader import REFERENCE_DIR as _REFERENCE_DIR
 
 #: Deviation id -> whether AntMan's behaviour is switched on (read from ANTMAN_1_15_OFF).
-SWITCHES: dict[str, bool] = switches_from_env(_os.environ)
+try:
+    SWITCHES: dict[str, bool] = switches_from_env(_os.environ)
+except ValueError as _exc:
+    import sys as _sys
+    if _sys.argv[:1] == ["-m"]:        # ``python -m adapters.antman_1_15[...]``: a usage error
+        print(f"adapters.antman_1_15: {_exc}", file=_sys.stderr)
+        raise SystemExit(2) from None
+    raise                              # an importer (the suite) reports it as a usage error
 
 _finder = _Finder(__name__, _Path(__file__).resolve().parent,
                   lambda: active_patches(SWITCHES))

@@ -372,7 +372,8 @@ DEVIATIONS: tuple[Deviation, ...] = (
                     "            self._startup_lookup_fails = False\n"
                     "            print(\"Cannot get the instance of GPUResourceManagement\")\n"
                     "            return\n")),
-              modules=("conformance/test_resource_management.py",)),
+              modules=("conformance/test_resource_management.py", "conformance/test_clock.py",
+                       "conformance/test_session.py")),
     Deviation("D-RM-8", ("RM-5",),
               "jsoncpp's Reader accepts text after the root value",
               (_imports(RM, "from .original import jsoncpp_prefix"),
@@ -431,7 +432,7 @@ DEVIATIONS: tuple[Deviation, ...] = (
                     "            self._total_time_slot_us = sleep_us\n"
                     "            self._estimated_idle_us = sleep_us    # AntMan: E = S = sleep\n")),
               modules=("conformance/test_resource_management.py",
-                       "conformance/test_gpu_op_manager.py", "conformance/test_end_to_end.py")),
+                       "conformance/test_gpu_op_manager.py")),
     Deviation("D-RM-13", ("RM-19",),
               "jsoncpp's Reader builds every value of the document, without bound",
               ((RM, "            doc = bounded_loads(content, max_depth=MAX_CONFIG_DEPTH,\n"
@@ -555,7 +556,7 @@ DEVIATIONS: tuple[Deviation, ...] = (
                       "                    completed = self._skip(item)\n",
                       "                if False:                       # AntMan: ready nodes still run\n"
                       "                    completed = self._skip(item)\n"),),
-              modules=("conformance/test_executor.py",)),
+              modules=("conformance/test_executor.py", "conformance/test_session.py")),
     Deviation("D-EXEC-2", ("EXEC-11", "OPM-3"),
               "the graph is partitioned per device with _Send/_Recv, one ExecutorState and "
               "one GpuOpManager per partition",
@@ -630,10 +631,11 @@ DEVIATIONS: tuple[Deviation, ...] = (
     Deviation("D-OPM-7", ("OPM-6", "OPM-7"),
               "Finish waits for an idle usleep in progress, and a failed step still launches "
               "the queued ops",
-              ((OPM, "            self._aborted = True\n            self._cancel.set()\n",
-                     "            pass                                # AntMan: the slot runs out\n"),
-               (OPM, "            self._terminate = True\n            self._cancel.set()\n",
-                     "            self._terminate = True              # AntMan: the slot runs out\n"),
+              (_imports(OPM, "from .guards import LateEvent"),
+               (OPM, "            self._aborted = True\n            self._cancel.set()\n",
+                     "            self._cancel.set()                  # AntMan: the queued ops still launch\n"),
+               (OPM, "        self._clock.sleep_us(slot, self._cancel)\n",
+                     "        self._clock.sleep_us(slot, LateEvent(self._cancel))   # AntMan: the slot runs out\n"),
                (EXEC, "        if self._abort.is_set():\n"
                       "            completed = self._skip(item)\n"
                       "        else:\n"
@@ -642,6 +644,8 @@ DEVIATIONS: tuple[Deviation, ...] = (
                       "            completed = self._skip(item)\n"
                       "        else:\n"
                       "            error, ready = self._run_node(item)\n")),
+              bounded="Finish and a failed step wait for the idle slot in progress at most 8 s "
+                      "of real time after the step ends instead of the slot's whole length",
               modules=("conformance/test_gpu_op_manager.py",)),
     Deviation("D-OPM-8", ("OPM-1", "OPM-2"),
               "E > 0 is re-evaluated for every op, so a step may queue some GPU ops and "

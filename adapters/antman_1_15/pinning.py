@@ -209,13 +209,13 @@ def generate(ids: Iterable[str], *, all_on: bool, jobs: int, base: Path,
     runs: dict[str, concurrent.futures.Future[Run]] = {}
     everyone = [d.id for d in DEVIATIONS]
     with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
-        if all_on:
-            runs["*"] = pool.submit(certify, all_modules(), (), base / "all-on")
         for ident in ids:
             d = BY_ID[ident]
             if d.patches and d.modules:
                 runs[ident] = pool.submit(certify, d.modules,
                                           [i for i in everyone if i != ident], base / ident)
+        if all_on:
+            runs["*"] = pool.submit(certify, all_modules(), (), base / "all-on")
         results = {}
         for key, future in runs.items():
             run = future.result()
@@ -273,6 +273,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default="", help="comma-separated switches to run again")
     parser.add_argument("--jobs", type=int, default=2, help="runs at a time (default 2)")
     parser.add_argument("--keep", type=Path, help="folder that keeps the runs' reports")
+    parser.add_argument("--from", dest="source", type=Path,
+                        help="build the file from the reports a --keep folder holds (no runs)")
     args = parser.parse_args(argv)
     only = [s.strip() for s in args.only.split(",") if s.strip()]
     unknown = [s for s in only if s not in BY_ID]
@@ -281,6 +283,17 @@ def main(argv: list[str] | None = None) -> int:
               else "pinning: --jobs must be at least 1", file=sys.stderr)
         return 2
     previous = load() if DATA_PATH.exists() else None
+    if args.source is not None:
+        results = {}
+        for ident in [d.id for d in DEVIATIONS] + ["*"]:
+            found = _reports(args.source / ("all-on" if ident == "*" else ident))
+            if found and (not only or ident in only):
+                results[ident] = Run((), (), report=json.loads(found[-1].read_text("utf-8")))
+        doc = document(results, previous)
+        if args.write:
+            write(doc)
+            print(f"wrote {DATA_PATH.relative_to(ROOT)} from {args.source}")
+        return 0
     with tempfile.TemporaryDirectory(prefix="antman-pin-") as tmp:
         base = args.keep or Path(tmp)
         results = generate(only or [d.id for d in DEVIATIONS], all_on=not only,
