@@ -15,7 +15,7 @@ from typing import Any
 
 from .guards import AntManGuardError
 
-__all__ = ["c_int", "jsoncpp_prefix", "jsoncpp_double_uint", "write_in_place",
+__all__ = ["c_int", "jsoncpp_prefix", "jsoncpp_reader", "jsoncpp_double_uint", "write_in_place",
            "unlocked_pool_stats", "sigfpe", "jsoncpp_abort", "UnlockedPoolStats"]
 
 SIZE_T_MASK = (1 << 64) - 1
@@ -39,6 +39,20 @@ def jsoncpp_prefix(content: Any) -> Any:
     except (ValueError, RecursionError):
         return content
     return stripped[:end]
+
+
+def jsoncpp_reader(loads: Any) -> Any:
+    """``loads`` as jsoncpp's ``Reader`` parses: text after the root value is ignored
+    (D-RM-8); the document is read once, and only a rejection for that text reads again
+    the part before it."""
+    def read(text: str, **bounds: Any) -> Any:
+        try:
+            return loads(text, **bounds)
+        except json.JSONDecodeError as exc:
+            if exc.msg != "Extra data":
+                raise
+            return loads(text[:exc.pos], **bounds)
+    return read
 
 
 def jsoncpp_double_uint(text: str) -> int | None:
