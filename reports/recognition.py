@@ -89,8 +89,8 @@ def note_of(deviations: list[str], pins: dict[str, Any] | None) -> str:
     for ident in deviations:
         dev = pins["deviations"][ident]
         reason = (dev.get("reason") or dev.get("antman") or "").rstrip(".")
-        parts.append(f"{_PREFIX} ({ident}): the specification differs because {reason}. "
-                     f"[{ident}] {dev.get('entry', '')}".rstrip())
+        parts.append(f"{_PREFIX} ({ident}): the specification differs because {reason}."
+                     + (f"\n  SPEC.md section 8, {dev['entry']}" if dev.get("entry") else ""))
     return "\n".join(parts)
 
 

@@ -138,7 +138,8 @@ def failures_of(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return out
 
 
-_VARIABLE = re.compile(r"0x[0-9a-fA-F]+|\d+(?:\.\d+)?|/[^\s'\",)\]]+|<[^<>\s]+ at 0x[0-9a-f]+>")
+_VARIABLE = re.compile(r"0x[0-9a-fA-F]+|\d[0-9a-fA-F]*(?:\.[0-9a-fA-F]+)?|/[^\s'\",)\]]+"
+                       r"|<[^<>\s]+ at 0x[0-9a-f]+>")
 
 
 def message_pattern(message: str, limit: int = 160) -> str:
@@ -197,10 +198,20 @@ def all_modules() -> tuple[str, ...]:
     return tuple(sorted({m for d in DEVIATIONS for m in d.modules}))
 
 
-def _record(run: Run) -> dict[str, Any]:
-    return {nodeid: {"outcome": f["outcome"], "clauses": f["clauses"],
-                     "patterns": sorted({message_pattern(m) for m in f["messages"]})}
-            for nodeid, f in sorted(run.failures().items())}
+def _record(run: Run, clauses: Iterable[str] | None = None
+            ) -> tuple[dict[str, Any], list[str]]:
+    """The run's failures, and apart the TIMEOUTs on none of ``clauses`` (a test that ran
+    out of time on a loaded machine, not the deviation's doing: a suite whose own per-test
+    limit is reached is not evidence of AntMan's behaviour)."""
+    keep = set(clauses) if clauses is not None else None
+    out, slow = {}, []
+    for nodeid, f in sorted(run.failures().items()):
+        if f["outcome"] == "TIMEOUT" and (keep is None or not keep & set(f["clauses"])):
+            slow.append(nodeid)
+            continue
+        out[nodeid] = {"outcome": f["outcome"], "clauses": f["clauses"],
+                       "patterns": sorted({message_pattern(m) for m in f["messages"]})}
+    return out, slow
 
 
 def generate(ids: Iterable[str], *, all_on: bool, jobs: int, base: Path,
@@ -238,17 +249,26 @@ def document(results: dict[str, Run], previous: dict[str, Any] | None) -> dict[s
                   "why_not": d.not_implemented or d.unobservable,
                   "bounded": d.bounded, "modules": list(d.modules)}
         if status != "switch":
-            record["failures"] = {}
+            record["failures"], record["timed_out"] = {}, []
         elif d.id in results:
-            record["failures"] = _record(results[d.id])
+            record["failures"], record["timed_out"] = _record(
+                results[d.id], set(d.clauses) | set(d.also))
         else:
             record["failures"] = old.get(d.id, {}).get("failures", {})
+            record["timed_out"] = old.get(d.id, {}).get("timed_out", [])
         deviations[d.id] = record
-    all_on = _record(results["*"]) if "*" in results \
-        else (previous or {}).get("all_on", {}).get("failures", {})
+    if "*" in results:
+        failures, _ = _record(results["*"])
+        pinned = {n for dev in deviations.values() for n in dev["failures"]}
+        slow = sorted(n for n, f in failures.items() if f["outcome"] == "TIMEOUT"
+                      and n not in pinned)
+        all_on = {"modules": list(all_modules()), "timed_out": slow,
+                  "failures": {n: f for n, f in failures.items() if n not in slow}}
+    else:
+        all_on = (previous or {}).get("all_on", {"modules": [], "failures": {},
+                                                 "timed_out": []})
     return {"generated_by": COMMAND, "runtime": RUNTIME, "hypothesis_seed": HYPOTHESIS_SEED,
-            "per_test_timeout_s": PER_TEST_TIMEOUT_S,
-            "all_on": {"modules": list(all_modules()), "failures": all_on},
+            "per_test_timeout_s": PER_TEST_TIMEOUT_S, "all_on": all_on,
             "deviations": deviations}
 
 
@@ -272,14 +292,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m adapters.antman_1_15.pinning",
                                      description=__doc__.splitlines()[0])
     parser.add_argument("--write", action="store_true", help=f"replace {DATA_PATH.name}")
-    parser.add_argument("--only", default="", help="comma-separated switches to run again")
+    parser.add_argument("--only", default="", help="comma-separated switches to run again "
+                                                   "(\"all-on\": the run with every switch on)")
     parser.add_argument("--jobs", type=int, default=2, help="runs at a time (default 2)")
     parser.add_argument("--keep", type=Path, help="folder that keeps the runs' reports")
     parser.add_argument("--from", dest="source", type=Path,
                         help="build the file from the reports a --keep folder holds (no runs)")
     args = parser.parse_args(argv)
     only = [s.strip() for s in args.only.split(",") if s.strip()]
-    unknown = [s for s in only if s not in BY_ID]
+    unknown = [s for s in only if s not in BY_ID and s != "all-on"]
     if unknown or args.jobs < 1:
         print(f"pinning: unknown deviation(s) {', '.join(unknown)}" if unknown
               else "pinning: --jobs must be at least 1", file=sys.stderr)
@@ -289,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
         results = {}
         for ident in [d.id for d in DEVIATIONS] + ["*"]:
             found = _reports(args.source / ("all-on" if ident == "*" else ident))
-            if found and (not only or ident in only):
+            if found and (not only or ident in only or (ident == "*" and "all-on" in only)):
                 results[ident] = Run((), (), report=json.loads(found[-1].read_text("utf-8")))
         doc = document(results, previous)
         if args.write:
@@ -298,8 +319,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     with tempfile.TemporaryDirectory(prefix="antman-pin-") as tmp:
         base = args.keep or Path(tmp)
-        results = generate(only or [d.id for d in DEVIATIONS], all_on=not only,
-                           jobs=args.jobs, base=base)
+        results = generate([s for s in only if s != "all-on"] if only
+                           else [d.id for d in DEVIATIONS],
+                           all_on=not only or "all-on" in only, jobs=args.jobs, base=base)
     for key, run in results.items():
         if run.problems and run.report is not None:     # e.g. AntMan's threads kept it alive
             print(f"{key}: {'; '.join(run.problems)[:300]}", file=sys.stderr)
