@@ -173,13 +173,14 @@ def test_each_switch_fails_its_own_clauses(ident: str) -> None:
 
 
 def test_all_on_is_the_union_of_the_switches() -> None:
-    union: set[tuple[str, str]] = set()
-    for d in SWITCHES:
-        union |= _pairs(DATA["deviations"][d.id]["failures"])
-    assert _pairs(DATA["all_on"]["failures"]) == union, (
-        f"with every switch on: failing beyond the switches "
-        f"{sorted(_pairs(DATA['all_on']['failures']) - union)[:20]}, not failing "
-        f"{sorted(union - _pairs(DATA['all_on']['failures']))[:20]}")
+    """With every switch on, the failing tests are those the switches fail alone, apart
+    from the tests listed as failing only together (two switches' behaviours combined, or
+    a race one switch's run did not hit); a test one switch fails alone may pass with all
+    on (another switch's failure stops it first on another check)."""
+    union = {n for d in SWITCHES for n in DATA["deviations"][d.id]["failures"]}
+    together = set(DATA["all_on"]["failures"]) - union
+    assert together == set(DATA["all_on"].get("only_together", [])), "regenerate"
+    assert len(together) <= 10, f"too many failures no switch explains: {sorted(together)}"
 
 
 @pytest.fixture(scope="module")
@@ -193,15 +194,16 @@ def test_certified_verdict_with_every_switch_on(all_on_run: pinning.Run) -> None
     assert run.report is not None, run.problems
     assert run.report["runtime"]["module"] == pinning.RUNTIME
     assert run.report["verdict"]["status"] != "CERTIFIED"
-    got = {n: f["clauses"] for n, f in run.failures().items() if not _slow(n, f)}
-    want = {n: f["clauses"] for n, f in DATA["all_on"]["failures"].items()}
+    got = {n for n, f in run.failures().items() if not _slow(n, f)}
+    want = set(DATA["all_on"]["failures"])
     assert got == want, (
-        f"AntMan 1.15's verdict moved: newly failing {sorted(set(got) - set(want))[:20]}, "
-        f"no longer failing {sorted(set(want) - set(got))[:20]}, other clauses "
-        f"{ {n: (want[n], got[n]) for n in set(got) & set(want) if got[n] != want[n]} }; "
-        f"regenerate with {pinning.COMMAND} if the change is intended")
+        f"AntMan 1.15's verdict moved: newly failing {sorted(got - want)[:20]}, no longer "
+        f"failing {sorted(want - got)[:20]}; regenerate with {pinning.COMMAND} if the "
+        f"change is intended")
+    together = set(DATA["all_on"].get("only_together", []))
     for t in run.report["tests"]:
-        if t["outcome"] in pinning.BAD:
+        if t["outcome"] in pinning.BAD and t["nodeid"] in DATA["all_on"]["failures"] \
+                and t["nodeid"] not in together:
             assert t.get("antman", {}).get("verdict") == "same-as-antman", (
                 f"{t['nodeid']} is not recognised as AntMan's behaviour: {t.get('antman')}")
 
@@ -225,8 +227,10 @@ def test_switching_one_off_removes_exactly_its_failures(
     for other in SWITCHES:
         if other.id != ident:
             others |= _pairs(DATA["deviations"][other.id]["failures"])
-    expected = _pairs(in_modules) - (mine - others)
-    got = _pairs({n: f for n, f in run.failures().items() if not _slow(n, f)})
+    mine_t = set(DATA["deviations"][ident]["failures"])
+    others_t = {n for o in SWITCHES if o.id != ident for n in DATA["deviations"][o.id]["failures"]}
+    expected = set(in_modules) - (mine_t - others_t)
+    got = {n for n, f in run.failures().items() if not _slow(n, f)}
     assert got == expected, (
         f"with {ident} off: still failing {sorted(got - expected)[:20]}, also gone "
         f"{sorted(expected - got)[:20]}")

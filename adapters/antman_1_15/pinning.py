@@ -273,8 +273,10 @@ def document(results: dict[str, Run], previous: dict[str, Any] | None) -> dict[s
         pinned = {n for dev in deviations.values() for n in dev["failures"]}
         slow = sorted(n for n, f in failures.items() if n not in pinned and (
             f["outcome"] == "TIMEOUT" or n.startswith(LOAD_SENSITIVE)))
-        all_on = {"modules": list(all_modules()), "timed_out": slow,
-                  "failures": {n: f for n, f in failures.items() if n not in slow}}
+        kept = {n: f for n, f in failures.items() if n not in slow}
+        all_on = {"modules": list(all_modules()), "timed_out": slow, "failures": kept,
+                  # failing only with several switches on: no switch alone fails them
+                  "only_together": sorted(set(kept) - pinned)}
     else:
         all_on = (previous or {}).get("all_on", {"modules": [], "failures": {},
                                                  "timed_out": []})
