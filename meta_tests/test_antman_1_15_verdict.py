@@ -189,6 +189,7 @@ def all_on_run(tmp_path_factory: pytest.TempPathFactory) -> pinning.Run:
                            tmp_path_factory.mktemp("antman-all-on"), workers=2)
 
 
+@pytest.mark.timeout(1800)         # the whole selection, AntMan's bounded hangs included
 def test_certified_verdict_with_every_switch_on(all_on_run: pinning.Run) -> None:
     run = all_on_run
     assert run.report is not None, run.problems
@@ -214,6 +215,7 @@ def _sample() -> list[str]:
     return list(SAMPLE)
 
 
+@pytest.mark.timeout(900)
 @pytest.mark.parametrize("ident", _sample())
 def test_switching_one_off_removes_exactly_its_failures(
         ident: str, tmp_path_factory: pytest.TempPathFactory) -> None:
