@@ -233,6 +233,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "gpu: needs a real NVIDIA GPU")
     config.addinivalue_line("markers",
                             "tensorflow: needs TensorFlow installed (tox -e certify-tf)")
+    config.addinivalue_line("markers", "antman_full: certifies adapters.antman_1_15 again, "
+                                       "minutes on 2 cores (tox -e antman)")
     if not config.getoption("--hypothesis-profile", default=None):
         settings.load_profile("ci")
 

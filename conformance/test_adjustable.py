@@ -164,6 +164,18 @@ def test_shrink_to_zero_releases_everything_free(rt):
     assert bfc.allocate_raw(256, 256) is None, "allocation with limit 0 [ADJ-2]"
 
 
+@pytest.mark.clause("BFC-8", "ADJ-2")
+def test_a_pool_built_with_limit_zero_grows_once_the_limit_is_raised(rt):
+    bfc, sim = make(rt, limit=0)
+    assert bfc.memory_map().next_region_size == 0, "[BFC-8]"
+    assert rt.GPUAdjustableAllocator().adjust_memory_limit(MiB, bfc) == MiB, "[ADJ-2]"
+    assert bfc.allocate_raw(256, 1000) is not None, (
+        "allocate_raw(256, 1000) after raising a limit of 0 to 1 MiB [BFC-8]")
+    assert sim.alloc_calls == [1024] and bfc.memory_map().next_region_size == 1024, (
+        f"regions {sim.alloc_calls}, next {bfc.memory_map().next_region_size}: a next "
+        f"region size of 0 counts as 256, doubled to 1024 [BFC-8]")
+
+
 @pytest.mark.clause("ADJ-4", "BFC-8")
 @pytest.mark.parametrize("gap", [1, 255, 256, 1000, 100 * KiB, MiB - 1, MiB, 3 * MiB,
                                  4 * MiB - 1, 4 * MiB, 4 * MiB + 1])
@@ -306,6 +318,43 @@ def test_mem_pool_stats_is_a_consistent_snapshot(rt):
     bad = [s for s in seen if s not in states]
     assert not bad, (f"get_mem_pool_stats returned (pool, stable) pairs {sorted(set(bad))[:3]} "
                      f"that the allocator never held; states held: {sorted(states)} [ADJ-5]")
+
+
+@pytest.mark.clause("ADJ-5")
+def test_mem_pool_stats_waits_for_an_extend_in_progress(rt):
+    """The snapshot is taken under the BFC's lock: while an allocation holds it, extending
+    the pool (its sub-allocator call blocks here), get_mem_pool_stats waits, and then sees
+    the new region. Without the lock it returns at once, from the middle of the Extend.
+    Tolerance: the stats call is given 1 s to show that it waits."""
+    entered, release = threading.Event(), threading.Event()
+
+    class Blocking(rt.SimulatedDeviceMemory):
+        def alloc(self, alignment: int, num_bytes: int):
+            entered.set()
+            release.wait(10)
+            return super().alloc(alignment, num_bytes)
+
+    sub = Blocking(4 * GiB)
+    bfc = rt.BFCAllocator(sub, GiB, True, "GPU_0_bfc", clock=VirtualClock(auto_advance=True),
+                          retry_timeout_us=0)
+    adj = rt.GPUAdjustableAllocator()
+    grow, grown = run_in_thread(lambda: bfc.allocate_raw(256, MiB), "antman-test-extend")
+    stats = None
+    try:
+        assert entered.wait(10), "the allocation never called its sub-allocator [ADJ-5]"
+        stats, got = run_in_thread(lambda: adj.get_mem_pool_stats(bfc), "antman-test-stats")
+        stats.join(1.0)
+        assert stats.is_alive(), (
+            f"get_mem_pool_stats returned {got.get('result')} while an Extend held the BFC "
+            f"lock: the snapshot is not taken under the allocator's lock [ADJ-5]")
+    finally:
+        release.set()
+        assert joined(grow, 10), "the allocation did not end [ADJ-5]"
+        if stats is not None:
+            assert joined(stats, 10), "get_mem_pool_stats did not end [ADJ-5]"
+    s = got.get("result")
+    assert s is not None and (s.pool_bytes, s.stable_bytes) == (MiB, MiB), (
+        f"get_mem_pool_stats after the Extend: {s}, expected (1 MiB, 1 MiB) [ADJ-5]")
 
 
 # --- ADJ-6 -------------------------------------------------------------------------------

@@ -725,16 +725,61 @@ def test_retry_with_zero_timeout_makes_three_attempts(rt):
 
 @pytest.mark.clause("BFC-12")
 @pytest.mark.capability("virtual_clock")   # observes the retry's waits
-def test_retry_waits_exactly_the_timeout(rt):
+@pytest.mark.parametrize("timeout_us", [T_10S, 1500, 999])   # not whole milliseconds too
+def test_retry_waits_exactly_the_timeout(rt, timeout_us):
     clock = VirtualClock(auto_advance=True, clause="BFC-12")
-    bfc, sim, n = _refusing(rt, clock, T_10S)
+    bfc, sim, n = _refusing(rt, clock, timeout_us)
     assert bfc.allocate_raw(256, 2 * MiB) is None, "[BFC-12]"
     assert sim.alloc_calls[n:] == [2 * MiB] * 4, (
-        f"allocate_raw(256, 2 MiB) with a 10 s retry and no frees: calls "
+        f"allocate_raw(256, 2 MiB) with a {timeout_us} µs retry and no frees: calls "
         f"{sim.alloc_calls[n:]}, expected 4 attempts [BFC-12]")
     waits = [r.duration_us for r in clock.records]
-    assert waits == [T_10S] and clock.now_us() == T_10S, (
-        f"waits {waits}, clock {clock.now_us()}, expected one wait of {T_10S} µs [BFC-12]")
+    assert waits == [timeout_us] and clock.now_us() == timeout_us, (
+        f"waits {waits}, clock {clock.now_us()}, expected one wait of {timeout_us} µs "
+        f"[BFC-12]")
+
+
+class _FreeOnFirstReading(VirtualClock):
+    """A manual virtual clock that, the first time the retrying thread reads it (after its
+    second attempt failed, before its wait), has another thread free ``ptr`` and waits for
+    that free to return: a free between a failed attempt and the wait."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.free = None             # set by the test: the free to make
+        self.waiter = None           # the retrying thread's name
+        self.freed = threading.Event()
+
+    def now_us(self) -> int:
+        if self.free is not None and threading.current_thread().name == self.waiter \
+                and not self.freed.is_set():
+            self.freed.set()
+            t = threading.Thread(target=self.free, name="antman-test-freer", daemon=True)
+            t.start()
+            t.join(5)
+        return super().now_us()
+
+
+@pytest.mark.clause("BFC-12")
+@pytest.mark.capability("virtual_clock")   # places the free between attempt and wait
+def test_a_free_between_a_failed_attempt_and_the_wait_is_not_missed(rt):
+    clock = _FreeOnFirstReading()
+    bfc, sim = make(rt, MiB, growth=False, clock=clock, timeout_us=T_10S)
+    p = bfc.allocate_raw(256, MiB)                       # the whole pool
+    clock.free, clock.waiter = (lambda: bfc.deallocate_raw(p)), "antman-test-waiter"
+    t, out = _run(lambda: bfc.allocate_raw(256, 1000), "antman-test-waiter")
+    try:
+        t.join(5)
+        assert clock.freed.is_set(), "the retrying allocation never read the clock [BFC-12]"
+        assert not t.is_alive(), (
+            "a free made after the failed attempt and before the wait was missed: the "
+            "allocation waits for its deadline [BFC-12]")
+        assert out == [p] and clock.now_us() == 0, (
+            f"allocation returned {out} at {clock.now_us()} µs, expected {p:#x} at once "
+            f"[BFC-12]")
+    finally:
+        clock.advance(T_10S + 1)                         # end a missed wait
+        t.join(5)
 
 
 def _run(target, name: str) -> tuple[threading.Thread, list]:

@@ -197,6 +197,19 @@ def test_graph_id_is_stable_per_signature(rt, ctx) -> None:
         f"another session's signature reused graph_id {b} [SESS-3]"
     for _ in range(3):
         assert gid(["out", "double"], FEED) == a, "graph_id changed between runs [SESS-3]"
+    # a closed session's graph_ids are not given to a later session (AntMan's were the
+    # addresses of freed ExecutorsAndKeys, which the next session's may reuse: D-SESS-2)
+    seen = {a, b} | others
+    for _ in range(3):
+        s2.close()
+        s2 = ctx.new_session(step_graph(rt, Log()))
+        log.clear()
+        s2.run(["out", "double"], FEED)
+        ((_, c, *_),) = log.snapshot()
+        assert c not in seen, (
+            f"a session made after another was closed reused its graph_id {c} [SESS-3]")
+        seen.add(c)
+    s2.close()
 
 
 # -- SESS-4, SESS-5 --------------------------------------------------------------------------
@@ -217,6 +230,10 @@ def test_pre_then_step_then_post_in_phase_order(rt, ctx) -> None:
             f"step {step}: {kinds(log)} [SESS-4]"
         pre = [e for e in log.snapshot() if e[0].startswith("pre")]
         assert all(e[2] == 0 for e in pre), "PRE actions get sess_duration_us == 0 [SESS-4]"
+        post = [e for e in log.snapshot() if e[0].startswith("post")]
+        assert [e[1] for e in pre] == [s.graph_id(["out"], FEED)] * 2 == [e[1] for e in post], (
+            f"graph_id given to PRE {[e[1] for e in pre]} and POST {[e[1] for e in post]}, "
+            f"expected the signature's graph_id for both [SESS-4]")
 
 
 @pytest.mark.clause("SESS-4", "REG-10")

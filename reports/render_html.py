@@ -193,7 +193,9 @@ def _clause_detail(c: dict[str, Any], tests: dict[str, dict]) -> str:
         f"<div><code>{_e(f['nodeid'])}</code> {badge(f['outcome'])}"
         + ("" if f["tagged"] else " <span class=muted>(untagged failure: blamed on every "
                                   "clause of the test)</span>")
-        + f"<pre>{_e(f['message'])}</pre></div>" for f in c.get("failures") or [])
+        + f"<pre>{_e(f['message'])}</pre>"
+        + (f"<p class=muted>{_e(f['antman_note'])}</p>" if f.get("antman_note") else "")
+        + "</div>" for f in c.get("failures") or [])
     if not failures:
         failures = "".join(
             f"<div><code>{_e(n)}</code> {badge(tests[n]['outcome'])}"
@@ -382,6 +384,8 @@ def _tests(doc: dict[str, Any]) -> str:
                     + f"<pre>{_e(f['message'])}</pre></div>" for f in failures)
             else:
                 message = f"<pre>{_e(t['message'])}</pre>" if t["message"] else ""
+            if t.get("antman"):
+                message += f"<p class=muted>{_e(t['antman']['note'])}</p>"
             out.append(f"<tr><td><code>{_e(t['nodeid'])}</code></td><td>{badge(t['outcome'])}"
                        f"{extra}</td><td>{_clauses_of(t)}</td>"
                        f'<td class="n">{t["duration_s"]:.3f}</td>'

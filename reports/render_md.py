@@ -269,6 +269,8 @@ def _failing_clauses(doc: dict[str, Any]) -> list[str]:
             how = "" if f["tagged"] else " (untagged failure: blamed on every clause of the test)"
             out += [f"- {_code(f['nodeid'])}: {f['outcome']}{how}", "",
                     *safe_text.markdown_block(f["message"], 1500, indent="  "), ""]
+            if f.get("antman_note"):
+                out += [f"  {_cell(line)}" for line in f["antman_note"].splitlines()] + [""]
         if not c.get("failures"):
             out += [f"- {_cell(n)}" for n in c["notes"][:5]] + ([""] if c["notes"] else [])
         if c.get("text"):
@@ -287,6 +289,8 @@ def _tests(doc: dict[str, Any]) -> list[str]:
             failures = t.get("failures") or []
             msg = ("; ".join(f"[{', '.join(f['clauses'])}] {f['message'][:300]}"
                              for f in failures[:3]) if failures else (t["message"] or "")[:300])
+            if t.get("antman"):
+                msg += f" — {t['antman']['note'].splitlines()[0]}"
             outcome = t["outcome"] + (f" (observed {t['observed_outcome']})"
                                       if t["outcome"] != t["observed_outcome"] else "")
             outcomes = t.get("clause_outcomes") or {c: t["outcome"] for c in t["clauses"]}
