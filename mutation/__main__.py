@@ -143,8 +143,8 @@ def read_report(source: Path) -> dict:
         raise UsageError(f"{path} is not a mutation report: "
                          f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
                          ) from None
-    if not isinstance(data, dict) or not isinstance(data.get("results"), list):
-        raise UsageError(f"{path} is not a mutation report (no list of results)")
+    if not isinstance(data, dict) or not isinstance(data.get("mutants"), list):
+        raise UsageError(f"{path} is not a mutation report (no list of mutants)")
     return data
 
 
