@@ -178,6 +178,24 @@ def test_reviewed_list_matches_the_mutants(runtime_population) -> None:
         assert len(entry.reason) >= 20, f"{entry.key}: the reason must say why ({entry.reason!r})"
 
 
+def test_every_unspecified_entry_names_its_clause_or_why_it_stays_open() -> None:
+    root = CONFORMANCE_DIR.parent
+    spec = (root / "SPEC.md").read_text(encoding="utf-8")
+    entries = eq.load()
+    assert any(e.kind == "unspecified" for e in entries.values())
+    problems = eq.unspecified_reason_problems(entries, spec, root)
+    assert not problems, "\n".join(problems)
+    bad = {"k": eq.Equivalent("k", "x", "c", "y", "unspecified", "the wording is free here")}
+    assert "'open: ' or 'within" in eq.unspecified_reason_problems(bad, spec, root)[0]
+    for reason, needle in (
+            ("within NOPE-1 (conformance/test_bfc.py): x", "no clause"),
+            ("within BFC-6 (conformance/nothing.py): x", "no conformance module"),
+            ("within BFC-6 (conformance/test_env.py): x", "tags none"),
+            ("within BFC-6 (conformance/test_bfc.py::test_absent): x", "no test")):
+        bad = {"k": eq.Equivalent("k", "x", "c", "y", "unspecified", reason)}
+        assert needle in " ".join(eq.unspecified_reason_problems(bad, spec, root)), reason
+
+
 @pytest.mark.parametrize("body,error", [
     ('key = "k"\nline = "x"\nchange = "c"\nmutated = "y"\nkind = "equivalent"\n', "missing"),
     ('key = "k"\nline = "x"\nchange = "c"\nmutated = "y"\nkind = "maybe"\nreason = "r"\n', "kind"),

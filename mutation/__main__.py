@@ -292,6 +292,8 @@ def cmd_show(args: argparse.Namespace) -> int:
 def cmd_check(args: argparse.Namespace) -> int:
     entries = eq.load()
     problems = eq.problems(entries, list(population().mutants))
+    problems += eq.unspecified_reason_problems(
+        entries, (ROOT / "SPEC.md").read_text(encoding="utf-8"), ROOT)
     for p in problems:
         print(p)
     print(f"{len(entries)} reviewed entries, {len(problems)} problem(s)")
