@@ -295,6 +295,11 @@ def test_a_runtime_refused_before_any_test_is_killed_at_import() -> None:
     other = Run(("conformance/test_api.py",), 4, 1.0, 1.0)
     classify(other, None, "ERROR: usage: unrecognized arguments: --bogus\n")
     assert other.outcome == "error"
+    refused = Run(("conformance/test_api.py",), 4, 1.0, 1.0)
+    classify(refused, None, "ERROR: runtime 'mutant_runtime' declares unknown capabilities "
+                            "['XXworkloadXX'] (SPEC.md API-2); known: bfc\n")
+    assert (refused.outcome, refused.how) == ("killed", "refused")
+    assert "unknown capabilities" in refused.message
 
 
 def test_a_skip_the_reference_also_makes_is_no_kill(tmp_path: Path) -> None:

@@ -91,7 +91,7 @@ def summary(results: list[MutantResult]) -> dict[str, Any]:
     return {
         **counts,
         "killed_by": {how: sum(1 for r in killed if r.how == how)
-                      for how in ("test", "timeout", "import", "skipped")},
+                      for how in ("test", "timeout", "import", "refused", "skipped")},
         "map_gaps": sum(1 for r in results if r.map_gap),
         "list_mistakes": sum(1 for r in results if r.list_mistake),
         "cost_per_mutant": {"wall_s": stats(walls), "cpu_s": stats(cpus), "run": len(ran),
@@ -179,7 +179,8 @@ def to_markdown(data: dict[str, Any]) -> str:
         f"below).",
         "",
         f"- killed by a failing test {s['killed_by']['test']}, by a timeout "
-        f"{s['killed_by']['timeout']}, at import {s['killed_by']['import']}, by a test "
+        f"{s['killed_by']['timeout']}, at import {s['killed_by']['import']}, refused before "
+        f"any test (API-1, API-2) {s['killed_by'].get('refused', 0)}, by a test "
         f"skipped that the reference runs {s['killed_by']['skipped']}; kills outside "
         f"the static map (map gaps) {s['map_gaps']}; listed mutants that were killed "
         f"{s['list_mistakes']}",
