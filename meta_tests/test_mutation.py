@@ -527,7 +527,7 @@ def test_what_mutmut_generator_leaves_alone(mutmut_snippet_mutants) -> None:
         assert number not in touched, needle
 
 
-def test_mutmut_keys_never_collide_with_the_reviewed_list(runtime_population) -> None:
+def test_mutmut_keys_never_collide_with_the_reviewed_list() -> None:
     from mutation.mutmut_operators import MUTMUT_OPERATORS
     from mutation.operators import OPERATORS
     assert not set(MUTMUT_OPERATORS) & set(OPERATORS)
