@@ -149,7 +149,7 @@ def read_report(source: Path) -> dict:
 
 
 def _progress(done: int, total: int, r: MutantResult) -> None:
-    by = f" by {r.test} [{r.clause or '-'}]" if r.outcome == "killed" else ""
+    by = (f" by {r.test or r.how} [{r.clause or '-'}]" if r.outcome == "killed" else "")
     gap = f" (map gap: {r.map_gap})" if r.map_gap else ""
     print(f"[{done:4d}/{total}] {r.outcome:10} {r.module}:{r.line} {r.operator} {r.change}"
           f"{by}{gap} {r.wall_s:.1f} s", flush=True)
