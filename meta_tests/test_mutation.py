@@ -178,6 +178,24 @@ def test_reviewed_list_matches_the_mutants(runtime_population) -> None:
         assert len(entry.reason) >= 20, f"{entry.key}: the reason must say why ({entry.reason!r})"
 
 
+def test_every_unspecified_entry_names_its_clause_or_why_it_stays_open() -> None:
+    root = CONFORMANCE_DIR.parent
+    spec = (root / "SPEC.md").read_text(encoding="utf-8")
+    entries = eq.load()
+    assert any(e.kind == "unspecified" for e in entries.values())
+    problems = eq.unspecified_reason_problems(entries, spec, root)
+    assert not problems, "\n".join(problems)
+    bad = {"k": eq.Equivalent("k", "x", "c", "y", "unspecified", "the wording is free here")}
+    assert "'open: ' or 'within" in eq.unspecified_reason_problems(bad, spec, root)[0]
+    for reason, needle in (
+            ("within NOPE-1 (conformance/test_bfc.py): x", "no clause"),
+            ("within BFC-6 (conformance/nothing.py): x", "no conformance module"),
+            ("within BFC-6 (conformance/test_env.py): x", "tags none"),
+            ("within BFC-6 (conformance/test_bfc.py::test_absent): x", "no test")):
+        bad = {"k": eq.Equivalent("k", "x", "c", "y", "unspecified", reason)}
+        assert needle in " ".join(eq.unspecified_reason_problems(bad, spec, root)), reason
+
+
 @pytest.mark.parametrize("body,error", [
     ('key = "k"\nline = "x"\nchange = "c"\nmutated = "y"\nkind = "equivalent"\n', "missing"),
     ('key = "k"\nline = "x"\nchange = "c"\nmutated = "y"\nkind = "maybe"\nreason = "r"\n', "kind"),
@@ -277,6 +295,11 @@ def test_a_runtime_refused_before_any_test_is_killed_at_import() -> None:
     other = Run(("conformance/test_api.py",), 4, 1.0, 1.0)
     classify(other, None, "ERROR: usage: unrecognized arguments: --bogus\n")
     assert other.outcome == "error"
+    refused = Run(("conformance/test_api.py",), 4, 1.0, 1.0)
+    classify(refused, None, "ERROR: runtime 'mutant_runtime' declares unknown capabilities "
+                            "['XXworkloadXX'] (SPEC.md API-2); known: bfc\n")
+    assert (refused.outcome, refused.how) == ("killed", "refused")
+    assert "unknown capabilities" in refused.message
 
 
 def test_a_skip_the_reference_also_makes_is_no_kill(tmp_path: Path) -> None:
@@ -424,3 +447,212 @@ def test_list_and_rescore_refuse_what_they_cannot_read(
         assert main(["rescore", str(path)]) == 2
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+
+
+# --- the second mutant source: mutmut's documented operators -----------------------------
+
+MUTMUT_SNIPPET = textwrap.dedent('''\
+    """Docstring 1."""
+    import functools
+
+    LIMIT = 10
+    RATE = 0.5
+    NAME = "bfc"
+    __all__ = ["f"]
+
+
+    @functools.lru_cache
+    def f(x, y=2, z=None):
+        """Docstring 2."""
+        total = x + y
+        total += 1
+        for i in range(3):
+            if i is None or i in (x,):
+                break
+            if i < x and x == y:
+                continue
+        key = lambda v: v * 2
+        quiet = lambda: None
+        w = None
+        keep = 7  # pragma: no mutate
+        return total is not None and y not in (True, False)
+    ''')
+
+
+@pytest.fixture(scope="module")
+def mutmut_snippet_mutants() -> list[Mutant]:
+    from mutation.mutmut_operators import mutmut_mutants_of_source
+    return mutmut_mutants_of_source("snippet.py", MUTMUT_SNIPPET)
+
+
+@pytest.mark.parametrize("operator, original, replacement", [
+    ("number", "10", "11"), ("number", "0.5", "1.5"), ("number", "3", "4"),
+    ("string", '"bfc"', '"XXbfcXX"'),
+    ("keyword", "True", "False"), ("keyword", "False", "True"), ("keyword", "None", '""'),
+    ("keyword", "is", "is not"), ("keyword", "is not", "is"), ("keyword", "in", "not in"),
+    ("keyword", "not in", "in"), ("keyword", "break", "continue"),
+    ("keyword", "continue", "break"), ("keyword", "and", "or"), ("keyword", "or", "and"),
+    ("operator", "+", "-"), ("operator", "*", "/"), ("operator", "+=", "-="),
+    ("comparison", "<", "<="), ("comparison", "==", "!="),
+    ("assignment", "x + y", "None"), ("assignment", "None", '""'),
+    ("augmented", "+=", "="),
+    ("decorator", "@functools.lru_cache", ""),
+    ("lambda", "v * 2", "None"), ("lambda", "None", "0"),
+    ("default", "2", "None"), ("number", "2", "3"),
+])
+def test_each_mutmut_operator_makes_its_mutant(mutmut_snippet_mutants: list[Mutant],
+                                               operator: str, original: str,
+                                               replacement: str) -> None:
+    assert (operator, original, replacement) in changes(mutmut_snippet_mutants)
+
+
+def test_mutmut_mutants_are_exact_edits_that_compile(mutmut_snippet_mutants) -> None:
+    from mutation.mutmut_operators import MUTMUT_OPERATORS
+    assert {m.operator for m in mutmut_snippet_mutants} == set(MUTMUT_OPERATORS)
+    for m in mutmut_snippet_mutants:
+        assert compiles(m, MUTMUT_SNIPPET), m
+        after = m.apply(MUTMUT_SNIPPET)
+        assert after.count("\n") == MUTMUT_SNIPPET.count("\n"), m    # no line moves
+    decorator = next(m for m in mutmut_snippet_mutants if m.operator == "decorator")
+    assert "@" not in decorator.apply(MUTMUT_SNIPPET)
+    assert len({m.key for m in mutmut_snippet_mutants}) == len(mutmut_snippet_mutants)
+
+
+def test_what_mutmut_generator_leaves_alone(mutmut_snippet_mutants) -> None:
+    touched = {m.line for m in mutmut_snippet_mutants}
+    lines = MUTMUT_SNIPPET.splitlines()
+    for needle in ('"""Docstring 1."""', "import functools", '__all__ = ["f"]',
+                   '"""Docstring 2."""', "keep = 7  # pragma: no mutate"):
+        number = next(i for i, ln in enumerate(lines, 1) if ln.strip() == needle)
+        assert number not in touched, needle
+
+
+def test_mutmut_keys_never_collide_with_the_reviewed_list() -> None:
+    from mutation.mutmut_operators import MUTMUT_OPERATORS
+    from mutation.operators import OPERATORS
+    assert not set(MUTMUT_OPERATORS) & set(OPERATORS)
+    entries = eq.load()
+    assert all(e.key.split(":")[2] in OPERATORS for e in entries.values())
+
+
+def test_mutmut_samples_are_seeded_and_order_free(mutmut_snippet_mutants) -> None:
+    a = draw(mutmut_snippet_mutants, "7", 5)
+    shuffled = list(mutmut_snippet_mutants)
+    random.Random(3).shuffle(shuffled)
+    assert [m.key for m in draw(shuffled, "7", 5)] == [m.key for m in a]
+    assert [m.key for m in draw(mutmut_snippet_mutants, "8", 5)] != [m.key for m in a]
+
+
+def test_the_generator_is_chosen_by_name(tmp_path: Path) -> None:
+    (tmp_path / "m.py").write_text(MUTMUT_SNIPPET, encoding="utf-8")
+    suite = population(tmp_path, ["m.py"])
+    other = population(tmp_path, ["m.py"], generator="mutmut")
+    from mutation.mutmut_operators import MUTMUT_OPERATORS
+    from mutation.operators import OPERATORS
+    assert {m.operator for m in suite.mutants} <= set(OPERATORS)
+    assert {m.operator for m in other.mutants} == set(MUTMUT_OPERATORS)
+
+
+# --- whole-suite mode --------------------------------------------------------------------
+
+def test_whole_suite_runs_every_module_in_one_run_map_first(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import mutation.campaign as campaign_mod
+    from mutation.targets import complement, observers
+    calls: list[tuple[str, ...]] = []
+    killer = {"test": None}
+
+    def fake_run(workspace, modules, options, *, tag="run", expected_skips=None) -> Run:
+        calls.append(tuple(modules))
+        run = Run(tuple(modules), 0, 1.0, 1.0, outcome="passed")
+        if killer["test"]:
+            run.exit_code, run.outcome, run.how, run.test = 1, "killed", "test", killer["test"]
+        return run
+
+    class FakeWorkspace:
+        from contextlib import nullcontext
+
+        def mutated(self, mutant, source):
+            return self.nullcontext()
+
+    monkeypatch.setattr(campaign_mod, "run_pytest", fake_run)
+    source = "def f(a):\n    return a < 1\n"
+    mutant = mutants_of_source("env.py", source)[0]
+    whole = Campaign(seed="1", sample=1, whole_suite=True, generator="mutmut")
+    r = campaign_mod.evaluate(mutant, source, FakeWorkspace(), whole, None)   # a survivor
+    assert calls == [observers("env.py") + complement("env.py")] and r.outcome == "survived"
+    assert sorted(calls[0]) == sorted(campaign_mod.whole_suite_modules())
+    calls.clear()
+    campaign_mod.evaluate(mutant, source, FakeWorkspace(), Campaign(seed="1", sample=1), None)
+    assert calls == [observers("env.py"), complement("env.py")]        # the map, confirmed
+    calls.clear()
+    killer["test"] = "conformance.test_env::test_x"
+    assert campaign_mod.evaluate(mutant, source, FakeWorkspace(), whole, None).map_gap is None
+    killer["test"] = "conformance.test_worker_protocol.TestA::test_y"
+    r = campaign_mod.evaluate(mutant, source, FakeWorkspace(), whole, None)
+    assert (r.outcome, r.map_gap) == ("killed", "conformance/test_worker_protocol.py")
+
+
+def test_run_passes_generator_and_mode_to_the_campaign_and_report(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import mutation.__main__ as cli
+    seen: dict[str, object] = {}
+
+    def fake_population(*a, **k):
+        seen["generator"] = k.get("generator")
+        return type("P", (), {"mutants": (), "by_key": lambda self: {}})()
+
+    def fake_campaign(pop, entries, campaign, **kw):
+        seen["campaign"] = campaign
+        return CampaignResult(campaign, 0, {}, [result("a", "killed", how="test"),
+                                                result("b", "survived")],
+                              None, 0.0, 1.0, (0.0,) * 3, (0.0,) * 3)
+
+    monkeypatch.setattr(cli, "population", fake_population)
+    monkeypatch.setattr(cli, "run_campaign", fake_campaign)
+    code = cli.main(["run", "--generator", "mutmut", "--whole-suite", "--seed", "7",
+                     "--sample", "2", "--no-baseline", "--out", str(tmp_path)])
+    assert code == 0
+    c = seen["campaign"]
+    assert seen["generator"] == "mutmut" and (c.generator, c.whole_suite) == ("mutmut", True)
+    out = capsys.readouterr().out
+    assert "kill rate 50.0 % (95 % CI 9.4-90.5 %, Wilson" in out
+    data = cli.read_report(tmp_path / "latest-seed-7")
+    assert (data["campaign"]["generator"], data["campaign"]["mode"]) == ("mutmut", "whole-suite")
+    assert data["summary"]["kill_rate_ci95"] == [0.0945, 0.9055]
+    text = (tmp_path / "latest-seed-7" / "mutation.md").read_text(encoding="utf-8")
+    assert "Mutant source `mutmut`" in text and "whole conformance suite" in text
+    assert cli.main(["rescore", str(tmp_path / "latest-seed-7"), "--into",
+                     str(tmp_path / "again")]) == 0                 # a written report reads back
+    assert "kill rate 50.0 % (95 % CI 9.4-90.5 %, Wilson" in capsys.readouterr().out
+    assert cli.main(["run", "--whole-suite", "--modules", "conformance/test_env.py",
+                     "--out", str(tmp_path)]) == 2
+    assert "exclude each other" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli.main(["run", "--generator", "cosmic"])
+
+
+# --- confidence intervals ----------------------------------------------------------------
+
+@pytest.mark.parametrize("k, n, low, high", [
+    # Newcombe (1998), Statistics in Medicine 17:857, table I, method 3 (Wilson score)
+    (81, 263, 0.2553, 0.3662), (15, 148, 0.0624, 0.1605), (0, 20, 0.0, 0.1611),
+    (1, 29, 0.0061, 0.1718), (29, 29, 0.883, 1.0), (0, 10, 0.0, 0.2775),
+])
+def test_wilson_interval_matches_published_values(k: int, n: int, low: float,
+                                                  high: float) -> None:
+    lo, hi = report.wilson_interval(k, n)
+    assert (round(lo, 4), round(hi, 4)) == (low, high)
+    assert lo <= k / n <= hi
+
+
+def test_wilson_interval_edge_cases() -> None:
+    assert report.wilson_interval(0, 0) is None
+    with pytest.raises(ValueError):
+        report.wilson_interval(3, 2)
+    narrow, wide = report.wilson_interval(90, 100), report.wilson_interval(9, 10)
+    assert wide[0] < narrow[0] and narrow[1] < wide[1]       # more mutants, narrower interval
+    s = report.summary([result("a", "killed"), result("b", "equivalent", reason="r" * 20)])
+    assert s["kill_rate_ci95"] == [0.2065, 1.0]
+    assert report.summary([])["kill_rate_ci95"] is None

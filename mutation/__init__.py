@@ -51,4 +51,9 @@ modules that observe them (``targets``), and a survivor is confirmed against the
 suite, so the map can only cost time, never a kill. Samples are stable under unrelated edits
 (``sampling``), so a seed drawn again after the suite was strengthened holds the same mutants.
 The only dependencies are the standard library and pytest.
+
+mutmut's operators are nevertheless available as a second mutant source
+(``--generator mutmut``, ``mutmut_operators``, written from its documentation): a suite
+measured only with operators designed together with it could miss a family of bugs neither
+thought of, so a campaign with another tool's operators is the independent check.
 """

@@ -1,6 +1,8 @@
 """``python -m mutation``: mutation testing of the reference runtime against the suite.
 
     python -m mutation run [--seed S ...] [--sample N] [--jobs J] [--publish] ...
+    python -m mutation run --generator mutmut ...   # mutmut's operators, not the suite's
+    python -m mutation run --whole-suite ...        # every mutant against the whole suite
     python -m mutation list --seed S --sample N     # the sample, without running it
     python -m mutation list --at MODULE[:LINE]      # every mutant of a module or a line
     python -m mutation show KEY                     # one mutant's diff
@@ -32,7 +34,7 @@ from . import equivalents as eq
 from . import report
 from .campaign import Campaign, baseline, run_campaign
 from .runner import STOP, MutantResult, Options, Workspace
-from .sampling import draw, population
+from .sampling import GENERATORS, draw, population
 from .targets import ROOT
 
 DEFAULT_SEEDS = ("1", "2")
@@ -141,23 +143,25 @@ def read_report(source: Path) -> dict:
         raise UsageError(f"{path} is not a mutation report: "
                          f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
                          ) from None
-    if not isinstance(data, dict) or not isinstance(data.get("results"), list):
-        raise UsageError(f"{path} is not a mutation report (no list of results)")
+    if not isinstance(data, dict) or not isinstance(data.get("mutants"), list):
+        raise UsageError(f"{path} is not a mutation report (no list of mutants)")
     return data
 
 
 def _progress(done: int, total: int, r: MutantResult) -> None:
-    by = f" by {r.test} [{r.clause or '-'}]" if r.outcome == "killed" else ""
+    by = (f" by {r.test or r.how} [{r.clause or '-'}]" if r.outcome == "killed" else "")
     gap = f" (map gap: {r.map_gap})" if r.map_gap else ""
     print(f"[{done:4d}/{total}] {r.outcome:10} {r.module}:{r.line} {r.operator} {r.change}"
           f"{by}{gap} {r.wall_s:.1f} s", flush=True)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    if args.whole_suite and args.modules:
+        raise UsageError("--whole-suite and --modules exclude each other")
     out = usable_folder(Path(args.out))
     if args.publish:
         usable_folder(PUBLISHED_DIR)
-    pop = population()
+    pop = population(generator=args.generator)
     if args.key:
         known = pop.by_key()
         unknown = [k for k in args.key if k not in known]
@@ -173,7 +177,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     size = len(args.key) if args.key else args.sample
     jobs = max(1, min(args.jobs, size))      # more workspaces than mutants would idle
     entries = eq.load()
-    problems = eq.problems(entries, list(pop.mutants))
+    # the reviewed list names the suite generator's mutants; no other source's key matches it
+    problems = eq.problems(entries, list(pop.mutants)) if args.generator == "suite" else []
     for p in problems:
         print(f"reviewed list: {p}", file=sys.stderr)
     options = Options(mutant_timeout_s=args.mutant_timeout_s, test_timeout_s=args.test_timeout_s)
@@ -198,8 +203,11 @@ def cmd_run(args: argparse.Namespace) -> int:
                                 confirm=not args.no_confirm,
                                 check_equivalents=args.check_equivalents,
                                 keys=tuple(args.key or ()),
-                                modules=tuple(args.modules or ()))
-            print(f"seed {seed}: {len(pop.mutants)} mutants, sample {args.sample}", flush=True)
+                                modules=tuple(args.modules or ()),
+                                generator=args.generator, whole_suite=args.whole_suite)
+            print(f"seed {seed}: {len(pop.mutants)} mutants ({args.generator} generator), "
+                  f"sample {args.sample}"
+                  + (", each against the whole suite" if args.whole_suite else ""), flush=True)
             result = run_campaign(pop, entries, campaign, work_dir=work / f"seed-{seed}",
                                   baseline_run=base_run, progress=_progress)
             result.list_problems = problems
@@ -212,7 +220,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             latest.symlink_to(folder.name)
             s = report.summary(result.results)
             rate = s["kill_rate"]
-            print(f"seed {seed}: kill rate {100 * rate:.1f} % ({s['killed']}/{s['counted']}; "
+            print(f"seed {seed}: kill rate {100 * rate:.1f} % "
+                  f"({report.ci_text(s['kill_rate_ci95'])}, Wilson; {s['killed']}/{s['counted']}; "
                   f"{s['survived']} survived, {s['error']} errors, {s['equivalent']} equivalent, "
                   f"{s['unspecified']} unspecified, {s['gpu-only']} GPU-only); report {md_path}"
                   if rate is not None
@@ -240,14 +249,15 @@ def cmd_rescore(args: argparse.Namespace) -> int:
                          ) from None
     _, md_path = report.write_data(data, folder)
     s = data["summary"]
-    print(f"kill rate {report._pct(s['kill_rate'])} ({s['killed']}/{s['counted']}; "
+    print(f"kill rate {report._pct(s['kill_rate'])} "
+          f"({report.ci_text(s.get('kill_rate_ci95'))}, Wilson; {s['killed']}/{s['counted']}; "
           f"{s['survived']} survived, {s['equivalent']} equivalent, {s['unspecified']} "
           f"unspecified, {s['gpu-only']} GPU-only); report {md_path}")
     return 0
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    pop = population()
+    pop = population(generator=args.generator)
     entries = eq.load()
     if args.at:
         module, _, line = args.at.partition(":")
@@ -265,7 +275,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    pop = population()
+    pop = population(generator=args.generator)
     by_key = pop.by_key()
     status = 0
     for key in args.key:
@@ -282,6 +292,8 @@ def cmd_show(args: argparse.Namespace) -> int:
 def cmd_check(args: argparse.Namespace) -> int:
     entries = eq.load()
     problems = eq.problems(entries, list(population().mutants))
+    problems += eq.unspecified_reason_problems(
+        entries, (ROOT / "SPEC.md").read_text(encoding="utf-8"), ROOT)
     for p in problems:
         print(p)
     print(f"{len(entries)} reviewed entries, {len(problems)} problem(s)")
@@ -313,6 +325,13 @@ def main(argv: list[str] | None = None) -> int:
                      help=f"mutants per seed (default {DEFAULT_SAMPLE})")
     run.add_argument("--key", action="append", help="run this mutant (repeatable) instead of "
                                                     "a sample")
+    run.add_argument("--generator", choices=sorted(GENERATORS), default="suite",
+                     help="the mutant source: suite (the suite's own operators, default) or "
+                          "mutmut (mutmut's documented operator set, mutation/mutmut_operators.py)")
+    run.add_argument("--whole-suite", action="store_true",
+                     help="run every mutant against the whole conformance suite (its map's "
+                          "modules first) instead of its static map: shows the map hides "
+                          "nothing")
     run.add_argument("--modules", nargs="+", metavar="PATH",
                      help="run these conformance modules against every mutant instead of the "
                           "static map's (a quick check while writing tests; no confirmation)")
@@ -340,11 +359,13 @@ def main(argv: list[str] | None = None) -> int:
     lst = sub.add_parser("list", help="print a sample without running it")
     lst.add_argument("--seed", type=_seed, default=DEFAULT_SEEDS[0])
     lst.add_argument("--sample", type=_positive_int, default=DEFAULT_SAMPLE)
+    lst.add_argument("--generator", choices=sorted(GENERATORS), default="suite")
     lst.add_argument("--at", metavar="MODULE[:LINE]",
                      help="every mutant of a runtime module (or of one of its lines) instead")
     lst.set_defaults(func=cmd_list)
     show = sub.add_parser("show", help="print the diff of mutants")
     show.add_argument("key", nargs="+")
+    show.add_argument("--generator", choices=sorted(GENERATORS), default="suite")
     show.set_defaults(func=cmd_show)
     rescore = sub.add_parser("rescore", help="apply the reviewed list again to a report "
                                             "(nothing is run)")

@@ -4,7 +4,11 @@ For each sampled mutant: when it is on the reviewed list (``equivalents.toml``) 
 (unless ``check_equivalents``) and takes the list's kind; otherwise the conformance modules
 that observe its module (``targets.OBSERVERS``) run against it; a survivor is then run against
 every other conformance module (``confirm``), where a kill is recorded as a gap of the static
-map. Before the first mutant the unmutated copy of the runtime runs through the whole
+map. With ``whole_suite`` there is no separate observer run and no confirmation: every mutant
+runs against the whole conformance suite in one pytest process, its map's modules first; so
+a kill by a module outside the map means that every module of the map passed (a gap,
+recorded in ``MutantResult.map_gap``), and a survivor survived every test. A whole-suite
+sample therefore shows directly that the map hides nothing. Before the first mutant the unmutated copy of the runtime runs through the whole
 conformance suite under the same options (the baseline): a harness that fails it would make
 every verdict meaningless, so the campaign stops.
 """
@@ -24,7 +28,7 @@ from .equivalents import Equivalent
 from .operators import Mutant
 from .runner import MutantResult, Options, Run, Workspace, run_pytest
 from .sampling import Population, draw
-from .targets import all_conformance_modules, complement, observers
+from .targets import OBSERVERS, all_conformance_modules, complement, observers
 
 __all__ = ["Campaign", "CampaignResult", "baseline", "run_campaign", "evaluate"]
 
@@ -39,6 +43,8 @@ class Campaign:
     check_equivalents: bool = False
     keys: tuple[str, ...] = ()          # run exactly these mutants instead of a sample
     modules: tuple[str, ...] = ()       # run these conformance modules instead of the map's
+    generator: str = "suite"            # the mutant source (sampling.GENERATORS)
+    whole_suite: bool = False           # every conformance module, not the map's
 
 
 @dataclass
@@ -57,8 +63,22 @@ class CampaignResult:
 
 def baseline(workspace: Workspace, options: Options) -> Run:
     """The unmutated copy through the whole conformance suite (one core, as a mutant runs)."""
-    modules = tuple(f"conformance/{m}" for m in all_conformance_modules())
-    return run_pytest(workspace, modules, options, tag="baseline")
+    return run_pytest(workspace, whole_suite_modules(), options, tag="baseline")
+
+
+def whole_suite_modules() -> tuple[str, ...]:
+    """Every conformance module, in the suite's order (``--whole-suite``)."""
+    return tuple(f"conformance/{m}" for m in all_conformance_modules())
+
+
+def outside_map(module: str, test: str) -> str | None:
+    """The conformance module of ``test`` (a JUnit name, ``conformance.test_x[.Class]::name``)
+    when the static map of ``module`` lacks it, else None."""
+    parts = test.split("::")[0].replace("/", ".").split(".")
+    name = next((p for p in parts if p.startswith("test_")), None)
+    if name is None or f"{name}.py" in OBSERVERS.get(module, ()):
+        return None
+    return f"conformance/{name}.py"
 
 
 def evaluate(mutant: Mutant, source: str, workspace: Workspace, campaign: Campaign,
@@ -74,10 +94,12 @@ def evaluate(mutant: Mutant, source: str, workspace: Workspace, campaign: Campai
             result.outcome = listed.kind
             return result
     tag = mutant.key.replace("/", "_").replace(":", "_")
+    first = (observers(mutant.module) + complement(mutant.module) if campaign.whole_suite
+             else campaign.modules or observers(mutant.module))
     with workspace.mutated(mutant, source):
-        runs = [run_pytest(workspace, campaign.modules or observers(mutant.module),
-                           campaign.options, tag=tag, expected_skips=expected_skips)]
-        rest = () if campaign.modules else complement(mutant.module)
+        runs = [run_pytest(workspace, first, campaign.options, tag=tag,
+                           expected_skips=expected_skips)]
+        rest = () if campaign.modules or campaign.whole_suite else complement(mutant.module)
         if runs[0].outcome == "passed" and campaign.confirm and rest and listed is None:
             runs.append(run_pytest(workspace, rest, campaign.options, tag=tag + ".confirm",
                                    expected_skips=expected_skips))
@@ -91,6 +113,8 @@ def evaluate(mutant: Mutant, source: str, workspace: Workspace, campaign: Campai
         result.message = killing.message
         if killing is not runs[0] and killing.test:
             result.map_gap = killing.test.split("::")[0]
+        elif campaign.whole_suite and killing.test:
+            result.map_gap = outside_map(mutant.module, killing.test)
         if listed is not None:
             result.list_mistake = True
     elif any(r.outcome == "error" for r in runs):

@@ -18,19 +18,28 @@ changes. ``kind`` is
 
 All three kinds are left out of the kill rate and listed in the report with their reasons.
 An ``unspecified`` entry is a decision that the specification should stay silent there;
-where it should not, the clause is extended and the mutant gets a test instead. A
+where it should not, the clause is extended and the mutant gets a test instead. Its reason
+says which of two cases it is (``unspecified_reason_problems`` checks the form):
+
+- ``within CLAUSE[, CLAUSE] (conformance/test_x.py[::test_name], ...): ...``: the clause
+  defines the behaviour and the named tests check it; the mutant changes only what the
+  clause leaves free (the rest of a message's wording, an estimate inside its bound);
+- ``open: ...``: no clause defines it, and the reason says why none should (an internal
+  name outside the API, a reference-only tool or model, a tuning choice of each fork). A
 listed mutant that a run kills (``--check-equivalents``) is reported as a mistake in the list.
 """
 
 from __future__ import annotations
 
+import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
 from .operators import Mutant
 
-__all__ = ["Equivalent", "EQUIVALENTS_PATH", "KINDS", "load", "problems"]
+__all__ = ["Equivalent", "EQUIVALENTS_PATH", "KINDS", "load", "problems",
+           "unspecified_reason_problems"]
 
 EQUIVALENTS_PATH = Path(__file__).resolve().parent / "equivalents.toml"
 KINDS = ("equivalent", "unspecified", "gpu-only")
@@ -93,3 +102,40 @@ def entry_text(mutant: Mutant, kind: str, reason: str) -> str:
     return (f"[[mutant]]\nkey = {q(mutant.key)}\nline = {q(mutant.line_text)}\n"
             f"change = {q(mutant.describe())}\nmutated = {q(mutant.mutated_text)}\n"
             f"kind = {q(kind)}\nreason = {q(reason)}\n")
+
+
+_WITHIN = re.compile(r"within ((?:[A-Z][A-Z0-9]*-\d+)(?:(?:, | and )[A-Z][A-Z0-9]*-\d+)*) "
+                     r"\(([^)]*)\): ")
+_CLAUSE_ID = re.compile(r"[A-Z][A-Z0-9]*-\d+")
+
+
+def unspecified_reason_problems(entries: dict[str, Equivalent], spec_text: str,
+                                root: Path) -> list[str]:
+    """``unspecified`` entries whose reason is neither ``open: ...`` nor ``within CLAUSE
+    (tests): ...`` naming clauses of ``spec_text`` and conformance files (and test
+    functions) under ``root`` that exist and tag one of those clauses."""
+    out = []
+    for key, entry in entries.items():
+        if entry.kind != "unspecified" or entry.reason.startswith("open: "):
+            continue
+        m = _WITHIN.match(entry.reason)
+        if m is None:
+            out.append(f"{key}: an unspecified reason starts 'open: ' or 'within CLAUSE "
+                       f"(tests): ', not {entry.reason[:40]!r}")
+            continue
+        clauses = _CLAUSE_ID.findall(m.group(1))
+        for clause in clauses:
+            if f"### {clause} " not in spec_text:
+                out.append(f"{key}: {clause} is no clause of SPEC.md")
+        for ref in m.group(2).split(", "):
+            path, _, test = ref.partition("::")
+            file = root / path
+            if not (path.startswith("conformance/") and file.is_file()):
+                out.append(f"{key}: {path} is no conformance module")
+                continue
+            text = file.read_text(encoding="utf-8")
+            if not any(f'"{c}"' in text for c in clauses):
+                out.append(f"{key}: {path} tags none of {clauses}")
+            if test and f"def {test}(" not in text:
+                out.append(f"{key}: {path} has no test {test}")
+    return out

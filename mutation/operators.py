@@ -51,6 +51,7 @@ import hashlib
 import io
 import re
 import tokenize
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -499,7 +500,9 @@ def mutants_of_source(module: str, text: str) -> list[Mutant]:
 
 def compiles(mutant: Mutant, text: str) -> bool:
     try:
-        compile(mutant.apply(text), mutant.module, "exec", dont_inherit=True)
+        with warnings.catch_warnings():     # e.g. ``x is ""``: a mutant may be odd code
+            warnings.simplefilter("ignore", SyntaxWarning)
+            compile(mutant.apply(text), mutant.module, "exec", dont_inherit=True)
     except SyntaxError:
         return False
     return True

@@ -5,11 +5,17 @@ The kill rate is ``killed / (killed + survived + error)``: mutants on the review
 counts against the suite (it is no kill). Tables per runtime module and per operator; every
 survivor with its diff; every kill with the test and clause that caught it; the cost per
 mutant (wall and CPU seconds) with the machine's load, since the figures depend on it.
+
+A sample's kill rate estimates the population's: every rate is given with its 95 % Wilson
+score interval (``wilson_interval``), which stays inside [0, 1] and keeps its coverage for
+small samples and rates near 1, where the normal approximation does not. The report records
+the mutant source (``--generator``) and whether the static map or the whole suite was run.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import statistics
@@ -24,9 +30,33 @@ from .equivalents import Equivalent
 from .runner import MutantResult, Run
 from .targets import ROOT
 
-__all__ = ["summary", "to_json", "to_markdown", "write", "rescore"]
+__all__ = ["summary", "to_json", "to_markdown", "write", "rescore", "wilson_interval"]
 
 EXCLUDED_OUTCOMES = ("equivalent", "unspecified", "gpu-only")
+Z_95 = 1.959963984540054            # the standard normal quantile of 0.975
+
+
+def wilson_interval(successes: int, trials: int, z: float = Z_95) -> tuple[float, float] | None:
+    """The Wilson score interval of a binomial proportion ``successes / trials`` (95 % for
+    the default ``z``); None when there are no trials."""
+    if trials <= 0:
+        return None
+    if not 0 <= successes <= trials:
+        raise ValueError(f"{successes} successes out of {trials} trials")
+    p = successes / trials
+    z2 = z * z
+    centre = (p + z2 / (2 * trials)) / (1 + z2 / trials)
+    half = (z / (1 + z2 / trials)) * math.sqrt(p * (1 - p) / trials + z2 / (4 * trials * trials))
+    low = 0.0 if successes == 0 else max(0.0, centre - half)
+    high = 1.0 if successes == trials else min(1.0, centre + half)
+    return low, high
+
+
+def ci_text(interval: list[float] | tuple[float, float] | None) -> str:
+    """``95 % CI 80.1-92.3 %`` (or ``n/a``)."""
+    if not interval:
+        return "n/a"
+    return f"95 % CI {100 * interval[0]:.1f}-{100 * interval[1]:.1f} %"
 
 
 def _counts(results: list[MutantResult]) -> dict[str, Any]:
@@ -37,6 +67,8 @@ def _counts(results: list[MutantResult]) -> dict[str, Any]:
     counted = out["killed"] + out["survived"] + out["error"]
     out["counted"] = counted
     out["kill_rate"] = round(out["killed"] / counted, 4) if counted else None
+    interval = wilson_interval(out["killed"], counted)
+    out["kill_rate_ci95"] = [round(x, 4) for x in interval] if interval else None
     return out
 
 
@@ -59,7 +91,7 @@ def summary(results: list[MutantResult]) -> dict[str, Any]:
     return {
         **counts,
         "killed_by": {how: sum(1 for r in killed if r.how == how)
-                      for how in ("test", "timeout", "import", "skipped")},
+                      for how in ("test", "timeout", "import", "refused", "skipped")},
         "map_gaps": sum(1 for r in results if r.map_gap),
         "list_mistakes": sum(1 for r in results if r.list_mistake),
         "cost_per_mutant": {"wall_s": stats(walls), "cpu_s": stats(cpus), "run": len(ran),
@@ -77,7 +109,8 @@ def _table(results: list[MutantResult], field: str) -> list[dict[str, Any]]:
     for name in sorted(groups):
         c = _counts(groups[name])
         rows.append({field: name, **{k: c[k] for k in ("sampled", "killed", "survived", "error",
-                                                         *EXCLUDED_OUTCOMES, "kill_rate")}})
+                                                         *EXCLUDED_OUTCOMES, "kill_rate",
+                                                         "kill_rate_ci95")}})
     return rows
 
 
@@ -102,6 +135,8 @@ def to_json(result: CampaignResult) -> dict[str, Any]:
                     "cpus": os.cpu_count(), "load_before": list(result.load_before),
                     "load_after": list(result.load_after)},
         "campaign": {"seed": c.seed, "sample": c.sample, "keys": list(c.keys),
+                     "generator": c.generator,
+                     "mode": "whole-suite" if c.whole_suite else "map",
                      "modules": list(c.modules),
                      "jobs": c.jobs, "confirm": c.confirm,
                      "check_equivalents": c.check_equivalents,
@@ -128,16 +163,24 @@ def to_markdown(data: dict[str, Any]) -> str:
     lines = [
         f"# Mutation report: seed {c['seed']}, {s['sampled']} mutants",
         "",
+        f"Mutant source `{c.get('generator', 'suite')}`; "
+        + ("every mutant run against the whole conformance suite (its map's modules first)"
+           if c.get("mode") == "whole-suite" else
+           "every mutant run against the modules of its static map, survivors confirmed on "
+           "the rest") + ".",
+        "",
         *([f"Rescored with the reviewed list of {data['rescored']} (nothing was run again).",
            ""] if data.get("rescored") else []),
-        f"Kill rate **{_pct(s['kill_rate'])}**: {s['killed']} killed of {s['counted']} "
+        f"Kill rate **{_pct(s['kill_rate'])}** ({ci_text(s.get('kill_rate_ci95'))}, Wilson "
+        f"score): {s['killed']} killed of {s['counted']} "
         f"counted mutants ({s['survived']} survived, {s['error']} harness errors); "
         f"{s['equivalent']} equivalent, {s['unspecified']} changing only unspecified "
         f"behaviour and {s['gpu-only']} GPU-only mutants left out (reviewed list, reasons "
         f"below).",
         "",
         f"- killed by a failing test {s['killed_by']['test']}, by a timeout "
-        f"{s['killed_by']['timeout']}, at import {s['killed_by']['import']}, by a test "
+        f"{s['killed_by']['timeout']}, at import {s['killed_by']['import']}, refused before "
+        f"any test (API-1, API-2) {s['killed_by'].get('refused', 0)}, by a test "
         f"skipped that the reference runs {s['killed_by']['skipped']}; kills outside "
         f"the static map (map gaps) {s['map_gaps']}; listed mutants that were killed "
         f"{s['list_mistakes']}",
@@ -174,12 +217,13 @@ def to_markdown(data: dict[str, Any]) -> str:
                               ("By operator", "by_operator", "operator")):
         lines += [f"## {title}", "",
                   f"| {field} | sampled | killed | survived | error | equivalent | unspecified "
-                  f"| gpu-only | kill rate |", "|---|---|---|---|---|---|---|---|---|"]
+                  f"| gpu-only | kill rate | 95 % CI |", "|---|---|---|---|---|---|---|---|---|---|"]
         for row in data[key]:
             lines.append(f"| {row[field]} | {row['sampled']} | {row['killed']} | "
                          f"{row['survived']} | {row['error']} | {row['equivalent']} | "
                          f"{row['unspecified']} | {row['gpu-only']} | "
-                         f"{_pct(row['kill_rate'])} |")
+                         f"{_pct(row['kill_rate'])} | "
+                         f"{ci_text(row.get('kill_rate_ci95')).removeprefix('95 % CI ')} |")
         lines.append("")
     mutants = data["mutants"]
     survivors = [r for r in mutants if r["outcome"] in ("survived", "error")]

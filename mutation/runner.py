@@ -19,6 +19,9 @@ database (``mutation.pytest_isolation``), and is killed, with its process group,
   even be imported, which the suite reports as a failed start);
 - exit status 4 saying ``cannot import runtime module``: killed (``import``): the
   certification refuses a runtime that does not import before running any test;
+- exit status 4 with a usage error naming the runtime under test (``mutant_runtime``: a
+  capability API-2 does not know, a name API-1 asks for missing, a bad ``WORKER_COMMAND``):
+  killed (``refused``): the certification refuses such a runtime before any test too;
 - exit status 0 with a test skipped that the unmutated runtime runs (the baseline's skips
   are expected; without a baseline, a skip reported NOT_SUPPORTED): killed (``skipped``), as
   a required clause NOT_SUPPORTED makes a certification fail;
@@ -234,6 +237,14 @@ def _all_passed(junit: Path) -> bool:
     return bool(cases) and not any(c.tag in ("failure", "error") for case in cases for c in case)
 
 
+def _refusal(output: str) -> str | None:
+    """The usage error (``ERROR: ...`` line) of a run that names the runtime under test."""
+    for line in output.splitlines():
+        if line.startswith("ERROR:") and (f"'{COPY_NAME}'" in line or f"{COPY_NAME}." in line):
+            return line.strip()[:300]
+    return None
+
+
 def classify(run: Run, junit: Path | None, output: str,
              expected_skips: frozenset[str] | None = None) -> None:
     """Fill ``run.outcome``, ``how``, ``test``, ``message`` and ``clause`` (see the module)."""
@@ -264,6 +275,9 @@ def classify(run: Run, junit: Path | None, output: str,
         run.outcome, run.how = "killed", "import"
         run.message = next((ln.strip() for ln in output.splitlines()
                             if "cannot import runtime module" in ln), "")[:300]
+    elif run.exit_code == 4 and (refusal := _refusal(output)) is not None:
+        # the runtime's own shape (API-1, API-2, WORKER-1) is refused before any test
+        run.outcome, run.how, run.message = "killed", "refused", refusal
     elif run.exit_code == 1 and failure is not None:
         run.outcome = "killed"
         text = run.message or ""

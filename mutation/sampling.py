@@ -15,10 +15,20 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from typing import Callable
+
+from .mutmut_operators import mutmut_mutants_of_source
 from .operators import Mutant, mutants_of_source
 from .targets import RUNTIME_DIR, mutated_modules
 
-__all__ = ["Population", "population", "draw", "rank"]
+__all__ = ["GENERATORS", "Population", "population", "draw", "rank"]
+
+#: mutant sources by name: ``suite`` (the suite's own operators, ``operators``) and
+#: ``mutmut`` (mutmut's documented operator set, ``mutmut_operators``).
+GENERATORS: dict[str, Callable[[str, str], list[Mutant]]] = {
+    "suite": mutants_of_source,
+    "mutmut": mutmut_mutants_of_source,
+}
 
 
 @dataclass(frozen=True)
@@ -30,14 +40,17 @@ class Population:
         return {m.key: m for m in self.mutants}
 
 
-def population(runtime_dir: Path = RUNTIME_DIR, modules: list[str] | None = None) -> Population:
-    """Every mutant of every mutated module (``targets.mutated_modules``)."""
+def population(runtime_dir: Path = RUNTIME_DIR, modules: list[str] | None = None,
+               generator: str = "suite") -> Population:
+    """Every mutant of every mutated module (``targets.mutated_modules``) made by the
+    mutant source ``generator`` (a name of ``GENERATORS``)."""
+    make = GENERATORS[generator]
     sources: dict[str, str] = {}
     mutants: list[Mutant] = []
     for module in modules if modules is not None else mutated_modules():
         text = (runtime_dir / module).read_text(encoding="utf-8")
         sources[module] = text
-        mutants.extend(mutants_of_source(module, text))
+        mutants.extend(make(module, text))
     keys = [m.key for m in mutants]
     if len(set(keys)) != len(keys):
         dup = sorted({k for k in keys if keys.count(k) > 1})[:5]
