@@ -618,3 +618,44 @@ def test_real_clock_by_default(rt, no_thread_leak, tmp_path) -> None:
         fl.register_file_listener(str(path), "h", cb)
         write_text(path, "v2")
         assert got.wait(10), f"no delivery within 10 s on the real clock: {seen} [FL-2]"
+
+
+# -- exact accounting at the microsecond boundary ---------------------------------------------
+
+@pytest.mark.clause("FL-3")
+@pytest.mark.parametrize("age_offset_us", [-1, 0, 1])
+def test_content_check_interval_to_the_microsecond(rt, listener, vclock, tmp_path, monkeypatch,
+                                                   age_offset_us: int) -> None:
+    """A path whose stat signature does not change (a file system whose timestamps are too
+    coarse to show a rewrite, simulated by a stat that keeps answering the signature of the
+    last read) is read again at the first check more than 5 s (5 000 000 µs, strict) after its
+    last read: at 5 000 001 µs, not at 5 000 000. A check comes when the clock passes the
+    poll wait's deadline, at the clock's time then: three 1 s polls, then one advance of
+    2 000 000 + ``age_offset_us`` µs, make a check 5 000 000 + ``age_offset_us`` µs after
+    the registration's read."""
+    path = tmp_path / "c.json"
+    write_text(path, "old")
+    cb = register(listener, vclock, path)                 # the last read of path
+    frozen = os.stat(path)
+    real_stat = os.stat
+
+    def coarse_stat(p, *args, **kwargs):
+        if os.fspath(p) == str(path) and not args and not kwargs:
+            return frozen
+        return real_stat(p, *args, **kwargs)
+
+    monkeypatch.setattr(os, "stat", coarse_stat)
+    try:
+        write_text(path, "new")
+        poll(vclock, 3)                                   # checks 1, 2 and 3 s after the read
+        assert cb.contents == ["old"], (
+            f"delivered {cb.contents[1:]} before the content check interval passed, with an "
+            f"unchanged stat signature [FL-3]")
+        vclock.tick(2_000_000 + age_offset_us)            # a check at 5 000 000 + offset µs
+        expected = ["old", "new"] if age_offset_us > 0 else ["old"]
+        assert cb.contents == expected, (
+            f"at a check {5_000_000 + age_offset_us} µs after the last read, delivered "
+            f"{cb.contents[1:]}, expected {expected[1:]}: the content is read again only when "
+            f"more than 5 000 000 µs passed [FL-3]")
+    finally:
+        monkeypatch.undo()
