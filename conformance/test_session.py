@@ -585,7 +585,7 @@ def test_bad_inter_op_threads_is_rejected(rt, ctx, bad) -> None:
     assert not started, f"inter_op_threads={bad!r} was rejected after starting {started} [SESS-1]"
 
 
-@pytest.mark.clause("SESS-1", "SESS-7")
+@pytest.mark.clause("SESS-1")
 @pytest.mark.parametrize("threads", [2, 3, None])
 def test_inter_op_threads_from_two_run_that_many_nodes_at_once(rt, ctx, threads) -> None:
     """``threads`` independent nodes meet at a barrier of ``threads`` parties: the step ends
