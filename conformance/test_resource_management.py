@@ -1299,3 +1299,53 @@ def test_context_close_does_not_wait_for_a_throttle_sleep(rt, runtimes, vclock,
         for t in (step, closer):
             if t is not None:
                 t.join(10)
+
+
+# -- exact accounting at the microsecond boundary ---------------------------------------------
+
+@pytest.mark.clause("RM-10")
+@pytest.mark.parametrize("d,expected", [(49, 0), (50, 0), (51, 1), (52, 2)])
+def test_throttle_sleep_at_the_fixed_cost_boundary(rt, control_env, d, expected) -> None:
+    """perf 50: total = 2d, a sleep only when 2d > d + 50 (d > 50), of 2d - d - 50 µs; a sleep
+    of 0 µs is no clock wait at all."""
+    clock = VirtualClock(auto_advance=True)
+    with throttled(rt, clock) as rm:
+        rm.parse_manage_info_from_json('{"perfControl": 50}')
+        t0 = clock.now_us()
+        rm.run_action(post(rt, duration=d))
+        sleeps = [r.duration_us for r in clock.records]
+        assert sleeps == ([expected] if expected else []), (
+            f"perf 50, d={d}: slept {sleeps}, expected {[expected] if expected else []} "
+            f"(sleep only when total > d + 50, no zero-length wait) [RM-10]")
+        assert clock.now_us() - t0 == expected and rm.total_time_slot == expected, (
+            f"perf 50, d={d}: the step's sleep took {clock.now_us() - t0} µs, S = "
+            f"{rm.total_time_slot}; expected {expected} [RM-10]")
+
+
+@pytest.mark.clause("RM-10")
+@pytest.mark.parametrize("late_by,oversleep", [(0, 0), (1, 1), (949, 949), (950, 950),
+                                               (951, 950)])
+def test_oversleep_to_the_microsecond(rt, control_env, late_by, oversleep) -> None:
+    """perf 50, d 1000: a sleep of 950 µs let run ``late_by`` µs past its deadline leaves
+    V = min(late_by, 950), and the next such step sleeps 950 - V µs (none when 0)."""
+    clock = VirtualClock()
+    with throttled(rt, clock) as rm:
+        rm.parse_manage_info_from_json('{"perfControl": 50}')
+        t, out = run_in_thread(lambda: rm.run_action(post(rt, duration=1000)), name="step")
+        clock.wait_for_waiters(1, clause="RM-10")
+        clock.advance(950 + late_by)
+        assert joined(t) and "error" not in out, f"run_action hung or raised {out} [RM-10]"
+        assert rm.oversleep == oversleep, (
+            f"a sleep of 950 µs that lasted {950 + late_by} left oversleep {rm.oversleep}, "
+            f"expected {oversleep} [RM-10]")
+        before = len(clock.records)
+        nxt = 950 - oversleep
+        t, out = run_in_thread(lambda: rm.run_action(post(rt, duration=1000)), name="step")
+        if nxt:
+            clock.wait_for_waiters(1, clause="RM-10")
+            clock.advance(nxt)
+        assert joined(t) and "error" not in out, f"run_action hung or raised {out} [RM-10]"
+        sleeps = [r.duration_us for r in clock.records[before:]]
+        assert sleeps == ([nxt] if nxt else []) and rm.total_time_slot == nxt, (
+            f"after an oversleep of {oversleep} µs the next sleep was {sleeps} (S = "
+            f"{rm.total_time_slot}), expected {[nxt] if nxt else []} [RM-10]")
