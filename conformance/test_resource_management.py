@@ -1349,3 +1349,50 @@ def test_oversleep_to_the_microsecond(rt, control_env, late_by, oversleep) -> No
         assert sleeps == ([nxt] if nxt else []) and rm.total_time_slot == nxt, (
             f"after an oversleep of {oversleep} µs the next sleep was {sleeps} (S = "
             f"{rm.total_time_slot}), expected {[nxt] if nxt else []} [RM-10]")
+
+
+# -- argument edges of the idle-time bookkeeping ------------------------------------------------
+
+NOT_INTEGERS = [True, False, 5.0, 1.5, float("nan"), float("inf"), "5", None]
+
+
+@pytest.mark.clause("RM-14")
+@pytest.mark.parametrize("bad", NOT_INTEGERS)
+@pytest.mark.parametrize("method,argument", [("set_estimated_idle_time", "us"),
+                                             ("spend_idle_time", "us"),
+                                             ("do_sleep_or_suspend", "sess_duration_us"),
+                                             ("set_executor_queued_op_num", "n")])
+def test_idle_amounts_must_be_integers(rt, control_env, bad, method, argument) -> None:
+    clock = VirtualClock(auto_advance=True)
+    with throttled(rt, clock) as rm:
+        rm.parse_manage_info_from_json('{"perfControl": 50}')
+        rm.set_estimated_idle_time(700)
+        rm.set_executor_queued_op_num("k", 3)
+        args = ("k", bad) if method == "set_executor_queued_op_num" else (bad,)
+        with pytest.raises(ValueError) as info:
+            getattr(rm, method)(*args)
+        assert argument in str(info.value), (
+            f"{method}({bad!r}): the ValueError {info.value!r} does not name {argument!r} "
+            f"[RM-14]")
+        state = (rm.get_estimated_idle_time(), rm.in_step_idle, rm.total_time_slot,
+                 rm.get_executor_queued_op_num("k"), [r.duration_us for r in clock.records])
+        assert state == (700, 0, 0, 3, []), (
+            f"{method}({bad!r}) was rejected but changed (E, X, S, queued ops, sleeps) to "
+            f"{state} [RM-14]")
+
+
+@pytest.mark.clause("RM-14")
+@pytest.mark.parametrize("value,stored", [(-1, 0), (0, 0), (1, 1), (-(1 << 70), 0)])
+def test_idle_amounts_at_and_below_zero(rt, control_env, value, stored) -> None:
+    import numpy as np
+    clock = VirtualClock(auto_advance=True)
+    with throttled(rt, clock) as rm:
+        rm.set_estimated_idle_time(value)
+        assert rm.get_estimated_idle_time() == stored, (
+            f"set_estimated_idle_time({value}) stored {rm.get_estimated_idle_time()}, expected "
+            f"{stored} (negative values store 0) [RM-14]")
+        rm.set_estimated_idle_time(np.int64(10))
+        assert rm.spend_idle_time(value) == 10 - stored and rm.in_step_idle == stored, (
+            f"spend_idle_time({value}) with E = 10: E {rm.get_estimated_idle_time()}, X "
+            f"{rm.in_step_idle}; expected {10 - stored}, {stored} (a negative amount counts "
+            f"as 0) [RM-14]")
