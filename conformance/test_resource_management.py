@@ -1396,3 +1396,28 @@ def test_idle_amounts_at_and_below_zero(rt, control_env, value, stored) -> None:
             f"spend_idle_time({value}) with E = 10: E {rm.get_estimated_idle_time()}, X "
             f"{rm.in_step_idle}; expected {10 - stored}, {stored} (a negative amount counts "
             f"as 0) [RM-14]")
+
+
+@pytest.mark.clause("RM-12")
+def test_closed_session_is_seen_within_100_000_us(rt, no_thread_leak, managed, vclock) -> None:
+    """Without a wake, a suspension re-checks its session at least every 100 000 µs of the
+    clock: a session closed at the start of a re-check period is seen by its end, with the
+    clock moved by exactly 100 000 µs."""
+    rm, _ = managed
+
+    class Session:
+        closed = False
+
+    session = Session()
+    rm.parse_manage_info_from_json('{"perfControl": 0}')
+    perf_in_force(rm, 0)
+    t, out = run_in_thread(lambda: rm.run_action(post(rt, session=session)), name="step")
+    vclock.wait_for_waiters(2, clause="RM-12")   # the listener and the suspended step
+    session.closed = True
+    t0 = vclock.now_us()
+    vclock.tick(100_000)
+    assert joined(t), (
+        "a session closed 100 000 µs ago (no wake_suspended) still suspends the step: the "
+        "suspension must re-check at least every 100 000 µs [RM-12]")
+    assert "error" not in out and vclock.now_us() - t0 == 100_000, \
+        f"the suspension ended with {out} after {vclock.now_us() - t0} µs [RM-12]"
