@@ -1290,3 +1290,74 @@ def test_simulated_memories_never_collide(rt):
     spans.sort()
     for (a0, a1), (b0, b1) in zip(spans, spans[1:]):
         assert a1 < b0, f"regions [{a0:#x}, {a1:#x}) and [{b0:#x}, {b1:#x}) touch [API-3]"
+
+
+# --- argument edges and the retry deadline to the microsecond -----------------------------
+
+@pytest.mark.clause("BFC-7")
+@pytest.mark.parametrize("bad", [-1, -(1 << 63), True, False, 1024.0, float("nan"), float("inf"),
+                                 "1024", None])
+@pytest.mark.parametrize("argument", ["total_memory", "retry_timeout_us"])
+def test_bad_size_arguments_name_themselves(rt, bad, argument):
+    kw = {"retry_timeout_us": bad} if argument == "retry_timeout_us" else {}
+    total = bad if argument == "total_memory" else MiB
+    for kind in ("BFCAllocator", "GPUBFCAllocator"):
+        with pytest.raises(ValueError) as info:
+            if kind == "BFCAllocator":
+                rt.BFCAllocator(rt.SimulatedDeviceMemory(MiB), total, True, "GPU_0_bfc", **kw)
+            else:
+                rt.GPUBFCAllocator(rt.SimulatedDeviceMemory(MiB), total, "GPU_0_bfc", **kw)
+        assert argument in str(info.value), (
+            f"{kind}({argument}={bad!r}): the ValueError {info.value!r} does not name the "
+            f"argument [BFC-7]")
+
+
+@pytest.mark.clause("BFC-7")
+def test_zero_and_numpy_sizes_are_accepted(rt):
+    import numpy as np
+    sim = rt.SimulatedDeviceMemory(MiB)
+    bfc = rt.BFCAllocator(sim, 0, True, "GPU_0_bfc", retry_timeout_us=0)
+    assert bfc.allocate_raw(256, 1) is None and sim.alloc_calls == [], \
+        f"a 0-byte limit allocated or called its sub-allocator {sim.alloc_calls} [BFC-7]"
+    bfc = rt.BFCAllocator(rt.SimulatedDeviceMemory(MiB), np.int64(MiB), True, "GPU_0_bfc",
+                          retry_timeout_us=np.int32(0))
+    assert bfc.get_stats().bytes_limit == MiB, "a NumPy integer limit was not taken [BFC-7]"
+
+
+@pytest.mark.clause("BFC-12")
+@pytest.mark.capability("virtual_clock")   # observes the retry's waits
+def test_one_microsecond_retry_waits_once(rt):
+    """T = 1: four attempts and one wait of exactly 1 µs (the smallest deadline is no zero
+    wait and no third-attempt give-up)."""
+    clock = VirtualClock(auto_advance=True, clause="BFC-12")
+    bfc, sim, n = _refusing(rt, clock, 1)
+    assert bfc.allocate_raw(256, 2 * MiB) is None, "[BFC-12]"
+    waits = [r.duration_us for r in clock.records]
+    assert sim.alloc_calls[n:] == [2 * MiB] * 4 and waits == [1] and clock.now_us() == 1, (
+        f"retry_timeout_us=1: calls {sim.alloc_calls[n:]}, waits {waits}, clock "
+        f"{clock.now_us()}; expected 4 attempts and one wait of 1 µs [BFC-12]")
+
+
+@pytest.mark.clause("BFC-12")
+@pytest.mark.capability("virtual_clock")   # observes the retry's waits
+def test_free_one_microsecond_before_the_deadline_wakes_the_waiter(rt):
+    """T = 5 µs: a free 4 µs into the wait (now < D) still wakes the waiter, whose next
+    attempt succeeds."""
+    T = 5
+    clock = VirtualClock(clause="BFC-12")
+    bfc, sim = make(rt, MiB, growth=False, clock=clock, timeout_us=T)
+    p = bfc.allocate_raw(256, MiB)
+    t, out = _run(lambda: bfc.allocate_raw(256, 1000), "antman-test-boundary")
+    try:
+        clock.wait_for_waiters(1, clause="BFC-12")
+        clock.tick(T - 1)
+        assert "antman-test-boundary" in clock.waiting_threads(), (
+            f"the retry gave up {T - 1} µs into a {T} µs deadline [BFC-12]")
+        bfc.deallocate_raw(p)
+        t.join(5)
+        assert not t.is_alive() and out == [p], \
+            f"a free {T - 1} µs into the wait gave {out}, expected {p:#x} [BFC-12]"
+        assert clock.now_us() == T - 1, f"clock {clock.now_us()} [BFC-12]"
+    finally:
+        clock.advance(2 * T)
+        t.join(5)

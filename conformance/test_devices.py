@@ -461,3 +461,49 @@ def test_allocation_ids_are_positive_and_never_reused(rt, runtimes, device) -> N
         f"one after a free): expected four distinct ids greater than 0 [DEVICE-6]")
     for p in (ptrs[0], ptrs[2], again):
         a.deallocate_raw(p)
+
+
+# -- argument edges of create_runtime -----------------------------------------------------------
+
+@pytest.mark.clause("DEVICE-8")
+@pytest.mark.parametrize("argument,bad", [
+    ("num_gpus", -1), ("num_gpus", True), ("num_gpus", 1.0), ("num_gpus", None),
+    ("num_gpus", 3), ("gpu_memory_bytes", 0), ("gpu_memory_bytes", -1),
+    ("gpu_memory_bytes", True), ("gpu_memory_bytes", float(MiB)), ("gpu_memory_bytes", "1024"),
+    ("gpu_memory_bytes", None), ("poll_interval_s", 0), ("poll_interval_s", -1.0),
+    ("poll_interval_s", float("nan")), ("poll_interval_s", float("inf")),
+    ("poll_interval_s", True), ("poll_interval_s", None)])
+def test_create_runtime_arguments_name_themselves(rt, control_env, argument, bad) -> None:
+    before = set(antman_threads())
+    backend = "sim" if bad is None else rt.SimBackend(2, 16 * MiB)   # None: see below
+    with pytest.raises(ValueError) as info:
+        ctx = rt.create_runtime(backend=backend, config_file=None,
+                                status_file=None, **{argument: bad})
+        ctx.close()
+    assert argument in str(info.value), (
+        f"create_runtime({argument}={bad!r}): the ValueError {info.value!r} does not name the "
+        f"argument [DEVICE-8]")
+    started = sorted(t.name for t in set(antman_threads()) - before if t.is_alive())
+    assert not started, f"create_runtime({argument}={bad!r}) left threads {started} [DEVICE-8]"
+
+
+@pytest.mark.clause("DEVICE-8")
+def test_smallest_gpu_memory_is_one_byte(rt, control_env) -> None:
+    with rt.create_runtime(gpu_memory_bytes=1, backend=rt.SimBackend(1, 16 * MiB),
+                           config_file=None, status_file=None) as ctx:
+        gpu = [d for d in ctx.device_mgr.list_devices() if str(d.device_type).upper() == "GPU"]
+        stats = gpu[0].get_allocator().get_stats()
+        assert stats.bytes_limit == 1, \
+            f"gpu_memory_bytes=1 gave a limit of {stats.bytes_limit} [DEVICE-8]"
+
+
+@pytest.mark.clause("DEVICE-8")
+def test_none_with_a_backend_object_takes_the_backends_own(rt, control_env) -> None:
+    with rt.create_runtime(num_gpus=None, gpu_memory_bytes=None,
+                           backend=rt.SimBackend(2, 16 * MiB), config_file=None,
+                           status_file=None) as ctx:
+        gpu = [d for d in ctx.device_mgr.list_devices() if str(d.device_type).upper() == "GPU"]
+        limits = [d.get_allocator().get_stats().bytes_limit for d in gpu]
+        assert limits == [16 * MiB, 16 * MiB], (
+            f"num_gpus=None, gpu_memory_bytes=None on a 2-GPU backend of 16 MiB each gave "
+            f"limits {limits}, expected every GPU with its whole memory [DEVICE-8]")

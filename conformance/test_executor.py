@@ -1066,3 +1066,50 @@ def test_a_successful_step_waits_for_its_gpus_before_post_actions(rt) -> None:
             ctx.new_session(g2).run(["bad"])
         assert ("synchronize", 0) not in log.snapshot(), \
             f"a failed step synchronized its GPU: {log.snapshot()} [EXEC-14]"
+
+
+# -- argument edges: the error classes ----------------------------------------------------------
+
+ERROR_CODES = {"OpError": "UNKNOWN", "InvalidArgumentError": "INVALID_ARGUMENT",
+               "ResourceExhaustedError": "RESOURCE_EXHAUSTED",
+               "FailedPreconditionError": "FAILED_PRECONDITION", "CancelledError": "CANCELLED",
+               "UnknownError": "UNKNOWN"}
+
+
+@pytest.mark.clause("EXEC-8")
+@pytest.mark.parametrize("name", sorted(ERROR_CODES))
+def test_error_attributes_default_to_unset(rt, name: str) -> None:
+    cls = getattr(rt, name)
+    assert issubclass(cls, rt.OpError) and issubclass(rt.OpError, RuntimeError), \
+        f"{name} must be an OpError, itself a RuntimeError [EXEC-8]"
+    err = cls("the text")
+    got = (err.message, str(err), err.node_name, err.op, err.device, err.code)
+    assert got == ("the text", "the text", None, None, None, ERROR_CODES[name]), (
+        f"{name}('the text'): (message, str, node_name, op, device, code) = {got}, expected "
+        f"the text twice, three None and {ERROR_CODES[name]!r} [EXEC-8]")
+    if name == "ResourceExhaustedError":
+        assert err.num_bytes == 0, f"num_bytes not given is {err.num_bytes!r}, expected 0 [EXEC-8]"
+    full = cls("t", node_name="n", op="Relu", device="/device:GPU:0")
+    assert (full.node_name, full.op, full.device) == ("n", "Relu", "/device:GPU:0"), \
+        f"{name}: keyword attributes not kept: {(full.node_name, full.op, full.device)} [EXEC-8]"
+    with pytest.raises(TypeError):
+        cls("t", "n")                                # the attributes are keyword-only
+
+
+@pytest.mark.clause("EXEC-8")
+def test_kernel_error_with_unset_attributes_is_filled_in(rt) -> None:
+    def fail(*_):
+        raise rt.FailedPreconditionError("not ready")
+
+    g = rt.Graph()
+    g.add_node("bad", "PyFunc", device=CPU, func=fail)
+    with sim_runtime(rt) as ctx:
+        s = ctx.new_session(g)
+        with pytest.raises(rt.FailedPreconditionError) as info:
+            s.run(["bad"])
+    err = info.value
+    assert err.node_name == "bad" and err.op == "PyFunc" and err.device and "CPU:0" in err.device, (
+        f"an OpError raised with its attributes unset: node_name={err.node_name!r}, "
+        f"op={err.op!r}, device={err.device!r}, expected them filled in [EXEC-8]")
+    assert err.message == "not ready" == str(err), \
+        f"message {err.message!r} / str {str(err)!r}, expected the kernel's text [EXEC-8]"

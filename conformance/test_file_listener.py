@@ -618,3 +618,125 @@ def test_real_clock_by_default(rt, no_thread_leak, tmp_path) -> None:
         fl.register_file_listener(str(path), "h", cb)
         write_text(path, "v2")
         assert got.wait(10), f"no delivery within 10 s on the real clock: {seen} [FL-2]"
+
+
+# -- exact accounting at the microsecond boundary ---------------------------------------------
+
+@pytest.mark.clause("FL-3")
+@pytest.mark.parametrize("age_offset_us", [-1, 0, 1])
+def test_content_check_interval_to_the_microsecond(rt, listener, vclock, tmp_path, monkeypatch,
+                                                   age_offset_us: int) -> None:
+    """A path whose stat signature does not change (a file system whose timestamps are too
+    coarse to show a rewrite, simulated by a stat that keeps answering the signature of the
+    last read) is read again at the first check more than 5 s (5 000 000 µs, strict) after its
+    last read: at 5 000 001 µs, not at 5 000 000. A check comes when the clock passes the
+    poll wait's deadline, at the clock's time then: three 1 s polls, then one advance of
+    2 000 000 + ``age_offset_us`` µs, make a check 5 000 000 + ``age_offset_us`` µs after
+    the registration's read."""
+    path = tmp_path / "c.json"
+    write_text(path, "old")
+    cb = register(listener, vclock, path)                 # the last read of path
+    frozen = os.stat(path)
+    real_stat = os.stat
+
+    def coarse_stat(p, *args, **kwargs):
+        if os.fspath(p) == str(path) and not args and not kwargs:
+            return frozen
+        return real_stat(p, *args, **kwargs)
+
+    monkeypatch.setattr(os, "stat", coarse_stat)
+    try:
+        write_text(path, "new")
+        poll(vclock, 3)                                   # checks 1, 2 and 3 s after the read
+        assert cb.contents == ["old"], (
+            f"delivered {cb.contents[1:]} before the content check interval passed, with an "
+            f"unchanged stat signature [FL-3]")
+        vclock.tick(2_000_000 + age_offset_us)            # a check at 5 000 000 + offset µs
+        expected = ["old", "new"] if age_offset_us > 0 else ["old"]
+        assert cb.contents == expected, (
+            f"at a check {5_000_000 + age_offset_us} µs after the last read, delivered "
+            f"{cb.contents[1:]}, expected {expected[1:]}: the content is read again only when "
+            f"more than 5 000 000 µs passed [FL-3]")
+    finally:
+        monkeypatch.undo()
+
+
+# -- argument edges ---------------------------------------------------------------------------
+
+@pytest.mark.clause("FL-9")
+@pytest.mark.parametrize("bad", [-1, -(1 << 40), True, False, 4096.0, float("nan"), "4096", None])
+def test_bad_max_file_bytes_is_rejected(rt, bad) -> None:
+    with pytest.raises(ValueError) as info:
+        rt.FileListener(max_file_bytes=bad)
+    assert "max_file_bytes" in str(info.value), \
+        f"max_file_bytes={bad!r}: the ValueError {info.value!r} does not name the argument [FL-9]"
+
+
+@pytest.mark.clause("FL-9")
+def test_max_file_bytes_zero_delivers_only_an_empty_file(rt, no_thread_leak, vclock,
+                                                         tmp_path) -> None:
+    path = tmp_path / "c.json"
+    write_text(path, "x")
+    with rt.FileListener(clock=vclock, max_file_bytes=0) as fl:
+        cb = register(fl, vclock, path)
+        assert cb.contents == [], f"max_file_bytes=0 delivered {cb.contents} [FL-9]"
+        write_text(path, "")
+        poll(vclock)
+        assert cb.contents == [""], \
+            f"max_file_bytes=0: an empty file must be deliverable, got {cb.contents} [FL-9]"
+
+
+@pytest.mark.clause("FL-3")
+@pytest.mark.parametrize("bad", [0, -1.0, -5, float("nan"), float("inf"), float("-inf"), True,
+                                 "5", None])
+def test_bad_content_check_interval_is_rejected(rt, bad) -> None:
+    with pytest.raises(ValueError) as info:
+        rt.FileListener(content_check_interval_s=bad)
+    assert "content_check_interval_s" in str(info.value), (
+        f"content_check_interval_s={bad!r}: the ValueError {info.value!r} does not name the "
+        f"argument [FL-3]")
+
+
+@pytest.mark.clause("FL-2")
+@pytest.mark.parametrize("bad", [0, -1, float("-inf"), True, False, None, "1.0"])
+def test_bad_poll_interval_names_the_argument(rt, bad) -> None:
+    with pytest.raises(ValueError) as info:
+        rt.FileListener(poll_interval_s=bad)
+    assert "poll_interval_s" in str(info.value), (
+        f"poll_interval_s={bad!r}: the ValueError {info.value!r} does not name the argument "
+        f"[FL-2]")
+
+
+@pytest.mark.clause("FL-3")
+@pytest.mark.parametrize("interval_s,age_offset_us", [(2e-6, 0), (2e-6, 1), (1e-7, 0),
+                                                      (1e-7, 1)])
+def test_short_content_check_interval_to_the_microsecond(rt, no_thread_leak, vclock, tmp_path,
+                                                         monkeypatch, interval_s: float,
+                                                         age_offset_us: int) -> None:
+    """content_check_interval_s=2e-6 is 2 µs, 1e-7 rounds up to 1 µs (never 0): a check that
+    many µs after the last read does not read again, one µs later does."""
+    interval_us = max(1, round(interval_s * 1_000_000))
+    path = tmp_path / "c.json"
+    write_text(path, "old")
+    with rt.FileListener(clock=vclock, poll_interval_s=1e-6,
+                         content_check_interval_s=interval_s) as fl:
+        cb = register(fl, vclock, path)
+        frozen = os.stat(path)
+        real_stat = os.stat
+
+        def coarse_stat(p, *args, **kwargs):
+            if os.fspath(p) == str(path) and not args and not kwargs:
+                return frozen
+            return real_stat(p, *args, **kwargs)
+
+        monkeypatch.setattr(os, "stat", coarse_stat)
+        try:
+            write_text(path, "new")
+            vclock.tick(interval_us + age_offset_us)      # one check, at that age
+            expected = ["old", "new"] if age_offset_us > 0 else ["old"]
+            assert cb.contents == expected, (
+                f"content_check_interval_s={interval_s}: a check {interval_us + age_offset_us}"
+                f" µs after the last read delivered {cb.contents[1:]}, expected "
+                f"{expected[1:]} [FL-3]")
+        finally:
+            monkeypatch.undo()

@@ -553,3 +553,27 @@ def test_idle_slot_starts_once_the_steps_gpus_have_drained(rt, auto_clock, idle:
     assert all(p == [0, 1] for p in pairs), (
         f"E={idle}: synchronize indices {indices}: each drain synchronizes GPU:0 and GPU:1 "
         f"once [OPM-8]")
+
+
+# -- exact accounting at the microsecond boundary ---------------------------------------------
+
+@pytest.mark.clause("OPM-4", "OPM-7")
+@pytest.mark.parametrize("taken_us", [0, 1, 2])
+def test_interrupted_slot_deducts_to_the_microsecond(rt, managed_manual, taken_us: int) -> None:
+    """A slot ended after 0, 1 or 2 µs deducts exactly 0, 1 or 2 µs: the measured idle time is
+    never rounded up (a slot ended before any clock time passed deducts nothing)."""
+    m = managed_manual
+    s, runner, out = run_into_idle_slot(rt, m, Log(), 10 ** 6)
+    if taken_us:
+        m.clock.tick(taken_us)
+    s.close()
+    runner.join(10)
+    assert not runner.is_alive() and isinstance(out.get("error"), rt.CancelledError), \
+        f"close() during an idle slot must fail the step: {out} [OPM-7]"
+    e = m.rm.get_estimated_idle_time()
+    assert e == 10 ** 6 - taken_us, (
+        f"E = {e} after a slot interrupted {taken_us} µs in, expected {10 ** 6 - taken_us}: "
+        f"spent_i is the clock time the wait took, 0 included [OPM-4]")
+    assert m.rm.in_step_idle == taken_us, (
+        f"in-step idle {m.rm.in_step_idle} µs after a slot interrupted {taken_us} µs in, "
+        f"expected {taken_us} [OPM-4]")

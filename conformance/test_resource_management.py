@@ -1299,3 +1299,125 @@ def test_context_close_does_not_wait_for_a_throttle_sleep(rt, runtimes, vclock,
         for t in (step, closer):
             if t is not None:
                 t.join(10)
+
+
+# -- exact accounting at the microsecond boundary ---------------------------------------------
+
+@pytest.mark.clause("RM-10")
+@pytest.mark.parametrize("d,expected", [(49, 0), (50, 0), (51, 1), (52, 2)])
+def test_throttle_sleep_at_the_fixed_cost_boundary(rt, control_env, d, expected) -> None:
+    """perf 50: total = 2d, a sleep only when 2d > d + 50 (d > 50), of 2d - d - 50 µs; a sleep
+    of 0 µs is no clock wait at all."""
+    clock = VirtualClock(auto_advance=True)
+    with throttled(rt, clock) as rm:
+        rm.parse_manage_info_from_json('{"perfControl": 50}')
+        t0 = clock.now_us()
+        rm.run_action(post(rt, duration=d))
+        sleeps = [r.duration_us for r in clock.records]
+        assert sleeps == ([expected] if expected else []), (
+            f"perf 50, d={d}: slept {sleeps}, expected {[expected] if expected else []} "
+            f"(sleep only when total > d + 50, no zero-length wait) [RM-10]")
+        assert clock.now_us() - t0 == expected and rm.total_time_slot == expected, (
+            f"perf 50, d={d}: the step's sleep took {clock.now_us() - t0} µs, S = "
+            f"{rm.total_time_slot}; expected {expected} [RM-10]")
+
+
+@pytest.mark.clause("RM-10")
+@pytest.mark.parametrize("late_by,oversleep", [(0, 0), (1, 1), (949, 949), (950, 950),
+                                               (951, 950)])
+def test_oversleep_to_the_microsecond(rt, control_env, late_by, oversleep) -> None:
+    """perf 50, d 1000: a sleep of 950 µs let run ``late_by`` µs past its deadline leaves
+    V = min(late_by, 950), and the next such step sleeps 950 - V µs (none when 0)."""
+    clock = VirtualClock()
+    with throttled(rt, clock) as rm:
+        rm.parse_manage_info_from_json('{"perfControl": 50}')
+        t, out = run_in_thread(lambda: rm.run_action(post(rt, duration=1000)), name="step")
+        clock.wait_for_waiters(1, clause="RM-10")
+        clock.advance(950 + late_by)
+        assert joined(t) and "error" not in out, f"run_action hung or raised {out} [RM-10]"
+        assert rm.oversleep == oversleep, (
+            f"a sleep of 950 µs that lasted {950 + late_by} left oversleep {rm.oversleep}, "
+            f"expected {oversleep} [RM-10]")
+        before = len(clock.records)
+        nxt = 950 - oversleep
+        t, out = run_in_thread(lambda: rm.run_action(post(rt, duration=1000)), name="step")
+        if nxt:
+            clock.wait_for_waiters(1, clause="RM-10")
+            clock.advance(nxt)
+        assert joined(t) and "error" not in out, f"run_action hung or raised {out} [RM-10]"
+        sleeps = [r.duration_us for r in clock.records[before:]]
+        assert sleeps == ([nxt] if nxt else []) and rm.total_time_slot == nxt, (
+            f"after an oversleep of {oversleep} µs the next sleep was {sleeps} (S = "
+            f"{rm.total_time_slot}), expected {[nxt] if nxt else []} [RM-10]")
+
+
+# -- argument edges of the idle-time bookkeeping ------------------------------------------------
+
+NOT_INTEGERS = [True, False, 5.0, 1.5, float("nan"), float("inf"), "5", None]
+
+
+@pytest.mark.clause("RM-14")
+@pytest.mark.parametrize("bad", NOT_INTEGERS)
+@pytest.mark.parametrize("method,argument", [("set_estimated_idle_time", "us"),
+                                             ("spend_idle_time", "us"),
+                                             ("do_sleep_or_suspend", "sess_duration_us"),
+                                             ("set_executor_queued_op_num", "n")])
+def test_idle_amounts_must_be_integers(rt, control_env, bad, method, argument) -> None:
+    clock = VirtualClock(auto_advance=True)
+    with throttled(rt, clock) as rm:
+        rm.parse_manage_info_from_json('{"perfControl": 50}')
+        rm.set_estimated_idle_time(700)
+        rm.set_executor_queued_op_num("k", 3)
+        args = ("k", bad) if method == "set_executor_queued_op_num" else (bad,)
+        with pytest.raises(ValueError) as info:
+            getattr(rm, method)(*args)
+        assert argument in str(info.value), (
+            f"{method}({bad!r}): the ValueError {info.value!r} does not name {argument!r} "
+            f"[RM-14]")
+        state = (rm.get_estimated_idle_time(), rm.in_step_idle, rm.total_time_slot,
+                 rm.get_executor_queued_op_num("k"), [r.duration_us for r in clock.records])
+        assert state == (700, 0, 0, 3, []), (
+            f"{method}({bad!r}) was rejected but changed (E, X, S, queued ops, sleeps) to "
+            f"{state} [RM-14]")
+
+
+@pytest.mark.clause("RM-14")
+@pytest.mark.parametrize("value,stored", [(-1, 0), (0, 0), (1, 1), (-(1 << 70), 0)])
+def test_idle_amounts_at_and_below_zero(rt, control_env, value, stored) -> None:
+    import numpy as np
+    clock = VirtualClock(auto_advance=True)
+    with throttled(rt, clock) as rm:
+        rm.set_estimated_idle_time(value)
+        assert rm.get_estimated_idle_time() == stored, (
+            f"set_estimated_idle_time({value}) stored {rm.get_estimated_idle_time()}, expected "
+            f"{stored} (negative values store 0) [RM-14]")
+        rm.set_estimated_idle_time(np.int64(10))
+        assert rm.spend_idle_time(value) == 10 - stored and rm.in_step_idle == stored, (
+            f"spend_idle_time({value}) with E = 10: E {rm.get_estimated_idle_time()}, X "
+            f"{rm.in_step_idle}; expected {10 - stored}, {stored} (a negative amount counts "
+            f"as 0) [RM-14]")
+
+
+@pytest.mark.clause("RM-12")
+def test_closed_session_is_seen_within_100_000_us(rt, no_thread_leak, managed, vclock) -> None:
+    """Without a wake, a suspension re-checks its session at least every 100 000 µs of the
+    clock: a session closed at the start of a re-check period is seen by its end, with the
+    clock moved by exactly 100 000 µs."""
+    rm, _ = managed
+
+    class Session:
+        closed = False
+
+    session = Session()
+    rm.parse_manage_info_from_json('{"perfControl": 0}')
+    perf_in_force(rm, 0)
+    t, out = run_in_thread(lambda: rm.run_action(post(rt, session=session)), name="step")
+    vclock.wait_for_waiters(2, clause="RM-12")   # the listener and the suspended step
+    session.closed = True
+    t0 = vclock.now_us()
+    vclock.tick(100_000)
+    assert joined(t), (
+        "a session closed 100 000 µs ago (no wake_suspended) still suspends the step: the "
+        "suspension must re-check at least every 100 000 µs [RM-12]")
+    assert "error" not in out and vclock.now_us() - t0 == 100_000, \
+        f"the suspension ended with {out} after {vclock.now_us() - t0} µs [RM-12]"

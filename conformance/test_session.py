@@ -583,3 +583,46 @@ def test_context_keeps_no_closed_session(rt, ctx) -> None:
     kept = ctx.new_session(graph)               # an open session is still closed by close()
     ctx.close()
     assert kept.closed, "the runtime context's close() did not close an open session [API-9]"
+
+
+# -- argument edges ---------------------------------------------------------------------------
+
+@pytest.mark.clause("SESS-1")
+@pytest.mark.parametrize("bad", [1, 0, -1, True, False, 2.0, float("nan"), float("inf"), "2",
+                                 [2]])
+def test_bad_inter_op_threads_is_rejected(rt, ctx, bad) -> None:
+    before = set(antman_threads())
+    with pytest.raises(ValueError) as info:
+        rt.DirectSession(ctx.device_mgr, step_graph(rt, Log()), registry=ctx.registry,
+                         inter_op_threads=bad)
+    assert "inter_op_threads" in str(info.value), (
+        f"inter_op_threads={bad!r}: the ValueError {info.value!r} does not name the argument "
+        f"[SESS-1]")
+    started = sorted(t.name for t in set(antman_threads()) - before)
+    assert not started, f"inter_op_threads={bad!r} was rejected after starting {started} [SESS-1]"
+
+
+@pytest.mark.clause("SESS-1")
+@pytest.mark.parametrize("threads", [2, 3, None])
+def test_inter_op_threads_from_two_run_that_many_nodes_at_once(rt, ctx, threads) -> None:
+    """``threads`` independent nodes meet at a barrier of ``threads`` parties: the step ends
+    only when the pool runs them all at once (the barrier's timeout bounds a pool too small)."""
+    parties = threads if threads is not None else 4
+    barrier = threading.Barrier(parties, timeout=10)
+
+    def meet():
+        barrier.wait()
+        return np.float32(1.0)
+
+    g = rt.Graph()
+    for i in range(parties):
+        g.add_node(f"n{i}", "PyFunc", device=CPU, func=meet)
+    s = rt.DirectSession(ctx.device_mgr, g, registry=ctx.registry, inter_op_threads=threads)
+    try:
+        out = s.run([f"n{i}" for i in range(parties)])
+    except rt.OpError as exc:
+        pytest.fail(f"inter_op_threads={threads!r}: {parties} independent nodes did not run at "
+                    f"once ({exc}) [SESS-1]")
+    finally:
+        s.close()
+    assert len(out) == parties, f"inter_op_threads={threads!r}: fetched {out} [SESS-1]"

@@ -553,3 +553,69 @@ def test_write_failure_after_a_success_is_logged_again(rt, runtimes, tmp_path, c
     errors = runtime_records(caplog, rt, logging.ERROR, containing=str(path))
     assert len(errors) == 2, (f"a write failure, a success, then the same failure logged "
                               f"{len(errors)} error lines, expected 2 [STAT-8]")
+
+
+# -- exact accounting at the microsecond boundary ---------------------------------------------
+# STAT-2 to STAT-4 count whole seconds of clock.time_s(), not microseconds of now_us(): a run
+# 999 999 µs into a second and one 9 000 001 µs later are 10 s of time_s() apart.
+
+@pytest.mark.clause("STAT-3")
+@pytest.mark.parametrize("offset_us,checked", [(-1, False), (0, True), (1, True)])
+def test_check_interval_counts_time_s_to_the_microsecond(harness, offset_us, checked) -> None:
+    h = harness
+    h.clock.advance(S - 1)                              # time_s() + 0, 999 999 µs in
+    assert h.run(1000), "the first run was not checked [STAT-3]"
+    p = alloc(h.ctx, MiB)                               # a figure changes: a check dumps
+    try:
+        h.clock.advance(10 * S - (S - 1) + offset_us)   # now_us 10 000 000 + offset
+        dumped = h.run(1000)
+        assert dumped is checked, (
+            f"a run at time_s() + {9 if offset_us < 0 else 10} ({9 * S + 1 + offset_us} µs "
+            f"after the check) {'dumped' if dumped else 'did not dump'} a changed figure: "
+            f"a check comes exactly when clock.time_s() - last_check >= 10 [STAT-3]")
+    finally:
+        gpus(h.ctx)[0].get_allocator().deallocate_raw(p)
+
+
+@pytest.mark.clause("STAT-4")
+@pytest.mark.parametrize("offset_us,reaveraged", [(-1, True), (0, False), (1, False)])
+def test_reaveraging_age_counts_time_s_to_the_microsecond(harness, offset_us,
+                                                          reaveraged) -> None:
+    """Graph 1's newest entry is recorded 999 999 µs into second 11; a check at second
+    110 (age 99, µs 110 999 999) re-averages it, one at second 111 (age 100, 100 000 001 µs
+    after the entry) does not."""
+    h = harness
+    setup = (h.run(1000, graph=1),                     # t=0: first check, graph_1 stored 1000
+             h.later(10).run(3000, graph=2))           # t=10: graph_2 is new: stored 3000
+    h.clock.advance(2 * S - 1)                         # time_s 11, 999 999 µs in
+    setup += (h.run(1050, graph=1),)                   # recorded, no check
+    assert setup == (True, True, False), f"dumps of the set-up runs: {setup} [STAT-4]"
+    h.clock.advance(99 * S + 1 + offset_us)            # now_us 111 000 000 + offset
+    dumped = h.run(3000, graph=2)                      # a check; graph_2 unchanged
+    assert dumped is reaveraged, (
+        f"a check at time_s {110 if offset_us < 0 else 111} (graph_1's newest entry "
+        f"{99 if offset_us < 0 else 100} s of time_s() old) "
+        f"{'dumped' if dumped else 'did not dump'}: re-averaged exactly when now - t < 100 "
+        f"in time_s() seconds [STAT-4]")
+
+
+@pytest.mark.clause("STAT-2")
+@pytest.mark.parametrize("d,huge", [(10_000, False), (10_001, True), (0, True), (1, True),
+                                    (100, False), (99, True)])
+def test_huge_change_to_the_microsecond(harness, d, huge) -> None:
+    """Oldest 1000 µs: 10 001 µs is more than ten times it, 10 000 is not; 99 µs is less
+    than a tenth, 100 is not; a run of 0 µs is a huge change (1000 > 10 × 0)."""
+    h = harness
+    assert h.run(1000), "the first run was not checked [STAT-3]"
+    assert h.run(d) is huge, (
+        f"a run of {d} µs after an oldest entry of 1000 µs "
+        f"{'did not force' if huge else 'forced'} a check: huge exactly when d > 10 × o or "
+        f"o > 10 × d [STAT-2]")
+
+
+@pytest.mark.clause("STAT-2")
+def test_zero_durations_are_no_huge_change(harness) -> None:
+    h = harness
+    assert h.run(0), "the first run (0 µs) was not checked [STAT-3]"
+    assert not h.run(0), "0 µs after an oldest entry of 0 µs was a huge change [STAT-2]"
+    assert h.run(1), "1 µs after an oldest entry of 0 µs (1 > 10 × 0) was no huge change [STAT-2]"

@@ -600,3 +600,30 @@ def test_host_limit_reached(rt, tf_env):
         f"host regions {s.host_sim.alloc_calls} [VMEM-10]")
     assert s.host.memory_map().total_region_allocated_bytes <= 3 * MiB, "[VMEM-10]"
     assert s.vmem.allocate_raw(256, 4 * MiB, rt.AllocationAttributes(True)) is None, "[VMEM-10]"
+
+
+# --- argument edges ------------------------------------------------------------------------
+
+@pytest.mark.clause("VMEM-1")
+@pytest.mark.parametrize("vmem_on", ["true", "false"])
+@pytest.mark.parametrize("argument,bad", [
+    ("tf_gpu_id", True), ("tf_gpu_id", 1.0), ("tf_gpu_id", "0"),
+    ("tf_gpu_id", None), ("physical_total_memory", True), ("physical_total_memory", 1024.0),
+    ("physical_total_memory", float("nan")), ("physical_total_memory", "1024"),
+    ("physical_total_memory", None)])
+def test_ids_and_sizes_must_be_integers(rt, tf_env, vmem_on, argument, bad):
+    tf_env.set("TF_GPU_VMEM", vmem_on)
+    gpu = rt.BFCAllocator(rt.SimulatedDeviceMemory(MiB), MiB, False, "GPU_0_bfc")
+    host_sim = rt.SimulatedHostMemory(GiB)
+    with pytest.raises(ValueError) as info:
+        rt.maybe_create_gpu_vmem_allocator(gpu, host_sub_allocator=host_sim, **{argument: bad})
+    assert argument in str(info.value), (
+        f"maybe_create_gpu_vmem_allocator({argument}={bad!r}) with TF_GPU_VMEM={vmem_on}: the "
+        f"ValueError {info.value!r} does not name the argument [VMEM-1]")
+    host = rt.BFCAllocator(host_sim, MiB, True, "GPUHost_0_bfc")
+    with pytest.raises(ValueError) as info:
+        rt.GPUVMemAllocator(gpu, host, **{argument: bad})
+    assert argument in str(info.value), (
+        f"GPUVMemAllocator({argument}={bad!r}): the ValueError {info.value!r} does not name "
+        f"the argument [VMEM-1]")
+    assert host_sim.alloc_calls == [], f"rejected, yet called the host {host_sim.alloc_calls} [VMEM-1]"

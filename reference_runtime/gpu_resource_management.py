@@ -34,6 +34,7 @@ import os
 import re
 import threading
 from collections.abc import Iterable
+from numbers import Integral
 from typing import Any
 
 from .bounded_json import DEFAULT_MAX_DEPTH, DEFAULT_MAX_VALUES, JSONNumber, JSONTooDeep
@@ -361,7 +362,8 @@ class GPUResourceManagement(SessionRunAction):
 
     def do_sleep_or_suspend(self, sess_duration_us: int) -> int:
         """AntMan ``DoSleepOrSuspend``; returns the sleep requested in µs (0 if none)."""
-        return self._sleep_or_suspend(sess_duration_us, self._perf, None)
+        return self._sleep_or_suspend(_microseconds(sess_duration_us, "sess_duration_us"),
+                                      self._perf, None)
 
     def _sleep_or_suspend(self, sess_duration_us: int, perf: int, session: Any) -> int:
         if perf >= 100:
@@ -430,14 +432,15 @@ class GPUResourceManagement(SessionRunAction):
             return self._estimated_idle_us
 
     def set_estimated_idle_time(self, us: int) -> None:
+        us = _microseconds(us, "us")
         with self._idle_lock:
-            self._estimated_idle_us = max(0, int(us))
+            self._estimated_idle_us = max(0, us)
 
     def spend_idle_time(self, us: int) -> int:
         """The executor spent ``us`` µs idle in the step: deduct it from E (clamped at 0) and
         count all of it as the step's in-step idle, which RM-10 does not count as compute.
         Returns E."""
-        us = max(0, int(us))
+        us = max(0, _microseconds(us, "us"))
         with self._idle_lock:
             self._estimated_idle_us = max(self._estimated_idle_us - us, 0)
             self._in_step_idle_us += us
@@ -461,6 +464,7 @@ class GPUResourceManagement(SessionRunAction):
 
     def set_executor_queued_op_num(self, key: Any, n: int) -> None:
         """Record ``n`` for ``key``, keeping the maximum ever seen (a high-water mark)."""
+        n = _microseconds(n, "n")
         with self._idle_lock:
             if n > self._queued_op_num.get(key, 0):
                 self._queued_op_num[key] = int(n)
@@ -489,3 +493,12 @@ class GPUResourceManagement(SessionRunAction):
     def __repr__(self) -> str:
         return (f"GPUResourceManagement(config_file={self.config_file!r}, perf={self._perf}, "
                 f"limits={self.memory_limits})")
+
+
+def _microseconds(value: object, what: str) -> int:
+    """``value`` as an int (NumPy integers accepted; negative values are the caller's to
+    clamp), else ``ValueError`` naming ``what``: booleans, floats and strings are not
+    amounts (RM-14)."""
+    if isinstance(value, bool) or not isinstance(value, Integral):
+        raise ValueError(f"{what} must be an int, got {value!r}")
+    return int(value)

@@ -14,6 +14,7 @@ side waits, and wake it.
 from __future__ import annotations
 
 import logging
+from numbers import Integral
 
 from .allocator import (AllocationAttributes, Allocator, AllocatorStats,
                                          InvalidPointerError, SubAllocator)
@@ -59,11 +60,11 @@ class GPUVMemAllocator(Allocator):
 
     def __init__(self, device_allocator: Allocator, host_allocator: Allocator, *,
                  tf_gpu_id: int = 0, physical_total_memory: int = 0) -> None:
+        tf_gpu_id, total = _check_ids(tf_gpu_id, physical_total_memory)
         self._device = device_allocator
         self._host = host_allocator
         self._name = f"GPUVMem_{tf_gpu_id}_bfc"
         self._device_ptrs: set[int] = set()
-        total = int(physical_total_memory)
         if total < 0:
             _log.error("%s: physical_total_memory %d < 0; using 0", self._name, total)
             total = 0
@@ -173,6 +174,7 @@ def maybe_create_gpu_vmem_allocator(gpu_allocator: Allocator, *, host_sub_alloca
                                     clock: Clock | None = None,
                                     retry_timeout_us: int = DEFAULT_MAX_WAIT_US) -> Allocator:
     """Wrap ``gpu_allocator`` in a ``GPUVMemAllocator`` unless ``TF_GPU_VMEM`` is false."""
+    _check_ids(tf_gpu_id, physical_total_memory)
     if not read_bool_from_env_var("TF_GPU_VMEM", True):
         return gpu_allocator
     host = BFCAllocator(host_sub_allocator, host_mem_limit_bytes(), True,
@@ -180,3 +182,12 @@ def maybe_create_gpu_vmem_allocator(gpu_allocator: Allocator, *, host_sub_alloca
                         retry_timeout_us=retry_timeout_us)
     return GPUVMemAllocator(gpu_allocator, host, tf_gpu_id=tf_gpu_id,
                             physical_total_memory=physical_total_memory)
+
+
+def _check_ids(tf_gpu_id: object, physical_total_memory: object) -> tuple[int, int]:
+    """``tf_gpu_id`` and ``physical_total_memory`` as ints (a negative memory is VMEM-6's to
+    log), else ``ValueError`` naming the argument (VMEM-1)."""
+    for what, value in (("tf_gpu_id", tf_gpu_id), ("physical_total_memory", physical_total_memory)):
+        if isinstance(value, bool) or not isinstance(value, Integral):
+            raise ValueError(f"{what} must be an int, got {value!r}")
+    return int(tf_gpu_id), int(physical_total_memory)  # type: ignore[call-overload]
