@@ -47,7 +47,10 @@ def test_simulated_figures_are_smoke_never_met_or_missed() -> None:
     assert all("MET" not in c.line() and "MISSED" not in c.line() for c in got)
 
 
-def test_claims_section_follows_the_benchmark_table(pytester: pytest.Pytester) -> None:
+def test_claims_section_follows_the_benchmark_table(pytester: pytest.Pytester,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    # pytest-benchmark disables itself wherever PYTEST_XDIST_WORKER is set (this suite's -n)
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
     pytester.makepyfile(test_bench_fig='''
         def test_share(benchmark):
             benchmark.extra_info["figures"] = [
@@ -111,7 +114,8 @@ def _bench(*args: str, tmp: Path) -> subprocess.CompletedProcess[str]:
          "-p", "no:cacheprovider", "benchmarks", "--benchmark-only", "--no-report",
          "--runtime", "reference_runtime", *args],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
-        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
+        env={**{k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_")},
+             "PYTHONDONTWRITEBYTECODE": "1"})   # under xdist pytest-benchmark would disable itself
 
 
 def test_bench_against_reports_ratios_from_interleaved_rounds(tmp_path: Path) -> None:
