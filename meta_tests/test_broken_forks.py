@@ -276,6 +276,7 @@ def test_reference_passes_the_selection(fork_runs: ForkRuns) -> None:
             f"reference runtime; it must PASS for the fork's FAIL to mean anything")
 
 
+@pytest.mark.timeout(600)   # waits for its fork's run: a hang ends at that run's budget (150 s)
 @pytest.mark.parametrize("fork", FORKS, ids=[f.name for f in FORKS])
 def test_fork_is_rejected_on_its_clause(fork_runs: ForkRuns, fork: ForkDeclaration,
                                         record_property: Any) -> None:
