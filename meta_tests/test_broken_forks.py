@@ -56,7 +56,7 @@ from reports.writer import validation_errors  # noqa: E402
 REFERENCE = "reference_runtime"
 BAD = ("FAIL", "ERROR", "TIMEOUT", "CRASH")
 PER_TEST_TIMEOUT_S = 45          # a deadlocked fork's test ends as TIMEOUT, not after 120 s
-RUN_TIMEOUT_S = 300              # a whole conformance subprocess
+RUN_TIMEOUT_S = 450              # a whole conformance subprocess (its watchdog reports by ~200 s)
 RUN_BUDGET_S = 150               # its own budget: it reports before RUN_TIMEOUT_S, even when a
                                  # hang holds the interpreter (budget + test limit + 30 s grace)
 EXIT_GRACE_S = 5                 # from the report to the end of the process
