@@ -235,6 +235,8 @@ def pytest_configure(config: pytest.Config) -> None:
                             "tensorflow: needs TensorFlow installed (tox -e certify-tf)")
     config.addinivalue_line("markers", "antman_full: certifies adapters.antman_1_15 again, "
                                        "minutes on 2 cores (tox -e antman)")
+    config.addinivalue_line("markers", "fork_catalogue: a broken fork outside CI's sample of "
+                                       "one fork per area (tox -e forks runs them all)")
     if not config.getoption("--hypothesis-profile", default=None):
         settings.load_profile("ci")
 

@@ -26,6 +26,10 @@ MUSTPASS = f"mustpass/{spec.spec_version()}.txt"
 REPORT = verify.REPORT_MEMBER
 
 
+#: One xdist worker runs this module: its module-scoped run is made once.
+pytestmark = pytest.mark.xdist_group("bundle")
+
+
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A real certification run of one conformance file (a subset: INCOMPLETE)."""

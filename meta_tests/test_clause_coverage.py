@@ -13,6 +13,10 @@ from reports.__main__ import collect_suite_subprocess
 pytest_plugins = ["pytester"]
 
 
+#: One xdist worker runs this module: its module-scoped run is made once.
+pytestmark = pytest.mark.xdist_group("clause_coverage")
+
+
 @pytest.fixture(scope="module")
 def collected() -> dict[str, dict[str, Any]]:
     """Node ID -> {clauses, capabilities, gpu} of every collected conformance test."""

@@ -39,7 +39,7 @@ def certify(fork: Path, report_dir: Path, *modules: str, workers: int = 0
     done = subprocess.run([sys.executable, "-m", "pytest", *(modules or ("conformance",)),
                            "--runtime", fork.name, "-n", str(workers), "-q",
                            "-p", "no:cacheprovider", "--report-dir", str(report_dir)],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     latest = report_dir / ("latest-partial" if modules else "latest")
     report = latest / "certification.json"
     assert report.is_file(), done.stdout[-3000:] + done.stderr[-3000:]
@@ -51,6 +51,7 @@ def failing(doc: dict) -> dict[str, str]:
             if c["must_pass"] and c["outcome"] in ("FAIL", "ERROR", "TIMEOUT", "CRASH")}
 
 
+@pytest.mark.timeout(1300)   # a whole certification, then one module; each run bounded at 600 s
 def test_a_scaffolded_fork_certifies_and_one_broken_line_fails_on_its_clause(
         tmp_path: Path) -> None:
     fork = scaffold(tmp_path, "fork_under_test")

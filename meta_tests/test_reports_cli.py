@@ -21,6 +21,10 @@ ROOT = spec.ROOT
 COMMANDS = ("render", "validate", "mustpass", "coverage", "rerun", "diff")
 
 
+#: One xdist worker runs this module: its module-scoped run is made once.
+pytestmark = pytest.mark.xdist_group("reports_cli")
+
+
 def reports(*args: str, block: tuple[str, ...] = (), timeout: float = 300
             ) -> subprocess.CompletedProcess[str]:
     """``python -m reports ARGS`` in a fresh interpreter where the modules ``block`` cannot

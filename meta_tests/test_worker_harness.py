@@ -1,7 +1,7 @@
 """The worker harness reports a hang, a crash and garbage as TIMEOUT, CRASH and FAIL.
 
 Runs the WORKER conformance module against each fake worker of ``meta_tests/workers`` as a
-black box (``--worker-cmd`` without ``--runtime``), all runs in parallel subprocesses, and
+black box (``--worker-cmd`` without ``--runtime``), in subprocesses a few at a time, and
 checks that every run completes with a certification report giving each test the outcome
 the fake deserves, and that no process any fake started is left in the process table. Also
 checks the black-box wiring with the reference worker and the NOT_SUPPORTED outcome when no
@@ -11,6 +11,7 @@ harness in this process.
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import shlex
@@ -32,7 +33,13 @@ ROOT = spec.ROOT
 WORKERS = ROOT / "meta_tests" / "workers"
 MODULE = "conformance/test_worker_protocol.py"
 RUN_TIMEOUT_S = 240          # a run that takes longer has hung: the harness failed
-WORKER_TIMEOUT_S = 1.0
+#: The fakes that hang are given a short silence limit (their every test waits it out); the
+#: others a long one, so that a loaded machine's slow start-up is never taken for a hang.
+HANG_TIMEOUT_S = 1.0
+WORKER_TIMEOUT_S = 30.0
+HANGING_FAKES = {"no_hello", "hang_after_hello"}
+#: Conformance runs at once (each a pytest process and its workers); ANTMAN_META_HARNESS_RUNS.
+CONCURRENT_RUNS = max(1, int(os.environ.get("ANTMAN_META_HARNESS_RUNS", "3")))
 
 HELLO = "test_hello_then_one_record_per_step"
 MAX_STEPS = "test_max_steps_writes_exactly_n_steps_then_exits_0"
@@ -66,6 +73,11 @@ HARNESS_ATTACKS: dict[str, tuple[str, list[str], str | None, str, str]] = {
 #: Put in the command line of every process a fake starts (``FAKE_WORKER_TAG``).
 TAG = f"antman-fake-descendant-{uuid.uuid4().hex}"
 
+#: One xdist worker runs the module (its runs are started once); its first test waits for
+#: every run, each bounded by RUN_TIMEOUT_S.
+pytestmark = [pytest.mark.xdist_group("worker_harness"),
+              pytest.mark.timeout(RUN_TIMEOUT_S * 5)]
+
 
 @dataclass
 class Run:
@@ -96,54 +108,50 @@ def clean_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def _start(run: Run, env: dict[str, str]) -> None:
+def _certify(run: Run, env: dict[str, str]) -> None:
+    """Run one conformance subprocess to its end, or kill its session after RUN_TIMEOUT_S."""
     cmd = [sys.executable, "-m", "pytest", *run.args, "-q", "-p", "no:cacheprovider",
            "-p", "no:randomly", "--report-dir", str(run.report_dir)]
-    run.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
-
-
-def _finish(run: Run, deadline: float) -> None:
-    assert run.proc is not None
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
-        run.output, _ = run.proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
+        run.output, _ = proc.communicate(timeout=RUN_TIMEOUT_S)
     except subprocess.TimeoutExpired:
-        os.killpg(run.proc.pid, 9)
-        run.output, _ = run.proc.communicate()
-        pytest.fail(f"{run.name}: the conformance run did not complete within "
-                    f"{RUN_TIMEOUT_S} s:\n{run.output[-3000:]}")
-    run.returncode = run.proc.returncode
+        os.killpg(proc.pid, signal.SIGKILL)
+        run.output, _ = proc.communicate()
+        run.output += f"\n[the conformance run did not complete within {RUN_TIMEOUT_S} s]"
+    run.returncode = proc.returncode
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Run]]:
-    """Every conformance run of this module, started together, finished."""
+    """Every conformance run of this module, CONCURRENT_RUNS at a time, finished."""
     base = tmp_path_factory.mktemp("worker-runs")
-    out: dict[str, Run] = {}
+    out: dict[str, tuple[Run, dict[str, str]]] = {}
     for fake in EXPECTED:
         cmd = shlex.join([sys.executable, str(WORKERS / f"{fake}.py")])
-        out[fake] = Run(fake, [MODULE, "--worker-cmd", cmd,
-                               "--worker-timeout", str(WORKER_TIMEOUT_S)], base / fake)
-        _start(out[fake], clean_env(FAKE_WORKER_TAG=TAG))
+        timeout = HANG_TIMEOUT_S if fake in HANGING_FAKES else WORKER_TIMEOUT_S
+        out[fake] = (Run(fake, [MODULE, "--worker-cmd", cmd, "--worker-timeout", str(timeout)],
+                         base / fake), clean_env(FAKE_WORKER_TAG=TAG))
     for name, (fake, args, selection, _, _) in HARNESS_ATTACKS.items():
         cmd = shlex.join([sys.executable, str(WORKERS / f"{fake}.py"), *args])
-        out[name] = Run(name, [MODULE, "--worker-cmd", cmd, "--worker-timeout",
-                               str(WORKER_TIMEOUT_S),
-                               *(["-k", selection] if selection else [])], base / name)
-        _start(out[name], clean_env(FAKE_WORKER_TAG=TAG))
+        out[name] = (Run(name, [MODULE, "--worker-cmd", cmd, "--worker-timeout",
+                                str(WORKER_TIMEOUT_S),
+                                *(["-k", selection] if selection else [])], base / name),
+                     clean_env(FAKE_WORKER_TAG=TAG))
     reference = shlex.join(["env", "OPENBLAS_NUM_THREADS=1", sys.executable, "-m",
                             "reference_runtime.worker"])
-    out["reference"] = Run("reference", [MODULE, "--worker-cmd", reference, "-k",
-                                         f"{HELLO} or {STDIN} or {MAX_STEPS}"],
-                           base / "reference")
-    _start(out["reference"], clean_env(ANTMAN_WORKER_NAME="reference via worker"))
-    out["no_command"] = Run("no_command", [MODULE], base / "no_command")
-    _start(out["no_command"], clean_env(ANTMAN_RUNTIME="conformance.blackbox"))
-    deadline = time.monotonic() + RUN_TIMEOUT_S
+    out["reference"] = (Run("reference", [MODULE, "--worker-cmd", reference, "-k",
+                                          f"{HELLO} or {STDIN} or {MAX_STEPS}"],
+                            base / "reference"),
+                        clean_env(ANTMAN_WORKER_NAME="reference via worker"))
+    out["no_command"] = (Run("no_command", [MODULE], base / "no_command"),
+                         clean_env(ANTMAN_RUNTIME="conformance.blackbox"))
     try:
-        for run in out.values():
-            _finish(run, deadline)
-        yield out
+        with concurrent.futures.ThreadPoolExecutor(CONCURRENT_RUNS) as pool:
+            for future in [pool.submit(_certify, run, env) for run, env in out.values()]:
+                future.result()
+        yield {name: run for name, (run, _) in out.items()}
     finally:
         for pid in _tagged_processes(TAG):        # leave the machine clean whatever failed
             try:

@@ -466,7 +466,8 @@ DEVIATIONS: tuple[Deviation, ...] = (
     Deviation("D-RM-14", ("RM-20", "RM-7"),
               "every bus id ever seen is kept and re-applied, one failure logged per id at "
               "each new config",
-              ((RM, "                if bus_id not in self._limits and len(self._limits) >= MAX_BUS_IDS:\n",
+              ((RM, "                if bus_id not in self._limits and len(self._limits) >= MAX_BUS_IDS \\\n"
+                    "                        and not (bus_id in known and self._drop_one_unknown_locked()):\n",
                     "                if False:                       # AntMan: every bus id is held\n"),
                (RM, "            if unknown:\n                self._forget_unknown(unknown)\n",
                     "            for bus_id in unknown:              # AntMan: kept; one error per id\n"
