@@ -15,6 +15,7 @@ import shlex
 import subprocess
 import sys
 import textwrap
+import threading
 import unicodedata
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -28,7 +29,8 @@ from fixtures.hostile_text import (HOSTILE_TEXTS, hostile_mix, hostile_strings, 
                                    megabyte_line)
 from meta_tests.test_reports import (_plotting_imported_before_pytester,  # noqa: F401
                                      project, run)                        # fixtures
-from reports import safe_text, writer
+from fixtures.nemesis import release_fifo_readers
+from reports import safe_text, untrusted, writer
 from reports.plugin import REPORT_NOT_WRITTEN
 
 pytest_plugins = ["pytester"]
@@ -414,3 +416,74 @@ def test_a_junit_file_named_by_junitxml_is_annotated_safely(project: pytest.Pyte
     props = {p.get("name"): p.get("value") for p in ET.parse(external).getroot().iter("property")}
     assert props["antman:runtime"].startswith("forkfake\\x00worker\\x1b]0;owned\\x07]]></")
     assert "junit.xml" not in os.listdir(project.path / "out" / "latest")
+
+
+# --------------------------------------------------------------------------- the one reader
+#                                                                     of files from elsewhere
+
+def _refused(path: Path, limit: int = 1 << 20, **how: bool) -> str:
+    """The one-line reason ``untrusted.read_regular`` refuses ``path``, read in a thread that
+    a FIFO left open would hold (it is let go and the test fails, never hangs)."""
+    outcome: list[BaseException | bytes] = []
+
+    def read() -> None:
+        try:
+            outcome.append(untrusted.read_regular(path, limit, **how))
+        except BaseException as exc:    # noqa: BLE001 (handed to the test)
+            outcome.append(exc)
+
+    reader = threading.Thread(target=read, name="read-regular", daemon=True)
+    reader.start()
+    reader.join(10)
+    if reader.is_alive():
+        release_fifo_readers(path)
+        reader.join(10)
+        pytest.fail(f"read_regular blocked on {path}")
+    (got,) = outcome
+    assert isinstance(got, untrusted.UnusableFile), (path, got)
+    assert isinstance(got, untrusted.ReportError) and "\n" not in str(got)
+    return str(got)
+
+
+@pytest.mark.parametrize("follow_symlinks", [False, True])
+def test_the_one_reader_takes_only_a_bounded_regular_file(tmp_path: Path,
+                                                          follow_symlinks: bool) -> None:
+    """Every tool reads a file named from outside through ``untrusted.read_regular``: a FIFO
+    nobody writes is refused without waiting, /dev/zero without reading forever, a folder,
+    a file over the limit, and a symbolic link unless the caller follows links."""
+    how = {"follow_symlinks": follow_symlinks}
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)
+    assert "not a regular file" in _refused(fifo, **how)
+    assert "not a regular file" in _refused(Path("/dev/zero"), **how)
+    assert "not a regular file" in _refused(tmp_path, **how)
+    big = tmp_path / "big.json"
+    with big.open("wb") as f:                  # sparse: no disk used
+        f.truncate(untrusted.MAX_REPORT_BYTES + 1)
+    assert f"more than the {untrusted.MAX_REPORT_BYTES} allowed" in _refused(
+        big, untrusted.MAX_REPORT_BYTES, **how)
+    assert "cannot open" in _refused(tmp_path / "missing.json", **how)
+    good = tmp_path / "good.json"
+    good.write_bytes(b"{}")
+    assert "more than the 1 allowed" in _refused(good, 1, **how)
+    link = tmp_path / "link.json"
+    os.symlink(good, link)
+    link_to_fifo = tmp_path / "link-to-fifo.json"
+    os.symlink(fifo, link_to_fifo)
+    if follow_symlinks:
+        assert untrusted.read_regular(link, 2, **how) == b"{}"
+        assert "not a regular file" in _refused(link_to_fifo, **how)
+    else:
+        assert "is a symbolic link" in _refused(link, **how)
+        assert "is a symbolic link" in _refused(link_to_fifo, **how)
+    assert untrusted.read_regular(good, 2, **how) == b"{}"
+
+
+def test_no_other_module_opens_a_file_from_elsewhere_on_its_own() -> None:
+    """``read_regular`` is the only non-blocking open of the report and mutation tools: a
+    second reader would be a second set of bounds to keep right."""
+    openers = sorted(p.relative_to(ROOT).as_posix()
+                     for folder in ("reports", "mutation") for p in (ROOT / folder).glob("*.py")
+                     if "O_NONBLOCK" in p.read_text(encoding="utf-8"))
+    assert openers == ["reports/untrusted.py"]
+    assert not (ROOT / "reports" / "bounded_read.py").exists()

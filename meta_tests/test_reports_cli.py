@@ -15,7 +15,7 @@ import pytest
 
 from conformance import spec
 from fixtures.nemesis import nested_document, special_file
-from reports import reading
+from reports import untrusted
 
 ROOT = spec.ROOT
 COMMANDS = ("render", "validate", "mustpass", "coverage", "rerun", "diff")
@@ -134,7 +134,7 @@ def hostile_files(tmp_path: Path) -> dict[str, Path]:
     found["missing"] = tmp_path / "missing.json"
     huge = tmp_path / "huge.json"
     with open(huge, "wb") as f:                    # sparse: no disk used
-        f.truncate(reading.MAX_REPORT_BYTES + 1)
+        f.truncate(untrusted.MAX_REPORT_BYTES + 1)
     found["huge"] = huge
     (tmp_path / "deep.json").write_text(nested_document(200_000))
     found["deep"] = tmp_path / "deep.json"

@@ -30,6 +30,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from reports.untrusted import ReportError, read_regular
+
 from . import equivalents as eq
 from . import report
 from .campaign import Campaign, baseline, run_campaign
@@ -41,7 +43,7 @@ DEFAULT_SEEDS = ("1", "2")
 DEFAULT_SAMPLE = 150
 OUT_DIR = ROOT / "reports" / "out" / "mutation"
 PUBLISHED_DIR = ROOT / "reports" / "published" / "mutation"
-MAX_REPORT_BYTES = 64 << 20          # a mutation.json of a few thousand mutants is < 10 MiB
+MAX_MUTATION_REPORT_BYTES = 64 << 20  # a mutation.json of a few thousand mutants is < 10 MiB
 _SEED = re.compile(r"[0-9]{1,20}")
 
 
@@ -125,18 +127,9 @@ def read_report(source: Path) -> dict:
     """A ``mutation.json`` (or a folder holding one): a regular file of bounded size."""
     path = source / "mutation.json" if source.is_dir() else source
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    except OSError as exc:
-        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
-    with os.fdopen(fd, "rb") as f:
-        import stat
-        st = os.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            raise UsageError(f"{path} is not a regular file")
-        if st.st_size > MAX_REPORT_BYTES:
-            raise UsageError(f"{path} is {st.st_size} bytes, more than a mutation report's "
-                             f"{MAX_REPORT_BYTES}")
-        raw = f.read(MAX_REPORT_BYTES + 1)
+        raw = read_regular(path, MAX_MUTATION_REPORT_BYTES, follow_symlinks=True)
+    except ReportError as exc:
+        raise UsageError(str(exc)) from None
     try:
         data = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:

@@ -16,7 +16,7 @@
 - ``bundle RUN_DIR [-o FILE]`` and ``verify BUNDLE``: a certification packed with what it was
   judged by, and its verification (reports/bundle.py, reports/verify.py).
 
-Files given are read as regular files of bounded size (reports/reading.py). A file that
+Files given are read as regular files of bounded size (reports/untrusted.py). A file that
 cannot be read, a folder that cannot be written or a missing dependency is one line on
 stderr and exit status 2 (``diff`` keeps its own rules).
 """
@@ -35,6 +35,7 @@ from typing import Any
 
 from conformance import spec
 from reports import reading
+from reports.untrusted import ReportError, report_file
 
 
 class CommandError(Exception):
@@ -112,7 +113,7 @@ def write_text(path: Path, text: str) -> None:
 def rerun_command(report: Path, doc: dict[str, Any], extra: list[str]) -> list[str]:
     """The pytest command that runs again the tests of ``doc`` (read from ``report``) that
     did not pass, against the runtime it certified, writing beside it."""
-    path = reading.report_file(report).resolve()
+    path = report_file(report).resolve()
     rt = doc.get("runtime") if isinstance(doc.get("runtime"), dict) else {}
     inv = doc.get("invocation") if isinstance(doc.get("invocation"), dict) else {}
     exp = doc.get("expectations") if isinstance(doc.get("expectations"), dict) else {}
@@ -135,10 +136,10 @@ def cmd_rerun(args: argparse.Namespace) -> int:
     try:
         ids = reading.tests_not_passed(doc)
     except ValueError as exc:
-        raise CommandError(f"{reading.report_file(args.report)}: {exc}") from None
+        raise CommandError(f"{report_file(args.report)}: {exc}") from None
     extra = list(args.pytest_args)
     if not ids:
-        print(f"nothing to rerun: every test of {reading.report_file(args.report)} passed "
+        print(f"nothing to rerun: every test of {report_file(args.report)} passed "
               f"(or was skipped)")
         return 0
     if not args.print_only:
@@ -163,7 +164,7 @@ def cmd_render(args: argparse.Namespace) -> int:
     try:
         names, failed = writer.render_all(doc, args.run_dir), []
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise CommandError(f"{reading.report_file(args.run_dir)} is not a certification "
+        raise CommandError(f"{report_file(args.run_dir)} is not a certification "
                            f"report this version can render ({type(exc).__name__}: {exc})"
                            ) from None
     except OSError as exc:
@@ -178,7 +179,7 @@ def cmd_render(args: argparse.Namespace) -> int:
 def cmd_validate(args: argparse.Namespace) -> int:
     require("jsonschema")
     from reports import writer
-    doc = reading.read_json(reading.report_file(args.file))
+    doc = reading.read_json(report_file(args.file))
     try:
         errors = writer.validation_errors(doc)
     except RecursionError:
@@ -293,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
         return diff.main(args.old, args.new)
     try:
         return args.func(args)
-    except (CommandError, reading.ReportInputError) as exc:
+    except (CommandError, ReportError) as exc:
         print(f"python -m reports {args.command}: {exc}", file=sys.stderr)
         return 2
 

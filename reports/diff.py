@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from reports.bounded_read import UnusableFile, read_regular_file
+from reports.untrusted import UnusableFile, read_regular
 from reports.safe_text import terminal_safe
 
 RANK = {"PASS": 0, "WAIVED": 1, "NOT_SUPPORTED": 2, "NOT_RUN": 2,
@@ -95,7 +95,7 @@ def _resolve(path: Path) -> Path:
         return path / "certification.json"
     if path.name == "latest" and path.is_file():   # a pointer file naming the run folder
         try:
-            name = read_regular_file(path, 4096).decode("utf-8").strip()
+            name = read_regular(path, 4096, follow_symlinks=True).decode("utf-8").strip()
         except (UnusableFile, UnicodeDecodeError) as exc:
             raise DiffError(f"cannot read {path}: {exc}") from None
         if name and "/" not in name and name not in (".", ".."):
@@ -109,7 +109,7 @@ def load(path: Path) -> dict[str, Any]:
     file = _resolve(path)
     shown = terminal_safe(file, 200)
     try:
-        raw = read_regular_file(file, MAX_BYTES)
+        raw = read_regular(file, MAX_BYTES, follow_symlinks=True)
     except UnusableFile as exc:
         raise DiffError(terminal_safe(exc, 300)) from None
     try:

@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from reports import outcomes as oc
-from reports.bounded_read import UnusableFile, read_regular_file
+from reports.untrusted import UnusableFile, read_regular
 
 APPLIED = "applied"
 NOT_COVERED = "not-covered"
@@ -193,7 +193,7 @@ def _waiver(i: int, entry: Any, path: Path) -> Waiver:
 
 def load(path: Path) -> Expectations:
     try:
-        raw = read_regular_file(path, MAX_BYTES)
+        raw = read_regular(path, MAX_BYTES, follow_symlinks=True)
     except UnusableFile as exc:
         raise ExpectationsError(f"cannot read expectations file: {exc}") from None
     try:

@@ -32,6 +32,7 @@ from __future__ import annotations
 import datetime as dt
 import gzip
 import hashlib
+import io
 import json
 import stat
 import subprocess
@@ -52,7 +53,7 @@ from reports import model
 from reports import mustpass as mp
 from reports import outcomes as oc
 from reports.attribution import TAGGED
-from reports.untrusted import ReportError, one_line, parse_report
+from reports.untrusted import ReportError, UnusableFile, one_line, parse_report, read_regular
 
 REPORT_MEMBER = bd.REPORT_PREFIX + "certification.json"
 #: The largest bundle file read (compressed).
@@ -93,10 +94,10 @@ def _check_name(name: str, seen: set[str]) -> None:
         raise Rejected(f"more than {bd.MAX_MEMBERS} members")
 
 
-def _read_tar(path: Path) -> dict[str, bytes]:
+def _read_tar(archive: bytes) -> dict[str, bytes]:
     members: dict[str, bytes] = {}
     total = 0
-    with open(path, "rb") as f, gzip.GzipFile(fileobj=f) as gz:
+    with gzip.GzipFile(fileobj=io.BytesIO(archive)) as gz:
         stream = _Bounded(gz, bd.MAX_TOTAL_BYTES + TAR_HEADER_SLACK)
         with tarfile.open(fileobj=stream, mode="r|") as tf:  # type: ignore[call-overload]
             for m in tf:
@@ -116,10 +117,10 @@ def _read_tar(path: Path) -> dict[str, bytes]:
     return members
 
 
-def _read_zip(path: Path) -> dict[str, bytes]:
+def _read_zip(archive: bytes) -> dict[str, bytes]:
     members: dict[str, bytes] = {}
     total = 0
-    with zipfile.ZipFile(path) as zf:
+    with zipfile.ZipFile(io.BytesIO(archive)) as zf:
         infos = zf.infolist()
         if len(infos) > bd.MAX_MEMBERS:
             raise Rejected(f"more than {bd.MAX_MEMBERS} members")
@@ -147,20 +148,19 @@ def _read_zip(path: Path) -> dict[str, bytes]:
 def read_bundle(path: Path) -> dict[str, bytes]:
     """Name -> bytes of every member, under the bounds of the module docstring."""
     try:
-        st = path.lstat()
+        path.lstat()
     except OSError as exc:
         raise FileNotFoundError(f"{path}: {exc.strerror or exc}") from exc
-    if not stat.S_ISREG(st.st_mode):
-        raise Rejected(f"{path}: not a regular file")
-    if st.st_size > MAX_ARCHIVE_BYTES:
-        raise Rejected(f"{path}: {st.st_size} bytes, more than {MAX_ARCHIVE_BYTES}")
-    with open(path, "rb") as f:
-        magic = f.read(4)
+    try:
+        archive = read_regular(path, MAX_ARCHIVE_BYTES)
+    except UnusableFile as exc:
+        raise Rejected(str(exc)) from exc
+    magic = archive[:4]
     try:
         if magic[:2] == b"\x1f\x8b":
-            members = _read_tar(path)
+            members = _read_tar(archive)
         elif magic == b"PK\x03\x04":
-            members = _read_zip(path)
+            members = _read_zip(archive)
         else:
             raise Rejected(f"{path}: neither a .tar.gz nor a .zip")
     except (tarfile.TarError, zipfile.BadZipFile, zlib.error, EOFError, gzip.BadGzipFile,
