@@ -2,7 +2,8 @@
 
 The documents come from ``fixtures/nemesis.py``. The reading bounds of RM-19 are checked
 through ``parse_manage_info_from_json``: CPU time of the calling thread (``thread_time``,
-which other processes on a loaded machine do not inflate) and the peak of the memory it
+which other processes on a loaded machine inflate only through shared caches and cores, so
+the least of three reads counts) and the peak of the memory it
 allocates (``tracemalloc``, started after the document was built). The attacks are scaled
 to 4 MiB, where an unbounded reader already needs a few hundred MB and seconds (at the
 64 MiB the listener accepts it needs 4 GB and half a minute); the bounds are per MiB, so the
@@ -64,12 +65,25 @@ def state(rm) -> tuple[int, dict[str, int]]:
     return rm.perf_control, rm.memory_limits
 
 
+#: Reads of one document whose CPU time is measured: the least counts (RM-19). Other load
+#: on the machine only adds to a read's CPU time (caches, shared cores), never takes from it.
+CPU_READS = 3
+
+
 def measured_parse(rm, text: str) -> tuple[bool, float, int]:
-    """(result, CPU seconds, peak bytes allocated) of parsing ``text``; the CPU time is
-    taken without tracing (tracemalloc slows allocation), the memory in a second parse."""
-    start = time.thread_time()
-    ok = rm.parse_manage_info_from_json(text)
-    cpu = time.thread_time() - start
+    """(result, CPU seconds, peak bytes allocated) of parsing ``text``. The CPU time is the
+    least of up to ``CPU_READS`` reads of the same document (a read within the bound ends
+    the measurement; reading it again changes no state), taken without tracing (tracemalloc
+    slows allocation); the memory is measured in one more read."""
+    mib = len(text.encode("utf-8")) / MiB
+    ok, cpu = False, float("inf")
+    for read in range(CPU_READS):
+        start = time.thread_time()
+        result = rm.parse_manage_info_from_json(text)
+        cpu = min(cpu, time.thread_time() - start)
+        ok = result if read == 0 else ok
+        if cpu <= cpu_bound_s(mib):
+            break
     tracing = tracemalloc.is_tracing()
     if not tracing:
         tracemalloc.start()
