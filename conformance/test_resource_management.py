@@ -456,6 +456,60 @@ def test_newer_value_supersedes_a_pending_one(rt, rt_managed, vclock) -> None:
     assert bytes_limit(g0) == 32 * MiB, f"limit {bytes_limit(g0)}, expected the newer 32 MiB [RM-8]"
 
 
+def by_bus_id(rt, devices) -> list:
+    """The devices in ascending bus-id order (the order RM-8 applies limits in)."""
+    return sorted(devices, key=lambda d: bus_id(rt, d))
+
+
+def bus_id_below(rt, devices) -> str:
+    """A bus id that names none of the devices and sorts before all of them: a well-formed
+    one where there is one, else the lowest one's with a leading space (RM-3: no GPU's)."""
+    ids = {bus_id(rt, d) for d in devices}
+    lowest = min(ids)
+    return next((b for b in (f"00:{n:02x}.0" for n in range(32)) if b not in ids and b < lowest),
+                " " + lowest)
+
+
+def applied(rt, devices) -> dict[str, int]:
+    return {bus_id(rt, d): bytes_limit(d) for d in devices}
+
+
+@pytest.mark.clause("RM-8")
+def test_each_gpu_gets_its_own_limit_listed_in_descending_bus_id_order(rt, rt_managed,
+                                                                        vclock) -> None:
+    """Limits applied in ascending bus-id order still go each to its own GPU: the config
+    lists them in the other order, so pairing the sorted bus ids with the entries in the
+    order they came would swap them."""
+    ctx, writer, devices = rt_managed
+    low, high = by_bus_id(rt, devices)
+    listed = {bus_id(rt, high): 8 * MiB, bus_id(rt, low): 16 * MiB}
+    deliver(lambda: writer.write(config_document(limits=listed)), vclock)
+    ctx.resource_management.run_action(post(rt, ctx))
+    expected = {bus_id(rt, low): 16 * MiB, bus_id(rt, high): 8 * MiB}
+    assert applied(rt, (low, high)) == expected, (
+        f"the config listed {listed}; after the boundary the GPUs have "
+        f"{applied(rt, (low, high))}: each GPU must get its own limit [RM-8]")
+
+
+@pytest.mark.clause("RM-8")
+def test_each_gpu_gets_its_own_limit_with_an_unknown_bus_id_listed(rt, rt_managed,
+                                                                   vclock) -> None:
+    """A bus id naming no GPU, sorting before the GPUs' and listed between them (higher bus
+    id first): whatever order a runtime keeps the entries in (as listed, or its GPUs' first,
+    RM-20), pairing sorted bus ids with them gives a GPU another entry's limit."""
+    ctx, writer, devices = rt_managed
+    low, high = by_bus_id(rt, devices)
+    unknown = bus_id_below(rt, devices)
+    listed = {bus_id(rt, high): 8 * MiB, unknown: 4 * MiB, bus_id(rt, low): 16 * MiB}
+    deliver(lambda: writer.write(config_document(limits=listed)), vclock)
+    ctx.resource_management.run_action(post(rt, ctx))
+    expected = {bus_id(rt, low): 16 * MiB, bus_id(rt, high): 8 * MiB}
+    assert applied(rt, (low, high)) == expected, (
+        f"the config listed {listed} ({unknown!r} names no GPU); after the boundary the "
+        f"GPUs have {applied(rt, (low, high))}, expected {expected}: each GPU must get its "
+        f"own limit [RM-8]")
+
+
 @pytest.mark.clause("RM-7")
 def test_limits_accumulate_and_left_out_gpus_keep_theirs(rt, rt_managed, vclock) -> None:
     ctx, writer, (g0, g1) = rt_managed

@@ -15,9 +15,6 @@ WORKER_COMMAND = _forks.as_package(__name__)
 BREAKS = "RM-8"
 MODULES = ("conformance/test_resource_management.py",)
 OUTCOMES = ("FAIL",)
-KNOWN_GAP = ("not caught since resource management learned this process's GPUs and takes "
-             "their entries first (RM-20): RM-8's tests pass with the limits paired with the "
-             "sorted bus ids; the cause is not yet established")
 
 _forks.log_as(__name__)
 _forks.patch_source(_rm.GPUResourceManagement, "_apply_limits", (
