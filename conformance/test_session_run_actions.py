@@ -696,3 +696,40 @@ def test_run_grouping_hands_any_options_object_as_is(rt, given) -> None:
     assert len(seen) == 2 and all(s is given for s in seen), (
         f"run_grouping(PRE, {given!r}) handed {seen!r} to its actions, expected that very "
         f"object twice [REG-9]")
+
+
+@pytest.mark.clause("REG-6")
+def test_decorating_a_class_that_cannot_be_an_action_registers_nothing(rt) -> None:
+    reg = rt.SessionRunActionRegistry()
+    decorate = rt.register_session_run_action(1, 0, registry=reg)
+    refusal = RuntimeError("no device")
+
+    class NeedsAnArgument:
+        def __init__(self, device) -> None:
+            self.device = device
+
+        def run_action(self, options) -> None:
+            pass
+
+    class FailsToBuild:
+        def __init__(self) -> None:
+            raise refusal
+
+        def run_action(self, options) -> None:
+            pass
+
+    class NoRunAction:
+        pass
+
+    with pytest.raises(TypeError):
+        decorate(NeedsAnArgument)
+        pytest.fail("decorating a class that needs an argument did not raise [REG-6]")
+    with pytest.raises(RuntimeError) as info:
+        decorate(FailsToBuild)
+    assert info.value is refusal, \
+        f"decorating a class whose constructor raises raised {info.value!r} instead [REG-6]"
+    with pytest.raises(TypeError):
+        decorate(NoRunAction)
+        pytest.fail("decorating a class without run_action did not raise TypeError [REG-6]")
+    assert reg.actions(0) == [] and reg.actions(1) == [], \
+        f"a failed decoration registered {reg.actions(1)} [REG-6]"
