@@ -384,3 +384,114 @@ def test_non_bfc_allocators_raise_type_error(rt, tf_env):
             adj.free_empty_memory(MiB, obj)
         with pytest.raises(TypeError):
             adj.get_mem_pool_stats(obj)
+
+
+# --- ADJ-6: every argument's edges ----------------------------------------------------------
+
+MAX_SIZE_T = 2**64 - 1
+_LIMIT_ARGUMENTS = (("adjust_memory_limit", "new_limit"), ("free_empty_memory", "target"))
+
+
+def _whole_state(bfc, sim) -> tuple:
+    return (state(bfc), bfc.memory_map(), bfc.get_stats(), list(sim.alloc_calls),
+            list(sim.free_calls))
+
+
+@pytest.mark.clause("ADJ-6")
+@pytest.mark.parametrize("bad", [-1, -(2**64), MAX_SIZE_T + 1, 2**80, True, False, 1024.0,
+                                 0.0, float(7 * MiB), float("nan"), float("inf"), "1024",
+                                 b"1024", None])
+@pytest.mark.parametrize("method,argument", _LIMIT_ARGUMENTS)
+def test_a_bad_limit_names_its_argument_and_changes_nothing(rt, caplog, method, argument, bad):
+    bfc, sim, a, b, c = three_regions(rt)
+    adj = rt.GPUAdjustableAllocator()
+    before = _whole_state(bfc, sim)
+    caplog.clear()
+    with pytest.raises(ValueError) as info:
+        getattr(adj, method)(bad, bfc)
+        pytest.fail(f"{method}({bad!r}, bfc) did not raise ValueError [ADJ-6]")
+    assert argument in str(info.value), (
+        f"{method}({bad!r}, bfc): the ValueError {str(info.value)!r} does not name "
+        f"{argument!r} [ADJ-6]")
+    assert _whole_state(bfc, sim) == before, f"a refused {method}({bad!r}) changed the allocator [ADJ-6]"
+    assert [r for r in caplog.records if r.levelno >= 20] == [], (
+        f"a refused {method}({bad!r}) logged {[r.getMessage() for r in caplog.records]} "
+        f"[ADJ-6]")
+
+
+@pytest.mark.clause("ADJ-6", "ADJ-1")
+@pytest.mark.parametrize("new_limit", [MAX_SIZE_T, MAX_SIZE_T - 1, 7 * MiB, 7 * MiB + 1])
+def test_limits_up_to_the_size_t_maximum_are_accepted(rt, new_limit):
+    bfc, sim, a, b, c = three_regions(rt)
+    before = state(bfc)
+    got = rt.GPUAdjustableAllocator().adjust_memory_limit(new_limit, bfc)
+    assert got == new_limit and state(bfc) == (new_limit, new_limit, before[2], before[3]), (
+        f"adjust_memory_limit({new_limit}) with a 7 MiB pool: returned {got}, state "
+        f"{state(bfc)}; expected limit and bytes_limit {new_limit}, pool and next kept "
+        f"[ADJ-6]")
+    assert sim.free_calls == [], f"growing the limit released {sim.free_calls} [ADJ-6]"
+    assert rt.GPUAdjustableAllocator().free_empty_memory(MAX_SIZE_T, bfc) == 7 * MiB, (
+        "free_empty_memory(2^64-1) did not return the 7 MiB pool [ADJ-6]")
+    assert sim.free_calls == [] and state(bfc)[2:] == before[2:], (
+        "free_empty_memory(2^64-1) released a region or changed next [ADJ-6]")
+
+
+@pytest.mark.clause("ADJ-6", "ADJ-2")
+def test_zero_and_numpy_limits_are_accepted(rt):
+    import numpy as np
+    bfc, sim, a, b, c = three_regions(rt)
+    adj = rt.GPUAdjustableAllocator()
+    got = adj.adjust_memory_limit(np.uint64(8 * MiB), bfc)
+    assert got == 8 * MiB and state(bfc)[:2] == (8 * MiB, 8 * MiB), (
+        f"adjust_memory_limit(np.uint64(8 MiB)): returned {got}, state {state(bfc)} [ADJ-6]")
+    assert adj.free_empty_memory(np.int32(0), bfc) == 2 * MiB, (
+        "free_empty_memory(np.int32(0)) did not release both free regions [ADJ-6]")
+    got = adj.adjust_memory_limit(0, bfc)
+    assert got == 2 * MiB and state(bfc)[:3] == (2 * MiB, 2 * MiB, 2 * MiB), (
+        f"adjust_memory_limit(0) with 2 MiB in use: returned {got}, state {state(bfc)}; "
+        f"expected the limit to stop at the pool in use [ADJ-6]")
+
+
+@pytest.mark.clause("ADJ-6")
+def test_a_bfc_allocator_subclass_is_accepted(rt):
+    sim = rt.SimulatedDeviceMemory(GiB)
+    gpu = rt.GPUBFCAllocator(sim, 64 * MiB, "GPU_0_bfc", allow_growth=True, retry_timeout_us=0)
+    p = gpu.allocate_raw(256, MiB)
+    gpu.deallocate_raw(p)
+    adj = rt.GPUAdjustableAllocator()
+    stats = adj.get_mem_pool_stats(gpu)
+    assert (stats.pool_bytes, stats.stable_bytes) == (MiB, 0), f"{stats} [ADJ-6]"
+    assert adj.adjust_memory_limit(0, gpu) == 0 and sim.free_calls == [(p, MiB)], (
+        f"adjust_memory_limit(0) on a GPUBFCAllocator: frees {sim.free_calls} [ADJ-6]")
+    assert adj.free_empty_memory(0, gpu) == 0, "[ADJ-6]"
+
+
+@pytest.mark.clause("ADJ-6")
+@pytest.mark.parametrize("bad", ["GPU_0_bfc", 0, None, object()])
+def test_a_bad_bfc_names_its_argument_and_a_bad_limit_comes_first(rt, bad):
+    bfc, sim, a, b, c = three_regions(rt)
+    adj = rt.GPUAdjustableAllocator()
+    for method, _ in _LIMIT_ARGUMENTS:
+        with pytest.raises(TypeError) as info:
+            getattr(adj, method)(MiB, bad)
+            pytest.fail(f"{method}(1 MiB, {bad!r}) did not raise TypeError [ADJ-6]")
+        assert "bfc" in str(info.value), (
+            f"{method}(1 MiB, {bad!r}): the TypeError {str(info.value)!r} does not name "
+            f"'bfc' [ADJ-6]")
+        with pytest.raises(ValueError):
+            getattr(adj, method)(-1, bad)
+            pytest.fail(f"{method}(-1, {bad!r}) did not raise the limit's ValueError [ADJ-6]")
+    with pytest.raises(TypeError) as info:
+        adj.get_mem_pool_stats(bad)
+    assert "bfc" in str(info.value), (
+        f"get_mem_pool_stats({bad!r}): the TypeError {str(info.value)!r} does not name 'bfc' "
+        f"[ADJ-6]")
+    assert sim.free_calls == [], "[ADJ-6]"
+
+
+@pytest.mark.clause("ADJ-6")
+@pytest.mark.parametrize("args", [(0,), (None,), (MiB,)])
+def test_the_constructor_takes_no_argument(rt, args):
+    with pytest.raises(TypeError):
+        rt.GPUAdjustableAllocator(*args)
+        pytest.fail(f"GPUAdjustableAllocator{args!r} did not raise TypeError [ADJ-6]")

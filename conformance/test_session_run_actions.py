@@ -471,3 +471,265 @@ def test_statistics_record_the_step_before_the_limit_changes(rt, runtimes, tmp_p
     assert dumped == pool, (f"statistics dumped deviceMemPoolSize={dumped}, expected the pool "
                             f"before the shrink ({pool}): statistics must run first [REG-10]")
     assert bytes_limit(gpu) == MiB, "the limit was not applied at the boundary [RM-8]"
+
+
+# --- every argument's edges (REG-1, REG-4, REG-5, REG-6, REG-9) -----------------------------
+
+BAD_GROUPINGS = [-1, 2, "PRE_SESSION_RUN", None, True, False, 1.0, 0j]
+
+
+def _numpy_one():
+    import numpy as np
+    return np.int64(1)
+
+
+@pytest.mark.clause("REG-1")
+@pytest.mark.parametrize("bad", BAD_GROUPINGS + ["numpy"])
+def test_unregister_and_the_helper_refuse_a_bad_grouping(rt, bad) -> None:
+    bad = _numpy_one() if bad == "numpy" else bad
+    reg, log = rt.SessionRunActionRegistry(), []
+    act = Recorder(rt, log, "post")
+    reg.register(1, 0, act)
+    with pytest.raises(ValueError):
+        reg.unregister(bad, 0, act)
+        pytest.fail(f"unregister({bad!r}, 0, a) did not raise ValueError [REG-1]")
+    assert [a for _, a in reg.actions(1)] == [act], \
+        f"a refused unregister({bad!r}, ...) removed the POST registration [REG-1]"
+    with pytest.raises(ValueError):
+        decorator = rt.register_session_run_action(bad, 0, registry=reg)
+        pytest.fail(f"register_session_run_action({bad!r}, 0) returned {decorator!r} instead "
+                    f"of raising ValueError from the call [REG-1]")
+    assert [a for _, a in reg.actions(1)] == [act] and reg.actions(0) == [], \
+        f"a refused register_session_run_action({bad!r}, ...) registered [REG-1]"
+
+
+@pytest.mark.clause("REG-1")
+def test_a_numpy_integer_is_not_a_grouping(rt) -> None:
+    one = _numpy_one()
+    reg, log = rt.SessionRunActionRegistry(), []
+    reg.register(1, 0, Recorder(rt, log, "post"))
+    for call, args in (("register", (one, 0, Recorder(rt, log, "x"))),
+                       ("run_grouping", (one, options(rt))),
+                       ("get_action", (one, 0, "rec-post")),
+                       ("actions", (one,))):
+        with pytest.raises(ValueError):
+            getattr(reg, call)(*args)
+            pytest.fail(f"{call}(np.int64(1), ...) did not raise ValueError [REG-1]")
+    assert log == [] and len(reg.actions(1)) == 1, \
+        f"a call with grouping np.int64(1) ran {log} or registered [REG-1]"
+
+
+@pytest.mark.clause("REG-5")
+@pytest.mark.parametrize("phase", [True, False, 0.0, 1.0, "0", None, "numpy"])
+def test_a_bad_phase_is_a_type_error_in_every_call(rt, phase) -> None:
+    phase = _numpy_one() if phase == "numpy" else phase
+    reg, log = rt.SessionRunActionRegistry(), []
+    act = Recorder(rt, log, "a")
+    act.name = "A"
+    reg.register(1, 1, act)
+    reg.register(1, 0, act)
+    for call, args in (("register", (1, phase, Recorder(rt, log, "x"))),
+                       ("unregister", (1, phase, act)),
+                       ("get_action", (1, phase, "A")),
+                       ("register_session_run_action", (1, phase))):
+        target = rt if call == "register_session_run_action" else reg
+        with pytest.raises(TypeError):
+            got = getattr(target, call)(*args)
+            pytest.fail(f"{call}(POST, {phase!r}, ...) returned {got!r} instead of raising "
+                        f"TypeError [REG-5]")
+    assert reg.actions(1) == [(0, act), (1, act)], (
+        f"calls with phase {phase!r} changed the registrations to {reg.actions(1)} [REG-5]")
+
+
+@pytest.mark.clause("REG-5", "REG-2")
+def test_phases_have_no_bound(rt) -> None:
+    """0, -1 and phases beyond any machine integer are ordered by value like any other."""
+    phases = [2**64, -1, 0, -(2**63) - 1, 2**63, 10**30, 2**31, -(2**31) - 1, 1]
+    reg, log = rt.SessionRunActionRegistry(), []
+    acts = {}
+    for p in phases:
+        acts[p] = Recorder(rt, log, p)
+        acts[p].name = f"at-{p}"
+        reg.register(1, p, acts[p])
+    reg.run_grouping(1, options(rt))
+    assert log == sorted(phases), f"phases {phases} ran as {log}, expected ascending [REG-5]"
+    assert [q for q, _ in reg.actions(1)] == sorted(phases), \
+        f"actions(POST) phases {[q for q, _ in reg.actions(1)]} [REG-5]"
+    for p in phases:
+        assert reg.get_action(1, p, f"at-{p}") is acts[p], \
+            f"get_action(POST, {p}, 'at-{p}') did not find it [REG-5]"
+    for p in (2**64 + 1, 2**64 - 1, -(2**63)):
+        assert reg.get_action(1, p, f"at-{2**64}") is None, \
+            f"get_action(POST, {p}, ...) found the action at phase 2^64 [REG-5]"
+    assert reg.unregister(1, 2**64 - 1, acts[2**64]) is False, \
+        "unregister at phase 2^64-1 removed the action at phase 2^64 [REG-5]"
+    assert reg.unregister(1, 2**64, acts[2**64]) is True, "[REG-5]"
+
+
+@pytest.mark.clause("REG-5")
+@pytest.mark.parametrize("other", [None, "rec-a", 0, object()])
+def test_unregister_of_a_non_action_returns_false(rt, other) -> None:
+    reg, log = rt.SessionRunActionRegistry(), []
+    act = Recorder(rt, log, "a")
+    reg.register(1, 0, act)
+    assert reg.unregister(1, 0, other) is False, \
+        f"unregister(POST, 0, {other!r}) did not return False [REG-5]"
+    assert [a for _, a in reg.actions(1)] == [act], \
+        f"unregister(POST, 0, {other!r}) removed a registration [REG-5]"
+
+
+@pytest.mark.clause("REG-4")
+@pytest.mark.parametrize("bad", [None, b"Act", 0, 1.0, ["Act"]])
+def test_get_action_name_must_be_a_str(rt, bad) -> None:
+    """An action whose name is ``bad`` itself is registered: only a type check refuses it."""
+    reg = rt.SessionRunActionRegistry()
+    act = Recorder(rt, [], 1)
+    act.name = "Act"
+    reg.register(1, 0, act)
+    odd = Recorder(rt, [], 2)
+    odd.name = bad
+    reg.register(1, 0, odd)
+    with pytest.raises(TypeError):
+        got = reg.get_action(1, 0, bad)
+        pytest.fail(f"get_action(POST, 0, {bad!r}) returned {got!r} instead of raising "
+                    f"TypeError [REG-4]")
+
+
+@pytest.mark.clause("REG-4")
+def test_get_action_takes_a_str_subclass_and_the_empty_name(rt) -> None:
+    class Name(str):
+        pass
+
+    reg = rt.SessionRunActionRegistry()
+    act, empty = Recorder(rt, [], 1), Recorder(rt, [], 2)
+    act.name, empty.name = "Act", ""
+    reg.register(1, 0, act)
+    reg.register(1, 0, empty)
+    assert reg.get_action(1, 0, Name("Act")) is act, \
+        "get_action with a str subclass 'Act' did not find the action [REG-4]"
+    assert reg.get_action(1, 0, "") is empty, "get_action(POST, 0, '') did not find it [REG-4]"
+
+
+@pytest.mark.clause("REG-6")
+@pytest.mark.parametrize("bad", [None, b"Act", 0, True])
+def test_an_action_name_must_be_a_str(rt, bad) -> None:
+    class MyAction(rt.SessionRunAction):
+        def run_action(self, options) -> None:
+            pass
+
+    act = MyAction()
+    with pytest.raises(TypeError):
+        act.name = bad
+        pytest.fail(f"setting an action's name to {bad!r} did not raise TypeError [REG-6]")
+    assert act.name == "MyAction", \
+        f"a refused name {bad!r} left the name {act.name!r}, expected 'MyAction' [REG-6]"
+    act.name = ""
+    assert act.name == "", f"the empty name was not kept: {act.name!r} [REG-6]"
+    with pytest.raises(TypeError):
+        act.name = bad
+    assert act.name == "", f"a refused name {bad!r} replaced '' by {act.name!r} [REG-6]"
+
+
+@pytest.mark.clause("REG-6")
+@pytest.mark.parametrize("bad", ["global", 0, object(), "list"])
+def test_the_helper_refuses_a_registry_that_is_not_one(rt, bad) -> None:
+    bad = [] if bad == "list" else bad
+    before = rt.global_registry().actions(1)
+    with pytest.raises(TypeError):
+        decorator = rt.register_session_run_action(1, 0, registry=bad)
+        pytest.fail(f"register_session_run_action(POST, 0, registry={bad!r}) returned "
+                    f"{decorator!r} instead of raising TypeError from the call [REG-6]")
+    assert rt.global_registry().actions(1) == before, \
+        f"a refused registry {bad!r} changed the global registry [REG-6]"
+
+
+OPTION_FIELDS = ("graph_id", "sess_duration_us")
+MAX_UINT64 = 2**64 - 1
+
+
+@pytest.mark.clause("REG-9")
+@pytest.mark.parametrize("bad", [-1, -(2**64), MAX_UINT64 + 1, True, False, 5.0, float("nan"),
+                                 "5", None])
+@pytest.mark.parametrize("field", OPTION_FIELDS)
+def test_option_amounts_are_uint64_integers(rt, field, bad) -> None:
+    with pytest.raises(ValueError) as info:
+        got = rt.SessionRunActionOptions(**{field: bad})
+        pytest.fail(f"SessionRunActionOptions({field}={bad!r}) built {got!r} [REG-9]")
+    assert field in str(info.value), (
+        f"SessionRunActionOptions({field}={bad!r}): the ValueError {str(info.value)!r} does "
+        f"not name {field!r} [REG-9]")
+    opts = rt.SessionRunActionOptions(graph_id=7, sess_duration_us=9)
+    with pytest.raises(ValueError) as info:
+        setattr(opts, field, bad)
+        pytest.fail(f"options.{field} = {bad!r} did not raise ValueError [REG-9]")
+    assert field in str(info.value), (
+        f"options.{field} = {bad!r}: the ValueError {str(info.value)!r} does not name "
+        f"{field!r} [REG-9]")
+    assert (opts.graph_id, opts.sess_duration_us) == (7, 9), (
+        f"a refused options.{field} = {bad!r} changed the options to {opts!r} [REG-9]")
+
+
+@pytest.mark.clause("REG-9")
+@pytest.mark.parametrize("field", OPTION_FIELDS)
+def test_option_amounts_accept_zero_the_maximum_and_numpy(rt, field) -> None:
+    import numpy as np
+    for value, want in ((0, 0), (MAX_UINT64, MAX_UINT64), (np.uint64(MAX_UINT64), MAX_UINT64),
+                        (np.int32(5), 5)):
+        opts = rt.SessionRunActionOptions(**{field: value})
+        got = getattr(opts, field)
+        assert got == want and type(got) is int, (
+            f"SessionRunActionOptions({field}={value!r}).{field} is {got!r} "
+            f"({type(got).__name__}), expected the int {want} [REG-9]")
+        setattr(opts, field, value)
+        assert getattr(opts, field) == want and type(getattr(opts, field)) is int, (
+            f"options.{field} = {value!r} kept {getattr(opts, field)!r} [REG-9]")
+
+
+@pytest.mark.clause("REG-9")
+@pytest.mark.parametrize("given", [None, "opts", "object"])
+def test_run_grouping_hands_any_options_object_as_is(rt, given) -> None:
+    given = object() if given == "object" else given
+    reg, seen = rt.SessionRunActionRegistry(), []
+    reg.register(0, 0, Recorder(rt, [], "a", hook=seen.append))
+    reg.register(0, 1, Recorder(rt, [], "b", hook=seen.append))
+    reg.run_grouping(0, given)
+    assert len(seen) == 2 and all(s is given for s in seen), (
+        f"run_grouping(PRE, {given!r}) handed {seen!r} to its actions, expected that very "
+        f"object twice [REG-9]")
+
+
+@pytest.mark.clause("REG-6")
+def test_decorating_a_class_that_cannot_be_an_action_registers_nothing(rt) -> None:
+    reg = rt.SessionRunActionRegistry()
+    decorate = rt.register_session_run_action(1, 0, registry=reg)
+    refusal = RuntimeError("no device")
+
+    class NeedsAnArgument:
+        def __init__(self, device) -> None:
+            self.device = device
+
+        def run_action(self, options) -> None:
+            pass
+
+    class FailsToBuild:
+        def __init__(self) -> None:
+            raise refusal
+
+        def run_action(self, options) -> None:
+            pass
+
+    class NoRunAction:
+        pass
+
+    with pytest.raises(TypeError):
+        decorate(NeedsAnArgument)
+        pytest.fail("decorating a class that needs an argument did not raise [REG-6]")
+    with pytest.raises(RuntimeError) as info:
+        decorate(FailsToBuild)
+    assert info.value is refusal, \
+        f"decorating a class whose constructor raises raised {info.value!r} instead [REG-6]"
+    with pytest.raises(TypeError):
+        decorate(NoRunAction)
+        pytest.fail("decorating a class without run_action did not raise TypeError [REG-6]")
+    assert reg.actions(0) == [] and reg.actions(1) == [], \
+        f"a failed decoration registered {reg.actions(1)} [REG-6]"

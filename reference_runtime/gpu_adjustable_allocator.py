@@ -13,7 +13,7 @@ import logging
 from dataclasses import dataclass
 
 from .allocator import check_size
-from .bfc_allocator import BFCAllocator, rounded_bytes
+from .bfc_allocator import MAX_SIZE_T, BFCAllocator, rounded_bytes
 
 __all__ = ["GPUAdjustableAllocator", "MemPoolStats"]
 
@@ -32,9 +32,17 @@ class MemPoolStats:
 
 def _check_bfc(bfc: object, what: str) -> BFCAllocator:
     if not isinstance(bfc, BFCAllocator):
-        raise TypeError(f"GPUAdjustableAllocator.{what}: expected a BFCAllocator, "
+        raise TypeError(f"GPUAdjustableAllocator.{what}: bfc must be a BFCAllocator, "
                         f"got {type(bfc).__name__}")
     return bfc
+
+
+def _check_limit(value: object, what: str) -> int:
+    """A limit as AntMan's ``size_t``: an int in [0, 2^64-1], else ``ValueError`` (ADJ-6)."""
+    value = check_size(value, what)
+    if value > MAX_SIZE_T:
+        raise ValueError(f"{what} must be at most 2^64-1, got {value}")
+    return value
 
 
 class GPUAdjustableAllocator:
@@ -42,7 +50,7 @@ class GPUAdjustableAllocator:
 
     def adjust_memory_limit(self, new_limit: int, bfc: BFCAllocator) -> int:
         """Set the limit to ``new_limit`` (releasing free regions if needed); return the limit."""
-        new_limit = check_size(new_limit, "GPUAdjustableAllocator.adjust_memory_limit: the limit")
+        new_limit = _check_limit(new_limit, "GPUAdjustableAllocator.adjust_memory_limit: new_limit")
         bfc = _check_bfc(bfc, "adjust_memory_limit")
         with bfc._lock:
             if new_limit >= bfc._adj_pool_bytes():
@@ -60,7 +68,7 @@ class GPUAdjustableAllocator:
 
     def free_empty_memory(self, target: int, bfc: BFCAllocator) -> int:
         """Release fully free regions until the pool is at most ``target``; return the pool."""
-        target = check_size(target, "GPUAdjustableAllocator.free_empty_memory: the target")
+        target = _check_limit(target, "GPUAdjustableAllocator.free_empty_memory: target")
         bfc = _check_bfc(bfc, "free_empty_memory")
         with bfc._lock:
             return self._free_empty_memory_locked(target, bfc)

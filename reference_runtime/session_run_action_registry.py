@@ -15,6 +15,7 @@ import enum
 import logging
 import threading
 from dataclasses import dataclass
+from numbers import Integral
 from typing import Any, Callable, TypeVar
 
 __all__ = [
@@ -23,6 +24,8 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+_UINT64_MAX = (1 << 64) - 1
 
 
 class Grouping(enum.IntEnum):
@@ -39,6 +42,20 @@ class SessionRunActionOptions:
     graph_id: int = 0
     sess_duration_us: int = 0
 
+    def __setattr__(self, field: str, value: Any) -> None:
+        if field in ("graph_id", "sess_duration_us"):     # AntMan's uint64s (REG-9)
+            value = _uint64(value, field)
+        super().__setattr__(field, value)
+
+
+def _uint64(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, Integral):
+        raise ValueError(f"SessionRunActionOptions: {what} must be an int, got {value!r}")
+    value = int(value)
+    if not 0 <= value <= _UINT64_MAX:
+        raise ValueError(f"SessionRunActionOptions: {what} must be in [0, 2^64-1], got {value}")
+    return value
+
 
 class SessionRunAction(abc.ABC):
     """An action: ``run_action(options)``; raising an exception is its error status."""
@@ -52,6 +69,8 @@ class SessionRunAction(abc.ABC):
 
     @name.setter
     def name(self, value: str) -> None:
+        if not isinstance(value, str):
+            raise TypeError(f"an action's name must be a str, got {value!r}")
         self._name = value
 
     @abc.abstractmethod
@@ -126,6 +145,8 @@ class SessionRunActionRegistry:
     def get_action(self, grouping: Grouping | int, phase: int, name: str) -> Any:
         """The first action at exactly (grouping, phase) whose name is ``name``, or None."""
         g, p = _grouping(grouping), _phase(phase)
+        if not isinstance(name, str):
+            raise TypeError(f"get_action: name must be a str, got {name!r}")
         for q, a in self._snapshots[g]:           # an immutable snapshot: no lock
             if q == p and getattr(a, "name", None) == name:
                 return a
@@ -162,6 +183,9 @@ def register_session_run_action(grouping: Grouping | int, phase: int,
     registers it (in ``registry``, default the global one). Returns the class unchanged.
     """
     g, p = _grouping(grouping), _phase(phase)
+    if registry is not None and not isinstance(registry, SessionRunActionRegistry):
+        raise TypeError(f"register_session_run_action: registry must be None or a "
+                        f"SessionRunActionRegistry, got {registry!r}")
 
     def decorate(cls: T) -> T:
         action = cls()

@@ -131,14 +131,14 @@ DEVIATIONS: tuple[Deviation, ...] = (
               modules=("conformance/test_adjustable.py",)),
     Deviation("D-ADJ-4", ("ADJ-6",),
               "a negative limit converts to a huge size_t",
-              ((ADJ, "        new_limit = check_size(new_limit, \"GPUAdjustableAllocator.adjust_memory_limit: the limit\")\n",
+              ((ADJ, "        new_limit = _check_limit(new_limit, \"GPUAdjustableAllocator.adjust_memory_limit: new_limit\")\n",
                      "        if isinstance(new_limit, int) and not isinstance(new_limit, bool) and new_limit < 0:\n"
                      "            new_limit &= (1 << 64) - 1          # AntMan: size_t\n"
-                     "        new_limit = check_size(new_limit, \"GPUAdjustableAllocator.adjust_memory_limit: the limit\")\n"),
-               (ADJ, "        target = check_size(target, \"GPUAdjustableAllocator.free_empty_memory: the target\")\n",
+                     "        new_limit = _check_limit(new_limit, \"GPUAdjustableAllocator.adjust_memory_limit: new_limit\")\n"),
+               (ADJ, "        target = _check_limit(target, \"GPUAdjustableAllocator.free_empty_memory: target\")\n",
                      "        if isinstance(target, int) and not isinstance(target, bool) and target < 0:\n"
                      "            target &= (1 << 64) - 1             # AntMan: size_t\n"
-                     "        target = check_size(target, \"GPUAdjustableAllocator.free_empty_memory: the target\")\n")),
+                     "        target = _check_limit(target, \"GPUAdjustableAllocator.free_empty_memory: target\")\n")),
               modules=("conformance/test_adjustable.py",)),
     Deviation("D-VMEM-2", ("VMEM-7",),
               "a pointer unknown to both sides goes to the host BFC, whose CHECK aborts the "
