@@ -594,6 +594,12 @@ def small_pool_session(rt, m: Managed, g):
                             inter_op_threads=2)
 
 
+def wait_for_the_first_slot(clock) -> None:
+    """Until the manager thread waits in an idle slot (a step with none fails on OPM-4)."""
+    wait_until(lambda: any(n.startswith(OP_MANAGER_PREFIX) for n in clock.waiting_threads()),
+               "the manager thread to wait in the idle slot before its first launch [OPM-4]")
+
+
 def holding(log: Log, tag: str, release: threading.Event):
     """A CPU PyFunc body that records ``tag`` and keeps its thread until ``release``."""
 
@@ -635,14 +641,14 @@ def test_a_thread_that_queued_gpu_ops_is_free_while_they_wait(rt, managed_manual
         t0 = clock.now_us()
         runner, out = run_in_thread(lambda: s.run(["g0", "g1", "free", "hold"]),
                                     "test-managed-run")
-        wait_for_idle_slot(clock)
+        wait_for_the_first_slot(clock)
         free_in_time = freed.wait(PROMPT_S)
         clock.tick(1000)                   # g0 launches; the manager waits in g1's slot
         clock.advance(1000)                # g1 launches
         wait_until(lambda: any(e[0] == "g1" for e in log.snapshot()), "g1's launch [OPM-4]")
         release.set()
         runner.join(PROMPT_S)
-        assert not runner.is_alive() and "error" not in out, f"run() hung or failed: {out}"
+        assert not runner.is_alive() and "error" not in out, f"run() hung or failed: {out} [OPM-3]"
     finally:
         release.set()
         s.close()
@@ -674,25 +680,31 @@ def test_gpu_ops_stay_queued_after_the_idle_budget_runs_out(rt, managed_manual) 
     m.throttle(50, 1000)
     t0 = clock.now_us()
     runner, out = run_in_thread(lambda: s.run(["g1"]), "test-managed-run")
-    wait_for_idle_slot(clock)
-    clock.advance(1000)                    # the 500 µs slot takes 1000 µs: E = 0
-    runner.join(PROMPT_S)
-    assert not runner.is_alive() and "error" not in out, f"run() hung or failed: {out}"
+    try:
+        wait_for_the_first_slot(clock)
+        clock.advance(1000)                # the 500 µs slot takes 1000 µs: E = 0
+        runner.join(PROMPT_S)
+    finally:
+        s.close()                          # ends a step that waits in a slot nobody ends
+        runner.join(PROMPT_S)
     got = {e[0]: e for e in log.snapshot()}
-    assert (got["c"][1] - t0, got["c"][2]) == (1000, 0), (
-        f"'c' ran at {got['c'][1] - t0} µs with E={got['c'][2]}, expected 1000 µs and E=0: "
-        f"the overrun slot deducts what it took, clamped at 0 [OPM-4]")
+    assert "c" in got and (got["c"][1] - t0, got["c"][2]) == (1000, 0), (
+        f"'c' ran at {got['c'][1] - t0 if 'c' in got else None} µs with "
+        f"E={got['c'][2] if 'c' in got else None}, expected 1000 µs and E=0: the overrun slot "
+        f"deducts what it took, clamped at 0 [OPM-4]")
+    assert "g1" in got and got["g1"][1] - t0 == 1000, (
+        f"g1 launched at {got['g1'][1] - t0 if 'g1' in got else 'no time'}: with E = 0 its "
+        f"slot is 0 [OPM-4]")
+    assert not runner.is_alive() and "error" not in out, f"run() hung or failed: {out} [OPM-2]"
     assert got["c"][3].startswith(INTER_OP_PREFIX), f"'c' ran on {got['c'][3]} [EXEC-11]"
     assert got["g1"][3].startswith(OP_MANAGER_PREFIX), (
         f"g1, made ready once E had run out, ran on {got['g1'][3]}: every GPU op of a managed "
         f"step must be queued and launched by the manager thread, E > 0 is decided once at the "
         f"start of the step [OPM-2]")
-    assert got["g1"][1] - t0 == 1000, \
-        f"g1 launched at {got['g1'][1] - t0} µs: its slot is 0 // 1 = 0 [OPM-4]"
     (_, graph_id, *_), = m.post.snapshot()
     assert rm.get_executor_queued_op_num(graph_id) == 2, (
         f"the step queued {rm.get_executor_queued_op_num(graph_id)} ops, expected both GPU "
-        f"ops [OPM-2]")
+        f"ops [OPM-5]")
 
 
 @pytest.mark.clause("OPM-2", "EXEC-11")
@@ -725,7 +737,7 @@ def test_gpu_consumers_of_a_queued_op_need_no_pool_thread(rt, managed) -> None:
         launched_in_time = launched.wait(PROMPT_S)
         release.set()
         runner.join(PROMPT_S)
-        assert not runner.is_alive() and "error" not in out, f"run() hung or failed: {out}"
+        assert not runner.is_alive() and "error" not in out, f"run() hung or failed: {out} [OPM-2]"
     finally:
         release.set()
         s.close()
@@ -740,3 +752,43 @@ def test_gpu_consumers_of_a_queued_op_need_no_pool_thread(rt, managed) -> None:
     for name in ("hold0", "hold1"):
         assert events[name][1].startswith(INTER_OP_PREFIX), \
             f"{name} ran on {events[name][1]}, not the runner [EXEC-11]"
+
+
+@pytest.mark.clause("OPM-2", "EXEC-11")
+def test_gpu_roots_of_a_managed_step_need_no_pool_thread(rt, managed) -> None:
+    """On a two-thread pool, the CPU roots hold0 and hold1 (handed to the runner first) keep
+    both threads; the GPU root g0 must be queued by the thread that starts the step and
+    launched while they do (AntMan hands it to the runner, behind the holds, D-OPM-11)."""
+    m = managed
+    clock, rm, log = m.clock, m.rm, Log()
+    release, launched = threading.Event(), threading.Event()
+    g0_probe = probe(log, "g0", clock, rm)
+
+    def g0(*args):
+        log.add(("g0 while held", not release.is_set()))
+        launched.set()
+        return g0_probe(*args)
+
+    g = rt.Graph()
+    for name in ("hold0", "hold1"):        # roots in this order: the holds first
+        g.add_node(name, "PyFunc", device=CPU, func=holding(log, name, release))
+    g.add_node("g0", "PyFunc", device=GPU, func=g0)
+    s = small_pool_session(rt, m, g)
+    try:
+        m.throttle(50, 1000)
+        runner, out = run_in_thread(lambda: s.run(["g0", "hold0", "hold1"]),
+                                    "test-managed-run")
+        launched_in_time = launched.wait(PROMPT_S)
+        release.set()
+        runner.join(PROMPT_S)
+        assert not runner.is_alive() and "error" not in out, f"run() hung or failed: {out} [OPM-2]"
+    finally:
+        release.set()
+        s.close()
+    events = {e[0]: e for e in log.snapshot()}
+    assert launched_in_time and events["g0 while held"][1], (
+        f"the GPU root g0 was launched only once the CPU roots hold0 and hold1 had released "
+        f"the two inter-op threads: the thread that starts a managed step must queue its GPU "
+        f"roots itself, not hand them to the runner [OPM-2]")
+    assert events["g0"][3].startswith(OP_MANAGER_PREFIX), \
+        f"g0 ran on {events['g0'][3]} [OPM-3]"
