@@ -707,13 +707,14 @@ def test_gpu_ops_stay_queued_after_the_idle_budget_runs_out(rt, managed_manual) 
         f"ops [OPM-5]")
 
 
-@pytest.mark.clause("OPM-2", "EXEC-11")
+@pytest.mark.clause("OPM-2")
 def test_gpu_consumers_of_a_queued_op_need_no_pool_thread(rt, managed) -> None:
     """On a two-thread pool, the queued op g0's consumers are hold0 and hold1 (CPU, handed to
     the runner, where each keeps a thread) and then g1 (GPU). g1 must be queued by the manager
     thread that ran g0 and launched while both holds still keep the pool: it needs no pool
     thread (AntMan hands it to the runner, behind the holds, whose Process queues it,
-    D-OPM-11)."""
+    D-OPM-11). This is EXEC-11's rule for a queued kernel's consumers too; the test is marked
+    OPM-2 only, so that EXEC-11 stays in the must-pass section of the executor alone."""
     m = managed
     clock, rm, log = m.clock, m.rm, Log()
     release, launched = threading.Event(), threading.Event()
@@ -754,7 +755,7 @@ def test_gpu_consumers_of_a_queued_op_need_no_pool_thread(rt, managed) -> None:
             f"{name} ran on {events[name][1]}, not the runner [EXEC-11]"
 
 
-@pytest.mark.clause("OPM-2", "EXEC-11")
+@pytest.mark.clause("OPM-2")
 def test_gpu_roots_of_a_managed_step_need_no_pool_thread(rt, managed) -> None:
     """On a two-thread pool, the CPU roots hold0 and hold1 (handed to the runner first) keep
     both threads; the GPU root g0 must be queued by the thread that starts the step and
