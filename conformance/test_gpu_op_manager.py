@@ -577,3 +577,219 @@ def test_interrupted_slot_deducts_to_the_microsecond(rt, managed_manual, taken_u
     assert m.rm.in_step_idle == taken_us, (
         f"in-step idle {m.rm.in_step_idle} µs after a slot interrupted {taken_us} µs in, "
         f"expected {taken_us} [OPM-4]")
+
+
+# -- which thread queues a GPU op, and what it does next (OPM-2, OPM-3) ------------------------
+
+#: Real-time bound on a node that a correct runtime runs at once, without the clock moving
+#: (a loaded machine is slow). A runtime that holds the node back fails after this bound,
+#: never a correct one: nothing but the test could release it.
+PROMPT_S = 10.0
+
+
+def small_pool_session(rt, m: Managed, g):
+    """A session over ``g`` whose inter-op pool has two threads (SESS-1), so a test can keep
+    both of them busy."""
+    return rt.DirectSession(m.ctx.device_mgr, g, registry=m.ctx.registry, clock=m.clock,
+                            inter_op_threads=2)
+
+
+def wait_for_the_first_slot(clock) -> None:
+    """Until the manager thread waits in an idle slot (a step with none fails on OPM-4)."""
+    wait_until(lambda: any(n.startswith(OP_MANAGER_PREFIX) for n in clock.waiting_threads()),
+               "the manager thread to wait in the idle slot before its first launch [OPM-4]")
+
+
+def holding(log: Log, tag: str, release: threading.Event):
+    """A CPU PyFunc body that records ``tag`` and keeps its thread until ``release``."""
+
+    def func(*args):
+        log.add((tag, threading.current_thread().name))
+        release.wait(3 * PROMPT_S)
+        return np.float32(0)
+
+    return func
+
+
+@pytest.mark.clause("OPM-3")
+def test_a_thread_that_queued_gpu_ops_is_free_while_they_wait(rt, managed_manual) -> None:
+    """On a two-thread pool, ``hold`` keeps one thread; the CPU node ``c0`` queues the GPU ops
+    ``g0`` and ``g1`` on the other and hands its expensive consumer ``free`` to the runner.
+    While the manager waits in g0's idle slot (g1 still queued, the clock stopped), ``free``
+    must run: the thread that queued the ops returned to the pool without waiting for the
+    queue to drain (AntMan's Process busy-waits until it drains, D-OPM-6)."""
+    m = managed_manual
+    clock, rm, log = m.clock, m.rm, Log()
+    release, freed = threading.Event(), threading.Event()
+
+    def free(*args):
+        log.add(("free", clock.now_us(), rm.get_estimated_idle_time(),
+                 threading.current_thread().name))
+        freed.set()
+        return np.float32(0)
+
+    g = rt.Graph()
+    g.add_node("hold", "PyFunc", device=CPU, func=holding(log, "hold", release))
+    g.add_node("c0", "PyFunc", device=CPU, is_expensive=False,
+               func=probe(log, "c0", clock, rm))
+    for name in ("g0", "g1"):
+        g.add_node(name, "PyFunc", ["c0"], device=GPU, func=probe(log, name, clock, rm))
+    g.add_node("free", "PyFunc", ["c0"], device=CPU, is_expensive=True, func=free)
+    s = small_pool_session(rt, m, g)
+    try:
+        m.throttle(50, 2000)               # two GPU ops: slots of 1000 µs each
+        t0 = clock.now_us()
+        runner, out = run_in_thread(lambda: s.run(["g0", "g1", "free", "hold"]),
+                                    "test-managed-run")
+        wait_for_the_first_slot(clock)
+        free_in_time = freed.wait(PROMPT_S)
+        clock.tick(1000)                   # g0 launches; the manager waits in g1's slot
+        clock.advance(1000)                # g1 launches
+        wait_until(lambda: any(e[0] == "g1" for e in log.snapshot()), "g1's launch [OPM-4]")
+        release.set()
+        runner.join(PROMPT_S)
+        assert not runner.is_alive() and "error" not in out, f"run() hung or failed: {out} [OPM-3]"
+    finally:
+        release.set()
+        s.close()
+    events = log.snapshot()
+    order = [e[0] for e in events if e[0] in ("g0", "g1", "free")]
+    at = next(e[1] for e in events if e[0] == "free") - t0
+    assert free_in_time and order[0] == "free" and at == 0, (
+        f"the CPU node 'free' ran at {at} µs, in the order {order}: with g1 queued and the "
+        f"manager in g0's idle slot, the pool thread whose Process queued g0 and g1 must "
+        f"return to the pool, not wait until the queue drains [OPM-3]")
+    assert [e[0] for e in events if e[0] in ("g0", "g1")] == ["g0", "g1"], "[OPM-3]"
+
+
+@pytest.mark.clause("OPM-2", "OPM-1")
+def test_gpu_ops_stay_queued_after_the_idle_budget_runs_out(rt, managed_manual) -> None:
+    """A managed step g0 (GPU) → c (CPU) → g1 (GPU) with E = 1000: g0's slot of 500 µs
+    overruns to 1000 µs, so E is 0 when c makes g1 ready on an inter-op thread. The step is
+    managed from start to end (OPM-1 decides once): g1 is queued all the same and launched by
+    the manager thread (AntMan re-evaluates E > 0 for every op and launches it directly,
+    D-OPM-8)."""
+    m = managed_manual
+    clock, rm, log = m.clock, m.rm, Log()
+    g = rt.Graph()
+    g.add_node("g0", "PyFunc", device=GPU, func=probe(log, "g0", clock, rm))
+    g.add_node("c", "PyFunc", ["g0"], device=CPU, is_expensive=False,
+               func=probe(log, "c", clock, rm))
+    g.add_node("g1", "PyFunc", ["c"], device=GPU, func=probe(log, "g1", clock, rm))
+    s = m.ctx.new_session(g)
+    m.throttle(50, 1000)
+    t0 = clock.now_us()
+    runner, out = run_in_thread(lambda: s.run(["g1"]), "test-managed-run")
+    try:
+        wait_for_the_first_slot(clock)
+        clock.advance(1000)                # the 500 µs slot takes 1000 µs: E = 0
+        runner.join(PROMPT_S)
+    finally:
+        s.close()                          # ends a step that waits in a slot nobody ends
+        runner.join(PROMPT_S)
+    got = {e[0]: e for e in log.snapshot()}
+    assert "c" in got and (got["c"][1] - t0, got["c"][2]) == (1000, 0), (
+        f"'c' ran at {got['c'][1] - t0 if 'c' in got else None} µs with "
+        f"E={got['c'][2] if 'c' in got else None}, expected 1000 µs and E=0: the overrun slot "
+        f"deducts what it took, clamped at 0 [OPM-4]")
+    assert "g1" in got and got["g1"][1] - t0 == 1000, (
+        f"g1 launched at {got['g1'][1] - t0 if 'g1' in got else 'no time'}: with E = 0 its "
+        f"slot is 0 [OPM-4]")
+    assert not runner.is_alive() and "error" not in out, f"run() hung or failed: {out} [OPM-2]"
+    assert got["c"][3].startswith(INTER_OP_PREFIX), f"'c' ran on {got['c'][3]} [EXEC-11]"
+    assert got["g1"][3].startswith(OP_MANAGER_PREFIX), (
+        f"g1, made ready once E had run out, ran on {got['g1'][3]}: every GPU op of a managed "
+        f"step must be queued and launched by the manager thread, E > 0 is decided once at the "
+        f"start of the step [OPM-2]")
+    (_, graph_id, *_), = m.post.snapshot()
+    assert rm.get_executor_queued_op_num(graph_id) == 2, (
+        f"the step queued {rm.get_executor_queued_op_num(graph_id)} ops, expected both GPU "
+        f"ops [OPM-5]")
+
+
+@pytest.mark.clause("OPM-2")
+def test_gpu_consumers_of_a_queued_op_need_no_pool_thread(rt, managed) -> None:
+    """On a two-thread pool, the queued op g0's consumers are hold0 and hold1 (CPU, handed to
+    the runner, where each keeps a thread) and then g1 (GPU). g1 must be queued by the manager
+    thread that ran g0 and launched while both holds still keep the pool: it needs no pool
+    thread (AntMan hands it to the runner, behind the holds, whose Process queues it,
+    D-OPM-11). This is EXEC-11's rule for a queued kernel's consumers too; the test is marked
+    OPM-2 only, so that EXEC-11 stays in the must-pass section of the executor alone."""
+    m = managed
+    clock, rm, log = m.clock, m.rm, Log()
+    release, launched = threading.Event(), threading.Event()
+    g1_probe = probe(log, "g1", clock, rm)
+
+    def g1(*args):
+        log.add(("g1 while held", not release.is_set()))
+        launched.set()
+        return g1_probe(*args)
+
+    g = rt.Graph()
+    g.add_node("g0", "PyFunc", device=GPU, func=probe(log, "g0", clock, rm))
+    for name in ("hold0", "hold1"):        # output edges of g0: the holds first
+        g.add_node(name, "PyFunc", ["g0"], device=CPU, func=holding(log, name, release))
+    g.add_node("g1", "PyFunc", ["g0"], device=GPU, func=g1)
+    s = small_pool_session(rt, m, g)
+    try:
+        m.throttle(50, 2000)
+        runner, out = run_in_thread(lambda: s.run(["g1", "hold0", "hold1"]),
+                                    "test-managed-run")
+        launched_in_time = launched.wait(PROMPT_S)
+        release.set()
+        runner.join(PROMPT_S)
+        assert not runner.is_alive() and "error" not in out, f"run() hung or failed: {out} [OPM-2]"
+    finally:
+        release.set()
+        s.close()
+    events = {e[0]: e for e in log.snapshot()}
+    assert launched_in_time and events["g1 while held"][1], (
+        f"g1, a GPU consumer of the queued op g0, was launched only once the CPU consumers "
+        f"hold0 and hold1 had released the two inter-op threads: the manager thread that ran "
+        f"g0 must queue g1 itself, not hand it to the runner [OPM-2]")
+    for name in ("g0", "g1"):
+        assert events[name][3].startswith(OP_MANAGER_PREFIX), \
+            f"{name} ran on {events[name][3]} [OPM-3]"
+    for name in ("hold0", "hold1"):
+        assert events[name][1].startswith(INTER_OP_PREFIX), \
+            f"{name} ran on {events[name][1]}, not the runner [EXEC-11]"
+
+
+@pytest.mark.clause("OPM-2")
+def test_gpu_roots_of_a_managed_step_need_no_pool_thread(rt, managed) -> None:
+    """On a two-thread pool, the CPU roots hold0 and hold1 (handed to the runner first) keep
+    both threads; the GPU root g0 must be queued by the thread that starts the step and
+    launched while they do (AntMan hands it to the runner, behind the holds, D-OPM-11)."""
+    m = managed
+    clock, rm, log = m.clock, m.rm, Log()
+    release, launched = threading.Event(), threading.Event()
+    g0_probe = probe(log, "g0", clock, rm)
+
+    def g0(*args):
+        log.add(("g0 while held", not release.is_set()))
+        launched.set()
+        return g0_probe(*args)
+
+    g = rt.Graph()
+    for name in ("hold0", "hold1"):        # roots in this order: the holds first
+        g.add_node(name, "PyFunc", device=CPU, func=holding(log, name, release))
+    g.add_node("g0", "PyFunc", device=GPU, func=g0)
+    s = small_pool_session(rt, m, g)
+    try:
+        m.throttle(50, 1000)
+        runner, out = run_in_thread(lambda: s.run(["g0", "hold0", "hold1"]),
+                                    "test-managed-run")
+        launched_in_time = launched.wait(PROMPT_S)
+        release.set()
+        runner.join(PROMPT_S)
+        assert not runner.is_alive() and "error" not in out, f"run() hung or failed: {out} [OPM-2]"
+    finally:
+        release.set()
+        s.close()
+    events = {e[0]: e for e in log.snapshot()}
+    assert launched_in_time and events["g0 while held"][1], (
+        f"the GPU root g0 was launched only once the CPU roots hold0 and hold1 had released "
+        f"the two inter-op threads: the thread that starts a managed step must queue its GPU "
+        f"roots itself, not hand them to the runner [OPM-2]")
+    assert events["g0"][3].startswith(OP_MANAGER_PREFIX), \
+        f"g0 ran on {events['g0'][3]} [OPM-3]"

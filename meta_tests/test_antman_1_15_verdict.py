@@ -140,15 +140,7 @@ def test_entries_without_a_test_are_listed() -> None:
 
 #: Switches whose AntMan behaviour no conformance test sees yet, and why: reported XFAIL
 #: while undetected, FAIL once a test catches them (remove the entry then).
-KNOWN_GAPS = {
-    "D-OPM-6": "no test observes a Process call that waits for the queue to drain (it "
-               "changes no launch order, thread or slot on the simulated device); a test "
-               "would check that a pool thread is free while ops are queued",
-    "D-OPM-8": "no test has a managed step whose E runs out before its last GPU op, after "
-               "which AntMan launches the remaining ops directly",
-    "D-OPM-11": "no test observes on which thread a queued op's GPU consumers are queued: "
-                "the hand-off through the runner changes no launch order the suite checks",
-}
+KNOWN_GAPS: dict[str, str] = {}
 
 
 @pytest.mark.parametrize("ident", [d.id for d in SWITCHES])
