@@ -226,3 +226,18 @@ def test_require_gpu_counts_the_gpu_clauses_whatever_the_capabilities(tmp_path: 
         assert doc["verdict"]["status"] == model.NOT_CERTIFIED, props
     doc = _build(_data(tmp_path, ok, caps=("bfc",), listing=listing))
     assert {c["id"]: c["must_pass"] for c in doc["clauses"]}["API-7"] is False
+
+
+def test_a_report_folder_outside_the_suite_as_a_separate_argument_under_xdist_is_refused(
+        tmp_path: Path) -> None:
+    """Under xdist every worker would take the folder for a test path and stop: said at once."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PYTEST_XDIST", "PYTEST_CURRENT", "ANTMAN_RUNTIME"))}
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, "-m", "pytest", "-o", "testpaths=conformance",
+                           "-n", "1", "-p", "no:cacheprovider", "-q", "--report-dir", str(out)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == USAGE_ERROR, done.stdout[-2000:] + done.stderr[-2000:]
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and f"--report-dir={out}" in lines[0], done.stderr
+    assert not out.exists(), "a refused run wrote into its report folder"

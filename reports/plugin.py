@@ -294,10 +294,28 @@ def pytest_configure(config: pytest.Config) -> None:
             raise pytest.UsageError(exp.unknown_ids_message(expectations.path, unknown))
     recorder = CertificationRecorder(config, expectations)
     from reports import writer
-    problem = writer.report_dir_problem(recorder.base)
+    problem = split_report_dir_problem(config, recorder.base) or writer.report_dir_problem(
+        recorder.base)
     if problem:
         raise pytest.UsageError(safe_text.terminal(problem))
     config.pluginmanager.register(recorder, _RECORDER)
+
+
+def split_report_dir_problem(config: pytest.Config, base: Path) -> str | None:
+    """Under xdist, ``--report-dir DIR`` as two arguments with DIR outside the rootdir cannot
+    work: each worker reads the command line again before it knows the option, takes DIR
+    (which exists once the run has made it) for a test path, chooses DIR as its rootdir, never
+    loads the suite's conftest and stops, so that no test runs. Said at start-up instead."""
+    args = [str(a) for a in config.invocation_params.args]
+    if "--report-dir" not in args or not getattr(config.option, "numprocesses", None):
+        return None
+    try:
+        base.resolve().relative_to(config.rootpath.resolve())
+        return None
+    except ValueError:
+        return (f"give the report folder as --report-dir={base} (one argument): with xdist "
+                f"(-n), a folder outside {config.rootpath} given as a separate argument is "
+                f"taken for a test path by every worker, and no test runs")
     if not getattr(opt, "xmlpath", None) and config.pluginmanager.has_plugin("junitxml"):
         # junitxml writes before the report exists: into a private folder, moved into the
         # run folder with the report (and removed when the run ends in a usage error). The
