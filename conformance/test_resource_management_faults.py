@@ -22,9 +22,10 @@ import tracemalloc
 import pytest
 
 from conformance.control_helpers import (MiB, bus_id, bytes_limit, control_env,  # noqa: F401
-                                         expect_value_error, gpus, joined, listener, poll,
-                                         run_in_thread,
+                                         expect_value_error, gpus, joined, listener,
+                                         perf_in_force, poll, run_in_thread,
                                          runtime_records, runtimes, vclock, write_text)
+from conformance.preconditions import precondition
 from fixtures import nemesis
 from fixtures.config_writer import config_document
 
@@ -471,8 +472,10 @@ def test_config_path_cannot_forge_the_suspend_line(rt, runtimes, vclock, tmp_pat
     write_text(config, '{"perfControl": 0}')
     ctx = runtimes(config_file=str(config), clock=vclock)
     vclock.wait_for_waiters(1, clause="FL-2")
+    perf_in_force(ctx.resource_management, 0)
     t, out = run_in_thread(lambda: boundary(rt, ctx), name="step")
-    vclock.wait_for_waiters(2, clause="RM-12")  # the listener and the suspended step
+    with precondition("RM-12", "perfControl 0 suspends the step"):
+        vclock.wait_for_waiters(2, clause="RM-12")  # the listener and the suspended step
     deliver(vclock, config, '{"perfControl": 100}')
     assert joined(t) and "error" not in out, \
         f"the suspended step did not resume: {out.get('error')!r} [RM-12]"
