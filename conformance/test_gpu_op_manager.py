@@ -707,6 +707,25 @@ def test_gpu_ops_stay_queued_after_the_idle_budget_runs_out(rt, managed_manual) 
         f"ops [OPM-5]")
 
 
+def run_holding_the_pool(rt, m, g, fetches: list[str], idle_us: int,
+                         release: threading.Event, launched: threading.Event) -> bool:
+    """Run one managed step of ``g`` on a two-thread pool (perfControl 50, E = ``idle_us``)
+    whose CPU nodes hold their threads until ``release``; True when ``launched`` was set
+    within PROMPT_S while they held them. The step must then end without error."""
+    s = small_pool_session(rt, m, g)
+    try:
+        m.throttle(50, idle_us)
+        runner, out = run_in_thread(lambda: s.run(fetches), "test-managed-run")
+        launched_in_time = launched.wait(PROMPT_S)
+        release.set()
+        runner.join(PROMPT_S)
+        assert not runner.is_alive() and "error" not in out, f"run() hung or failed: {out} [OPM-2]"
+    finally:
+        release.set()
+        s.close()
+    return launched_in_time
+
+
 @pytest.mark.clause("OPM-2")
 def test_gpu_consumers_of_a_queued_op_need_no_pool_thread(rt, managed) -> None:
     """On a two-thread pool, the queued op g0's consumers are hold0 and hold1 (CPU, handed to
@@ -730,18 +749,8 @@ def test_gpu_consumers_of_a_queued_op_need_no_pool_thread(rt, managed) -> None:
     for name in ("hold0", "hold1"):        # output edges of g0: the holds first
         g.add_node(name, "PyFunc", ["g0"], device=CPU, func=holding(log, name, release))
     g.add_node("g1", "PyFunc", ["g0"], device=GPU, func=g1)
-    s = small_pool_session(rt, m, g)
-    try:
-        m.throttle(50, 2000)
-        runner, out = run_in_thread(lambda: s.run(["g1", "hold0", "hold1"]),
-                                    "test-managed-run")
-        launched_in_time = launched.wait(PROMPT_S)
-        release.set()
-        runner.join(PROMPT_S)
-        assert not runner.is_alive() and "error" not in out, f"run() hung or failed: {out} [OPM-2]"
-    finally:
-        release.set()
-        s.close()
+    launched_in_time = run_holding_the_pool(rt, m, g, ["g1", "hold0", "hold1"], 2000,
+                                            release, launched)
     events = {e[0]: e for e in log.snapshot()}
     assert launched_in_time and events["g1 while held"][1], (
         f"g1, a GPU consumer of the queued op g0, was launched only once the CPU consumers "
@@ -774,18 +783,8 @@ def test_gpu_roots_of_a_managed_step_need_no_pool_thread(rt, managed) -> None:
     for name in ("hold0", "hold1"):        # roots in this order: the holds first
         g.add_node(name, "PyFunc", device=CPU, func=holding(log, name, release))
     g.add_node("g0", "PyFunc", device=GPU, func=g0)
-    s = small_pool_session(rt, m, g)
-    try:
-        m.throttle(50, 1000)
-        runner, out = run_in_thread(lambda: s.run(["g0", "hold0", "hold1"]),
-                                    "test-managed-run")
-        launched_in_time = launched.wait(PROMPT_S)
-        release.set()
-        runner.join(PROMPT_S)
-        assert not runner.is_alive() and "error" not in out, f"run() hung or failed: {out} [OPM-2]"
-    finally:
-        release.set()
-        s.close()
+    launched_in_time = run_holding_the_pool(rt, m, g, ["g0", "hold0", "hold1"], 1000,
+                                            release, launched)
     events = {e[0]: e for e in log.snapshot()}
     assert launched_in_time and events["g0 while held"][1], (
         f"the GPU root g0 was launched only once the CPU roots hold0 and hold1 had released "
