@@ -299,6 +299,14 @@ def pytest_configure(config: pytest.Config) -> None:
     if problem:
         raise pytest.UsageError(safe_text.terminal(problem))
     config.pluginmanager.register(recorder, _RECORDER)
+    if not getattr(opt, "xmlpath", None) and config.pluginmanager.has_plugin("junitxml"):
+        # junitxml writes before the report exists: into a private folder, moved into the
+        # run folder with the report (and removed when the run ends in a usage error). The
+        # folder is made when the session starts, so a run stopped before leaves nothing.
+        private = f"antman-junit-{secrets.token_hex(16)}"
+        recorder.junit_tmp = Path(tempfile.gettempdir()) / private / "junit.xml"
+        opt.xmlpath = str(recorder.junit_tmp)
+        recorder.junit_is_ours = True
 
 
 def split_report_dir_problem(config: pytest.Config, base: Path) -> str | None:
@@ -316,14 +324,6 @@ def split_report_dir_problem(config: pytest.Config, base: Path) -> str | None:
         return (f"give the report folder as --report-dir={base} (one argument): with xdist "
                 f"(-n), a folder outside {config.rootpath} given as a separate argument is "
                 f"taken for a test path by every worker, and no test runs")
-    if not getattr(opt, "xmlpath", None) and config.pluginmanager.has_plugin("junitxml"):
-        # junitxml writes before the report exists: into a private folder, moved into the
-        # run folder with the report (and removed when the run ends in a usage error). The
-        # folder is made when the session starts, so a run stopped before leaves nothing.
-        private = f"antman-junit-{secrets.token_hex(16)}"
-        recorder.junit_tmp = Path(tempfile.gettempdir()) / private / "junit.xml"
-        opt.xmlpath = str(recorder.junit_tmp)
-        recorder.junit_is_ours = True
 
 
 def safe_name(text: str) -> str:
