@@ -241,3 +241,9 @@ def test_a_report_folder_outside_the_suite_as_a_separate_argument_under_xdist_is
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and f"--report-dir={out}" in lines[0], done.stderr
     assert not out.exists(), "a refused run wrote into its report folder"
+    # a test path of the suite among the arguments: the workers find the suite, it runs
+    done = subprocess.run([sys.executable, "-m", "pytest", "conformance/test_clock.py", "-n", "1",
+                           "-p", "no:cacheprovider", "-q", "--report-dir", str(out)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and (out / "latest-partial" / "junit.xml").is_file(), \
+        done.stdout[-2000:] + done.stderr[-2000:]

@@ -313,17 +313,26 @@ def split_report_dir_problem(config: pytest.Config, base: Path) -> str | None:
     """Under xdist, ``--report-dir DIR`` as two arguments with DIR outside the rootdir cannot
     work: each worker reads the command line again before it knows the option, takes DIR
     (which exists once the run has made it) for a test path, chooses DIR as its rootdir, never
-    loads the suite's conftest and stops, so that no test runs. Said at start-up instead."""
+    loads the suite's conftest and stops, so that no test runs. Said at start-up instead.
+    A test path inside the rootdir among the arguments (``pytest conformance ...``) lets the
+    workers find the suite's conftest, and the run works."""
     args = [str(a) for a in config.invocation_params.args]
     if "--report-dir" not in args or not getattr(config.option, "numprocesses", None):
         return None
-    try:
-        base.resolve().relative_to(config.rootpath.resolve())
+    root = config.rootpath.resolve()
+    if base.resolve().is_relative_to(root):
         return None
-    except ValueError:
-        return (f"give the report folder as --report-dir={base} (one argument): with xdist "
-                f"(-n), a folder outside {config.rootpath} given as a separate argument is "
-                f"taken for a test path by every worker, and no test runs")
+    at = args.index("--report-dir") + 1
+    value = args[at] if at < len(args) else ""
+    here = Path(config.invocation_params.dir)
+    for arg in args:
+        path = (here / arg).resolve()
+        if not arg.startswith("-") and arg != value and path.exists() \
+                and path.is_relative_to(root):
+            return None         # the workers find the suite's conftest through this path
+    return (f"give the report folder as --report-dir={base} (one argument): with xdist "
+            f"(-n), a folder outside {config.rootpath} given as a separate argument is "
+            f"taken for a test path by every worker, and no test runs")
 
 
 def safe_name(text: str) -> str:
