@@ -18,7 +18,6 @@ import shlex
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -84,7 +83,6 @@ class Run:
     name: str
     args: list[str]
     report_dir: Path
-    proc: subprocess.Popen[str] | None = None
     output: str = ""
     returncode: int | None = None
 
