@@ -235,7 +235,8 @@ def test_a_report_folder_outside_the_suite_as_a_separate_argument_under_xdist_is
            if not k.startswith(("PYTEST_XDIST", "PYTEST_CURRENT", "ANTMAN_RUNTIME"))}
     out = tmp_path / "out"
     done = subprocess.run([sys.executable, "-m", "pytest", "-o", "testpaths=conformance",
-                           "-n", "1", "-p", "no:cacheprovider", "-q", "--report-dir", str(out)],
+                           "-n", "1", "-p", "no:cacheprovider", "-q", "-k", "x" * 5000,
+                           "--report-dir", str(out)],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == USAGE_ERROR, done.stdout[-2000:] + done.stderr[-2000:]
     lines = [line for line in done.stderr.splitlines() if line.strip()]

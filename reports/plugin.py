@@ -326,10 +326,14 @@ def split_report_dir_problem(config: pytest.Config, base: Path) -> str | None:
     value = args[at] if at < len(args) else ""
     here = Path(config.invocation_params.dir)
     for arg in args:
-        path = (here / arg).resolve()
-        if not arg.startswith("-") and arg != value and path.exists() \
-                and path.is_relative_to(root):
-            return None         # the workers find the suite's conftest through this path
+        if arg.startswith("-") or arg == value:
+            continue
+        try:                    # any argument: a -k expression too long for a file name
+            path = (here / arg).resolve()
+            if path.exists() and path.is_relative_to(root):
+                return None     # the workers find the suite's conftest through this path
+        except (OSError, ValueError):
+            continue
     return (f"give the report folder as --report-dir={base} (one argument): with xdist "
             f"(-n), a folder outside {config.rootpath} given as a separate argument is "
             f"taken for a test path by every worker, and no test runs")
