@@ -707,6 +707,19 @@ def test_gpu_ops_stay_queued_after_the_idle_budget_runs_out(rt, managed_manual) 
         f"ops [OPM-5]")
 
 
+def launch_marker(log, name: str, clock, rm, release: threading.Event,
+                  launched: threading.Event):
+    """The function of GPU node ``name``: a probe that also logs ``"<name> while held"``
+    (whether ``release`` was still unset when it ran) and sets ``launched``."""
+    inner = probe(log, name, clock, rm)
+
+    def run(*args):
+        log.add((f"{name} while held", not release.is_set()))
+        launched.set()
+        return inner(*args)
+    return run
+
+
 def run_holding_the_pool(rt, m, g, fetches: list[str], idle_us: int,
                          release: threading.Event, launched: threading.Event) -> bool:
     """Run one managed step of ``g`` on a two-thread pool (perfControl 50, E = ``idle_us``)
@@ -737,13 +750,7 @@ def test_gpu_consumers_of_a_queued_op_need_no_pool_thread(rt, managed) -> None:
     m = managed
     clock, rm, log = m.clock, m.rm, Log()
     release, launched = threading.Event(), threading.Event()
-    g1_probe = probe(log, "g1", clock, rm)
-
-    def g1(*args):
-        log.add(("g1 while held", not release.is_set()))
-        launched.set()
-        return g1_probe(*args)
-
+    g1 = launch_marker(log, "g1", clock, rm, release, launched)
     g = rt.Graph()
     g.add_node("g0", "PyFunc", device=GPU, func=probe(log, "g0", clock, rm))
     for name in ("hold0", "hold1"):        # output edges of g0: the holds first
@@ -772,13 +779,7 @@ def test_gpu_roots_of_a_managed_step_need_no_pool_thread(rt, managed) -> None:
     m = managed
     clock, rm, log = m.clock, m.rm, Log()
     release, launched = threading.Event(), threading.Event()
-    g0_probe = probe(log, "g0", clock, rm)
-
-    def g0(*args):
-        log.add(("g0 while held", not release.is_set()))
-        launched.set()
-        return g0_probe(*args)
-
+    g0 = launch_marker(log, "g0", clock, rm, release, launched)
     g = rt.Graph()
     for name in ("hold0", "hold1"):        # roots in this order: the holds first
         g.add_node(name, "PyFunc", device=CPU, func=holding(log, name, release))
