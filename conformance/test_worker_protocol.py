@@ -292,6 +292,19 @@ def throttle_bands() -> dict[int, tuple[float, float]]:
             for p in THROTTLE_LEVELS}
 
 
+def wrong_against_both_controls(ratios: dict[int, float],
+                                bands: dict[int, tuple[float, float]]) -> list[int]:
+    """The throttled levels outside their band on the same side whether B or the final
+    perfControl 100 period is taken as the control: their verdict does not depend on which
+    control the machine's noise left right, so a drifted control is no reason to withhold
+    it (WORKER-10)."""
+    def side(r: float, band: tuple[float, float]) -> int:
+        return -1 if r < band[0] else (1 if r > band[1] else 0)
+    return [p for p, r in ratios.items()
+            if p < 100 and side(r, bands[p]) != 0
+            and side(r, bands[p]) == side(r / ratios[100], bands[p])]
+
+
 @pytest.mark.clause("WORKER-10")
 def test_perf_control_throttles_the_step_period(worker, report_artifacts) -> None:
     """B is taken once the unthrottled period is steady; perfControl 100 at the end is the
@@ -324,17 +337,21 @@ def test_perf_control_throttles_the_step_period(worker, report_artifacts) -> Non
             if low <= ratios[100] <= high:
                 break
         else:
-            raise InvalidMeasurement(
-                f"invalid measurement: the control P_100/B stayed outside [{low:g}, "
-                f"{high:g}] in {CONTROL_ATTEMPTS} measurements ({describe_attempts(attempts)}): "
-                f"the unthrottled period moved while throttling was measured, so the "
-                f"throttled periods cannot be judged [WORKER-10]")
+            if not wrong_against_both_controls(ratios, bands):
+                raise InvalidMeasurement(
+                    f"invalid measurement: the control P_100/B stayed outside [{low:g}, "
+                    f"{high:g}] in {CONTROL_ATTEMPTS} measurements "
+                    f"({describe_attempts(attempts)}): the unthrottled period moved while "
+                    f"throttling was measured, so the throttled periods cannot be judged "
+                    f"[WORKER-10]")
     finally:
         report_artifacts.add("throttle_accuracy", {
             "target_percent": list(ratios),
             "measured_percent": [round(100 / r, 2) for r in ratios.values()]})
         report_artifacts.add("e2e_timeline", w.timeline())
-    outside = [p for p, r in ratios.items() if not bands[p][0] <= r <= bands[p][1]]
+    drifted = not low <= ratios[100] <= high
+    outside = (wrong_against_both_controls(ratios, bands) if drifted else
+               [p for p, r in ratios.items() if not bands[p][0] <= r <= bands[p][1]])
     # Not even perfControl 25 stretched the period to the lower bound of perfControl 50.
     ignored = all(r < bands[50][0] for p, r in ratios.items() if p < 100)
     assert len(outside) == 0, (
@@ -343,6 +360,10 @@ def test_perf_control_throttles_the_step_period(worker, report_artifacts) -> Non
                     f"{'' if p not in outside else ', OUTSIDE'})" for p, r in ratios.items())
         + ("; the step period ignores perfControl: the implementation does not throttle"
            if ignored else "")
+        + (f"; the control P_100/B stayed outside [{low:g}, {high:g}], yet against P_100 "
+           f"as the control too: " + ", ".join(
+               f"perfControl={p}: {ratios[p] / ratios[100]:.3f}" for p in ratios if p < 100)
+           if drifted else "")
         + (f"; earlier measurements: {describe_attempts(attempts[:-1])}"
            if len(attempts) > 1 else "") + " [WORKER-10]")
 

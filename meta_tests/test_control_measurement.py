@@ -64,3 +64,34 @@ def test_a_control_that_stays_out_of_its_band_is_an_invalid_measurement(tmp_path
     assert "invalid measurement: the control P_100/B stayed outside" in message
     assert "attempt 1: B=" in message and "attempt 2: B=" in message
     assert test["clause_outcomes"] == {"WORKER-10": "ERROR"}
+
+
+def test_a_worker_that_never_throttles_fails_even_when_its_control_drifts(
+        tmp_path: Path) -> None:
+    # The period ignores perfControl and the machine slows down at each return to 100: the
+    # control stays out of its band, yet perfControl 50 and 25 are far below their bands
+    # whether B or P_100 is the control, so the verdict is FAIL, not "invalid measurement".
+    test = certify_worker(tmp_path, FAKE_IGNORES_PERF="1", FAKE_SLOWDOWN_AT_100="1.6")
+    assert test["outcome"] == "FAIL", (test["outcome"], test["message"])
+    message = test["failures"][0]["message"]
+    assert "the implementation does not throttle" in message
+    assert "yet against P_100 as the control too: perfControl=50: " in message
+    assert "attempt 1: B=" in message
+    assert test["clause_outcomes"] == {"WORKER-10": "FAIL"}
+
+
+@pytest.mark.parametrize(("ratios", "wrong"), [
+    # Each level is judged against B and against P_100; only a level outside on the same side
+    # of its band both ways is wrong whatever the control.
+    ({50: 1.0, 25: 1.1, 100: 1.6}, [50, 25]),       # never throttles, control drifted up
+    ({50: 1.0, 25: 1.1, 100: 0.7}, [50, 25]),       # never throttles, control drifted down
+    ({50: 2.0, 25: 4.0, 100: 1.6}, []),             # in band against B: the control is at fault
+    ({50: 1.4, 25: 4.0, 100: 0.7}, []),             # low against B, in band against P_100
+    ({50: 3.2, 25: 4.0, 100: 0.7}, [50]),           # high both ways (3.2, 4.57 > 3)
+    ({50: 1.49, 25: 4.0, 100: 1.26}, [50]),         # just below 1.5 both ways
+    ({50: 1.5, 25: 4.0, 100: 1.26}, []),            # at the band's edge against B
+])
+def test_a_level_is_wrong_whatever_the_control_only_when_outside_both_ways(
+        ratios: dict[int, float], wrong: list[int]) -> None:
+    from conformance.test_worker_protocol import throttle_bands, wrong_against_both_controls
+    assert wrong_against_both_controls(ratios, throttle_bands()) == wrong

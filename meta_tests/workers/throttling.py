@@ -8,9 +8,11 @@ GPU_CONFIG_FILE at each step boundary), as AntMan's DoSleepOrSuspend does. The m
   (a worker warming up);
 - ``FAKE_SLOWDOWN_AT_100``: the machine gets that much slower each time perfControl returns
   to 100 from a lower value (noise that moves the unthrottled period during the
-  measurement).
+  measurement);
+- ``FAKE_IGNORES_PERF``: ``1`` makes the worker a wrong one that reads perfControl but never
+  throttles (stock TensorFlow's behaviour).
 
-The worker itself is correct: a suite that blames it is wrong.
+Unless it ignores perfControl, the worker is correct: a suite that blames it is wrong.
 """
 import json
 import os
@@ -23,6 +25,7 @@ import _fake  # noqa: E402
 WARMUP_STEPS = int(os.environ.get("FAKE_WARMUP_STEPS", "0"))
 WARMUP_FACTOR = float(os.environ.get("FAKE_WARMUP_FACTOR", "1"))
 SLOWDOWN_AT_100 = float(os.environ.get("FAKE_SLOWDOWN_AT_100", "1"))
+IGNORES_PERF = os.environ.get("FAKE_IGNORES_PERF") == "1"
 
 
 def perf_control() -> int:
@@ -45,7 +48,7 @@ def main() -> None:
         last_perf = perf
         start = time.monotonic()
         compute = _fake.STEP_S * slowness * (WARMUP_FACTOR if k < WARMUP_STEPS else 1.0)
-        time.sleep(compute * 100 / perf)
+        time.sleep(compute if IGNORES_PERF else compute * 100 / perf)
         _fake.emit(_fake.step_record(k, int((time.monotonic() - start) * 1e6)))
         k += 1
     sys.stdout.flush()
