@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from conformance import gpu_exclusive
+from meta_tests.child_env import python_path
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -90,7 +91,7 @@ def test_gpu_tests_spread_over_workers_never_overlap(tmp_path: Path) -> None:
         "pytest_plugins = ['conformance.plugin']\n")
     spans = tmp_path / "spans.jsonl"
     env = dict(os.environ, SPANS=str(spans), ANTMAN_GPU_LOCK=str(tmp_path / "gpu.lock"),
-               PYTHONPATH=str(ROOT))
+               PYTHONPATH=python_path(ROOT))
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "4", "--dist", "load",
                            "-p", "no:cacheprovider", "-p", "no:randomly",
                            "--rootdir", str(tmp_path), "-c", os.devnull, str(tmp_path)],

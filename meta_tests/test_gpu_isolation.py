@@ -15,6 +15,7 @@ import pytest
 from conformance import spec
 from fixtures import gpu_isolation as gi
 from meta_tests import fake_pynvml
+from meta_tests.child_env import python_path
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -172,6 +173,9 @@ def test_end_to_end_a_leak_errs_in_its_own_teardown_and_a_stray_context_is_named
     host = tmp_path / "host"
     host.mkdir()
     fake_pynvml.install(host)
+    # No CuPy on the stand-in host: a real GPU's CUDA context (the guard's warm-up) must not
+    # meet the fake NVML, which would not list this process and so hide every stray.
+    (host / "cupy.py").write_text("raise ImportError('no CuPy on this stand-in host')\n")
     state = tmp_path / "nvml.json"
     fake_pynvml.write_state(state, used=GiB, processes=[])
     suite = tmp_path / "suite"
@@ -180,7 +184,7 @@ def test_end_to_end_a_leak_errs_in_its_own_teardown_and_a_stray_context_is_named
     (suite / "test_fake_gpu.py").write_text(textwrap.dedent(TESTS))
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("PYTEST_XDIST", "PYTEST_CURRENT"))}
-    env["PYTHONPATH"] = os.pathsep.join([str(host), str(spec.ROOT)])
+    env["PYTHONPATH"] = python_path(host, spec.ROOT)
     env["FAKE_NVML_STATE"] = str(state)
     done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p",
                            "no:randomly", "-rA", "-q", "-n", "0", str(suite)],
@@ -229,7 +233,7 @@ def test_a_plain_xdist_run_keeps_the_gpu_group_in_one_worker(tmp_path: Path) -> 
     (suite / "test_grouped.py").write_text(GROUPED)
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("PYTEST_XDIST", "PYTEST_CURRENT"))}
-    env["PYTHONPATH"] = str(spec.ROOT)
+    env["PYTHONPATH"] = python_path(spec.ROOT)
     env["WHERE"] = str(tmp_path / "where.txt")
     done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p",
                            "no:randomly", "-q", "-n", "2", str(suite)],

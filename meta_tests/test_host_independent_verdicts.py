@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from conformance import spec
+from meta_tests.child_env import python_path
 
 ROOT = spec.ROOT
 
@@ -36,7 +37,7 @@ def one_gpu_host(tmp_path: Path) -> dict[str, str]:
     (tmp_path / "cupy.py").write_text(ONE_GPU_CUPY)
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("PYTEST_XDIST", "PYTEST_CURRENT", "ANTMAN_", "CUDA_VISIBLE"))}
-    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), str(ROOT)])
+    env["PYTHONPATH"] = python_path(tmp_path, ROOT)
     return env
 
 

@@ -16,7 +16,7 @@ from conformance import plugin as conformance_plugin
 from conformance import spec
 from meta_tests.test_reports import (PASSED, _build, _data,  # noqa: F401 - fixtures
                                      _plotting_imported_before_pytester, _record, project, run)
-from reports import model, plots
+from reports import environment, model, plots
 from reports import plugin as report_plugin
 from reports import render_md
 
@@ -96,7 +96,6 @@ def test_the_junit_file_names_the_suite_and_carries_the_verdict(project) -> None
 
 
 def test_a_report_says_what_it_measured_even_outside_a_git_checkout(tmp_path: Path) -> None:
-    from reports import environment
     outside = tmp_path / "copy"
     outside.mkdir()
     sha = "ab" * 20
@@ -137,7 +136,9 @@ def test_the_report_shows_the_host_cpu_and_the_command(project) -> None:  # noqa
                                'def test_ok():\n    pass\n')
     _, doc = run(project)
     assert doc["invocation"]["command"] and doc["invocation"]["cwd"]
-    assert "cpu_model" in doc["platform"] and doc["suite"]["git"]["source"] == "git"
+    # the suite's commit as this checkout tells it (git, ANTMAN_SUITE_COMMIT or the stamp)
+    assert "cpu_model" in doc["platform"]
+    assert doc["suite"]["git"] == environment.suite_info()["git"]
     md = (project.path / "out" / "latest" / "certification.md").read_text()
     assert "- Command: `" in md
     assert f"host {render_md.host_text(doc['platform'])}" in md

@@ -16,6 +16,7 @@ import pytest
 
 from conformance import forking, spec
 from conformance.control_helpers import runtime_records
+from meta_tests.child_env import python_path
 
 ROOT = spec.ROOT
 #: the one line of the copy the broken variant changes: no merge into a free predecessor
@@ -35,7 +36,7 @@ def certify(fork: Path, report_dir: Path, *modules: str, workers: int = 0
             ) -> tuple[subprocess.CompletedProcess[str], dict]:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("PYTEST_XDIST", "PYTEST_CURRENT", "ANTMAN_RUNTIME"))}
-    env["PYTHONPATH"] = os.pathsep.join([str(fork.parent), str(ROOT)])
+    env["PYTHONPATH"] = python_path(fork.parent, ROOT)
     done = subprocess.run([sys.executable, "-m", "pytest", *(modules or ("conformance",)),
                            "--runtime", fork.name, "-n", str(workers), "-q",
                            "-p", "no:cacheprovider", "--report-dir", str(report_dir)],

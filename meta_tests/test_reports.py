@@ -858,6 +858,23 @@ def test_black_box_target_is_what_the_worker_reports(tmp_path: Path,
         assert writer.validation_errors({**doc, "execution_target": broken}), broken
 
 
+def test_in_process_target_is_the_gpu_only_for_a_runtime_that_declares_cuda(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # A runtime without the cuda capability ran nothing on the host's GPU: its target (and so
+    # the must-pass sections requiring gpu-target) must not depend on the runner's GPUs.
+    monkeypatch.setattr(environment, "nvml_gpus", lambda: (NVML, ""))
+    gpu = environment.execution_target(["bfc", "cuda"])
+    assert (gpu["kind"], gpu["model"], len(gpu["devices"])) == ("gpu", "NVIDIA H100", 1)
+    for caps in (["bfc", "virtual_clock"], [], ["CUDA"]):
+        sim = environment.execution_target(caps)
+        assert (sim["kind"], sim["devices"], sim["model"]) == ("simulated", [], None), caps
+        assert sim["note"] == ("the runtime does not declare the cuda capability, so no test "
+                               "ran on the host's GPU (1 x NVIDIA H100)")
+    monkeypatch.setattr(environment, "nvml_gpus", lambda: (None, "pynvml not installed"))
+    assert environment.execution_target(["cuda"])["kind"] == "simulated"
+    assert environment.execution_target(["cuda"])["note"] == "pynvml not installed"
+
+
 def test_black_box_runtime_is_named_by_its_hello_record(tmp_path: Path,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     from conformance import blackbox

@@ -15,6 +15,7 @@ import pytest
 from conformance import spec
 from meta_tests.test_reports import PASSED, _build, _data, _record
 from reports import model
+from meta_tests.child_env import python_path
 
 ROOT = spec.ROOT
 SPEC_VERSION = spec.spec_version()
@@ -26,7 +27,7 @@ def certify(tmp_path: Path, *args: str, modules: tuple[str, ...] = ("conformance
     """A conformance run in a subprocess with ``tmp_path`` on PYTHONPATH and as report dir."""
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("PYTEST_XDIST", "PYTEST_CURRENT", "ANTMAN_RUNTIME"))}
-    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), str(ROOT)])
+    env["PYTHONPATH"] = python_path(tmp_path, ROOT)
     (tmp_path / "tmp").mkdir(exist_ok=True)
     env["TMPDIR"] = str(tmp_path / "tmp")          # what the run leaves in the temp folder
     return subprocess.run([sys.executable, "-m", "pytest", *modules, "-p", "no:cacheprovider",
@@ -175,7 +176,7 @@ def certify_on(tmp_path: Path, host: dict[str, str], *args: str,
                ) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("PYTEST_XDIST", "PYTEST_CURRENT", "ANTMAN_RUNTIME"))}
-    env["PYTHONPATH"] = os.pathsep.join([host["host"], str(tmp_path), str(ROOT)])
+    env["PYTHONPATH"] = python_path(host["host"], tmp_path, ROOT)
     env["FAKE_NVML_STATE"] = host["FAKE_NVML_STATE"]
     (tmp_path / "tmp").mkdir(exist_ok=True)
     env["TMPDIR"] = str(tmp_path / "tmp")          # what the run leaves in the temp folder

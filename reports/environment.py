@@ -22,7 +22,7 @@ import subprocess
 import sys
 import tomllib
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -283,13 +283,19 @@ def _strip(device: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in device.items() if k != "visible"}
 
 
-def execution_target() -> dict[str, Any]:
+def execution_target(capabilities: Iterable[str] = ("cuda",)) -> dict[str, Any]:
     """Where an in-process runtime ran: ``kind`` "gpu" with the visible devices NVML reports
-    (model, driver, CUDA), else "simulated" (the runtime's simulated device)."""
+    (model, driver, CUDA), else "simulated" (the runtime's simulated device). A runtime that
+    does not declare ``cuda`` ran nothing on a GPU, whatever the host has: "simulated", so
+    that its verdict does not depend on the runner's GPUs."""
     gpus, why = nvml_gpus()
     devices = [_strip(d) for d in (gpus or {}).get("devices", []) if d["visible"]]
     if gpus is None or not devices:
         return _target("simulated", "in-process", note=why or "no visible NVIDIA GPU")
+    if "cuda" not in capabilities:
+        return _target("simulated", "in-process",
+                       note=f"the runtime does not declare the cuda capability, so no test "
+                            f"ran on the host's GPU ({len(devices)} x {devices[0]['model']})")
     return _target("gpu", "in-process", model=devices[0]["model"],
                    driver_version=gpus["driver_version"], cuda_version=gpus["cuda_version"],
                    devices=devices)

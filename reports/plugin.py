@@ -585,7 +585,8 @@ class CertificationRecorder:
         hello = hellos[0] if hellos else None
         black_box = environment.is_black_box(self.runtime)
         target = (environment.worker_target(hello) if black_box
-                  else environment.execution_target())
+                  else environment.execution_target(
+                      getattr(self.runtime, "CAPABILITIES", ()) or ()))
         if self.gpu_clocks_start is not None:
             target["extras"]["gpu_clocks"] = {"start": self.gpu_clocks_start,
                                               "end": environment.gpu_clocks()}
