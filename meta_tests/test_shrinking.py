@@ -46,5 +46,6 @@ def test_a_slow_shrink_ends_fail_with_its_example_inside_the_limit(project, boun
         shown = test["failures"][0]["message"]      # the example is shown (Hypothesis words it
         assert "Failing test case" in shown or "Falsifying example" in shown, shown  # per version
     else:  # the control: without the bound this shrink outlasts the limit (pytest-timeout's
-        # signal lands inside an example, and Hypothesis takes it for one more failure)
-        assert test["duration_s"] > LIMIT_S, test
+        # signal lands inside an example, and Hypothesis takes it for one more failure; or
+        # the test is TIMEOUT, its call phase a little under the limit that counted its setup)
+        assert test["outcome"] == "TIMEOUT" or test["duration_s"] > LIMIT_S, test
