@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from conformance import spec
+from meta_tests.child_env import python_path
 from reports.__main__ import collect_suite_subprocess
 
 pytest_plugins = ["pytester"]
@@ -46,7 +47,7 @@ def test_every_marker_names_a_known_clause(collected: dict[str, dict[str, Any]])
 
 def test_unknown_clause_marker_is_a_usage_error(pytester: pytest.Pytester,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PYTHONPATH", str(spec.ROOT))
+    monkeypatch.setenv("PYTHONPATH", python_path(spec.ROOT))
     pytester.makeconftest('pytest_plugins = ["conformance.plugin"]')
     pytester.makepyfile(test_bad=textwrap.dedent("""
         import pytest

@@ -16,6 +16,7 @@ import time
 import pytest
 
 import reference_runtime as rt
+from meta_tests.child_env import python_path
 from meta_tests.fake_cupy import make_fake_cupy
 from reference_runtime import cuda_backend as cb
 
@@ -240,7 +241,7 @@ sys.modules["cupy.cuda"] = _fake.cuda
 def fake_cupy_path(tmp_path, monkeypatch: pytest.MonkeyPatch):
     (tmp_path / "cupy.py").write_text(FAKE_CUPY_MODULE)
     from conformance import spec
-    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}:{spec.ROOT}")
+    monkeypatch.setenv("PYTHONPATH", python_path(tmp_path, spec.ROOT))
     return tmp_path
 
 
@@ -260,7 +261,7 @@ def test_cotenant_takes_leaves_and_gives_back(fake_cupy_path) -> None:
 def test_cotenant_reports_a_child_that_cannot_start(tmp_path, monkeypatch) -> None:
     from fixtures.cotenant import CoTenant, CoTenantError
     (tmp_path / "cupy.py").write_text("raise ImportError('no GPU here')\n")
-    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", python_path(tmp_path))
     tenant = CoTenant(timeout_s=60)
     with pytest.raises(CoTenantError, match="no GPU here"):
         tenant.start()
