@@ -309,6 +309,19 @@ def test_a_skip_the_reference_also_makes_is_no_kill(tmp_path: Path) -> None:
     assert run.outcome == "passed"
 
 
+def test_a_baseline_expects_every_skip_of_its_host(tmp_path: Path) -> None:
+    # On a one-GPU runner the unmutated copy skips GPU-12's two-real-GPU test NOT_SUPPORTED:
+    # the baseline is what defines the expected skips, so it passes; a mutant's run that
+    # makes the same skip without the baseline's list is still a kill.
+    from mutation.runner import EVERY_SKIP
+    run = Run(("conformance/test_vmem.py",), 0, 1.0, 1.0)
+    classify(run, junit(tmp_path, SKIPPED), "", expected_skips=EVERY_SKIP)
+    assert (run.outcome, run.skipped) == ("passed", ["conformance.test_vmem::test_v"])
+    mutant = Run(("conformance/test_vmem.py",), 0, 1.0, 1.0)
+    classify(mutant, junit(tmp_path, SKIPPED), "", expected_skips=frozenset())
+    assert (mutant.outcome, mutant.how) == ("killed", "skipped")
+
+
 # --- the report ------------------------------------------------------------------------
 
 def result(key: str, outcome: str, module: str = "bfc_allocator.py", **kw) -> MutantResult:
