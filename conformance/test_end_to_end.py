@@ -411,6 +411,9 @@ def test_perf_control_sets_the_step_period(rt, managed_factory, auto_clock) -> N
 
 # -- E2E-5 -----------------------------------------------------------------------------------
 
+RECHECK_BOUND_US = 100_000     # a suspended step rechecks perfControl this often (RM-12)
+
+
 @pytest.mark.clause("E2E-5", "RM-12")
 @pytest.mark.capability("resource_management", "virtual_clock")
 def test_perf_control_zero_suspends_until_nonzero(rt, managed_factory, virtual_clock) -> None:
@@ -441,6 +444,10 @@ def test_perf_control_zero_suspends_until_nonzero(rt, managed_factory, virtual_c
             "training went on at perfControl 0 [E2E-5]"
         assert not errors, f"the suspended step failed: {errors} [E2E-5]"
         m.set_perf(50)
+        # RM-12 rechecks at least every 100 000 µs of the clock: a step the change did not
+        # wake (one that rechecks on a period, as AntMan's 100 µs loop) resumes at its next
+        # recheck, so the clock is moved to it while it is still suspended, never further.
+        virtual_clock.advance_to_wait_of("test-trainer", RECHECK_BOUND_US)
         wait_until(lambda: len(losses) >= held + 40, "training to resume after perfControl 50")
     finally:
         stop.set()

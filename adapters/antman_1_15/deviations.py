@@ -418,16 +418,15 @@ DEVIATIONS: tuple[Deviation, ...] = (
                        "conformance/test_resource_management_faults.py")),
     Deviation("D-RM-9", ("RM-12",),
               "suspension busy-polls every 100 us and only a non-zero perfControl ends it",
-              (_imports(RM, "from .guards import AntManGuardError, LateEvent"),
+              (_imports(RM, "from .guards import AntManGuardError, LateEvent, WhenEvent"),
                (RM, "            while self._perf == 0 and not self._closed.is_set() \\\n"
                     "                    and not getattr(session, \"closed\", False):\n"
                     "                self._clock.wait(wake, SUSPEND_RECHECK_US)\n"
                     "                wake.clear()\n",
-                    "            ended = threading.Event()          # close() or a closed session\n"
-                    "            late = LateEvent(ended)\n"
+                    "            ended = WhenEvent(lambda: self._closed.is_set()   # close() or a closed\n"
+                    "                              or getattr(session, \"closed\", False))  # session\n"
+                    "            late = LateEvent(ended)             # seen inside the clock wait too\n"
                     "            while self._perf == 0:             # AntMan: usleep(100) until perf != 0\n"
-                    "                if self._closed.is_set() or getattr(session, \"closed\", False):\n"
-                    "                    ended.set()\n"
                     "                if late.is_set():\n"
                     "                    raise AntManGuardError(\"AntMan 1.15 stays suspended for ever: only \"\n"
                     "                                           \"a non-zero perfControl ends the suspension\")\n"

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
-__all__ = ["AntManGuardError", "GUARD_S", "SPIN_LIMIT", "LateEvent"]
+__all__ = ["AntManGuardError", "GUARD_S", "SPIN_LIMIT", "LateEvent", "WhenEvent"]
 
 #: Real seconds an AntMan wait that never ends is kept going after the event the
 #: specification ends it on (longer than the suite's bounded waits, shorter than its
@@ -60,3 +61,18 @@ class LateEvent(threading.Event):
                 return self.is_set()
             time.sleep(left)
         return True
+
+
+class WhenEvent(threading.Event):
+    """Set as soon as ``condition()`` holds, seen by whoever asks (``is_set``): the cause of a
+    ``LateEvent`` that nothing sets, because the loop that would notice it is itself blocked
+    in the wait (a suspension that a closing session ends in the specification)."""
+
+    def __init__(self, condition: Callable[[], bool]) -> None:
+        super().__init__()
+        self._condition = condition
+
+    def is_set(self) -> bool:
+        if not super().is_set() and self._condition():
+            self.set()
+        return super().is_set()
