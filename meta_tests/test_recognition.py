@@ -8,11 +8,14 @@ the Markdown and the HTML.
 
 from __future__ import annotations
 
+import json
 import re
+from pathlib import Path
 
 from adapters.antman_1_15.pinning import message_pattern
 from reports import recognition, render_html, render_md
 
+SCHEMA = Path(recognition.__file__).parent / "schema" / "certification.schema.json"
 NODE = "conformance/test_devices.py::test_get_pci_bus_id[x]"
 MESSAGE = "get_pci_bus_id('pci bus id: 3b:00.0') = '00.0', expected '3b:00.0' [DEVICE-5]"
 
@@ -56,6 +59,34 @@ def test_another_failure_differs_from_both() -> None:
         seen = doc["tests"][0]["antman"]
         assert seen == {"verdict": recognition.DIFFERS, "deviations": [],
                         "note": "differs from both the specification and AntMan 1.15"}
+
+
+def test_a_failure_only_every_switch_together_makes_is_recognised_as_antman_as_shipped(
+        ) -> None:
+    # No switch alone fails the test; the run with every switch on (the whole suite) did.
+    together = {**pins(), "all_on": {"failures": {NODE.replace("[x]", "[z]"): {
+        "outcome": "FAIL", "clauses": ["DEVICE-5"], "patterns": [message_pattern(MESSAGE)]}}}}
+    doc = recognition.annotate(report(NODE.replace("[x]", "[z]"), MESSAGE), together)
+    seen = doc["tests"][0]["antman"]
+    assert seen["verdict"] == recognition.SAME and seen["deviations"] == [recognition.ALL_ON]
+    assert seen["note"].startswith("AntMan 1.15 behaves this way too (AntMan 1.15 as shipped, "
+                                   "every section 8 switch on): no single entry")
+    assert doc["clauses"][0]["failures"][0]["antman_note"] == seen["note"]
+    schema = json.loads(SCHEMA.read_text(encoding="utf-8"))
+    pattern = schema["properties"]["tests"]["items"]["properties"]["antman"]["properties"][
+        "deviations"]["items"]["pattern"]
+    assert all(re.fullmatch(pattern, d) for d in seen["deviations"] + ["D-RM-12"])
+    # a load-sensitive failure of that run (not pinned as a set) is recognised the same way
+    unstable = {**pins(), "all_on": {"failures": {}, "unstable": together["all_on"]["failures"]}}
+    again = recognition.annotate(report(NODE.replace("[x]", "[z]"), MESSAGE), unstable)
+    assert again["tests"][0]["antman"]["deviations"] == [recognition.ALL_ON]
+    # a switch's own pin comes first; the all-on pin does not widen what it recognises
+    assert recognition.recognise(NODE, ["DEVICE-5"], [MESSAGE], together) == ["D-DEVICE-1"]
+    for other in (recognition.annotate(report(NODE.replace("[x]", "[z]"), "other [DEVICE-5]"),
+                                       together),
+                  recognition.annotate(report(NODE.replace("[x]", "[z]"), MESSAGE, "DEVICE-6"),
+                                       together)):
+        assert other["tests"][0]["antman"]["verdict"] == recognition.DIFFERS
 
 
 def test_the_note_is_rendered_beside_the_failure() -> None:

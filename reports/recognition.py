@@ -23,12 +23,13 @@ from pathlib import Path
 from typing import Any, Iterable
 
 __all__ = ["DATA_PATH", "BAD", "load_pins", "recognise", "annotate", "note_of",
-           "SAME", "DIFFERS"]
+           "pinned_clauses", "SAME", "DIFFERS", "ALL_ON"]
 
 DATA_PATH = Path(__file__).resolve().parent / "antman_deviations.json"
 BAD = ("FAIL", "ERROR", "TIMEOUT", "CRASH")
 SAME = "same-as-antman"
 DIFFERS = "differs-from-both"
+ALL_ON = "all-on"          # AntMan as shipped: recognised by the run with every switch on
 _PREFIX = "AntMan 1.15 behaves this way too"
 _DIFFERS_NOTE = "differs from both the specification and AntMan 1.15"
 
@@ -41,8 +42,10 @@ def _load(path: str, mtime_ns: int) -> dict[str, Any] | None:
         return None
     if not isinstance(data, dict) or not isinstance(data.get("deviations"), dict):
         return None
-    for dev in data["deviations"].values():
-        for failure in (dev.get("failures") or {}).values():
+    all_on = data.get("all_on") or {}
+    for failures in [*(d.get("failures") for d in data["deviations"].values()),
+                     all_on.get("failures"), all_on.get("unstable")]:
+        for failure in (failures or {}).values():
             failure["_compiled"] = [re.compile(p) for p in failure.get("patterns", [])]
     return data
 
@@ -61,24 +64,40 @@ def _first_line(message: str) -> str:
     return text.splitlines()[0] if text else ""
 
 
+def _same_failure(pinned: dict[str, Any] | None, clauses: set[str], lines: list[str]) -> bool:
+    if not pinned or not clauses & set(pinned.get("clauses", ())):
+        return False
+    compiled = pinned.get("_compiled") or [re.compile(p) for p in pinned.get("patterns", [])]
+    return any(p.match(line) for p in compiled for line in lines)
+
+
 def recognise(nodeid: str, clauses: Iterable[str], messages: Iterable[str],
               pins: dict[str, Any] | None = None) -> list[str]:
     """The section 8 entries whose pinned AntMan run failed ``nodeid`` on one of
-    ``clauses`` with a message like one of ``messages``."""
+    ``clauses`` with a message like one of ``messages``; else ``[ALL_ON]`` when AntMan as
+    shipped (every switch on, the whole suite) failed it so, though no switch alone does."""
     pins = load_pins() if pins is None else pins
     if not pins:
         return []
     clauses = set(clauses)
     lines = [_first_line(m) for m in messages]
-    found = []
-    for ident, dev in pins["deviations"].items():
-        pinned = (dev.get("failures") or {}).get(nodeid)
-        if not pinned or not clauses & set(pinned.get("clauses", ())):
-            continue
-        compiled = pinned.get("_compiled") or [re.compile(p) for p in pinned.get("patterns", [])]
-        if any(p.match(line) for p in compiled for line in lines):
-            found.append(ident)
+    found = [ident for ident, dev in pins["deviations"].items()
+             if _same_failure((dev.get("failures") or {}).get(nodeid), clauses, lines)]
+    all_on = pins.get("all_on") or {}
+    if not found and any(_same_failure((all_on.get(kind) or {}).get(nodeid), clauses, lines)
+                         for kind in ("failures", "unstable")):
+        found = [ALL_ON]
     return found
+
+
+def pinned_clauses(ident: str, nodeid: str, pins: dict[str, Any]) -> list[str]:
+    """The clauses the pinned run of ``ident`` (a switch, or ``ALL_ON``) failed ``nodeid`` on."""
+    if ident != ALL_ON:
+        return list(pins["deviations"][ident]["failures"][nodeid]["clauses"])
+    all_on = pins.get("all_on") or {}
+    pinned = ((all_on.get("failures") or {}).get(nodeid)
+              or (all_on.get("unstable") or {}).get(nodeid) or {})
+    return list(pinned.get("clauses", []))
 
 
 def note_of(deviations: list[str], pins: dict[str, Any] | None) -> str:
@@ -87,6 +106,11 @@ def note_of(deviations: list[str], pins: dict[str, Any] | None) -> str:
         return _DIFFERS_NOTE
     parts = []
     for ident in deviations:
+        if ident == ALL_ON:
+            parts.append(f"{_PREFIX} (AntMan 1.15 as shipped, every section 8 switch on): no "
+                         f"single entry produces this failure alone; it comes of several "
+                         f"of AntMan's behaviours together")
+            continue
         dev = pins["deviations"][ident]
         reason = (dev.get("reason") or dev.get("antman") or "").rstrip(".")
         parts.append(f"{_PREFIX} ({ident}): the specification differs because {reason}."
@@ -119,6 +143,6 @@ def annotate(doc: dict[str, Any], pins: dict[str, Any] | None = None) -> dict[st
             if seen is None:
                 continue
             own = [d for d in seen["deviations"]
-                   if c["id"] in pins["deviations"][d]["failures"][f["nodeid"]]["clauses"]]
+                   if c["id"] in pinned_clauses(d, f["nodeid"], pins)]
             f["antman_note"] = note_of(own, pins)
     return doc
