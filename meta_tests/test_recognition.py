@@ -76,6 +76,17 @@ def test_a_failure_only_every_switch_together_makes_is_recognised_as_antman_as_s
     pattern = schema["properties"]["tests"]["items"]["properties"]["antman"]["properties"][
         "deviations"]["items"]["pattern"]
     assert all(re.fullmatch(pattern, d) for d in seen["deviations"] + ["D-RM-12"])
+    # an untagged failure of that test, blamed on another of its clauses, shares the note;
+    # a tagged one on a clause AntMan's run did not fail does not
+    untagged = report(NODE.replace("[x]", "[z]"), MESSAGE)
+    other_clause = {"outcome": "FAIL", "clauses": ["DEVICE-6"], "message": "boom",
+                    "nodeid": NODE.replace("[x]", "[z]")}
+    untagged["clauses"] += [{"id": "DEVICE-6", "failures": [{**other_clause, "tagged": False}]},
+                            {"id": "DEVICE-7", "failures": [{**other_clause, "tagged": True}]}]
+    notes = [c["failures"][0]["antman_note"]
+             for c in recognition.annotate(untagged, together)["clauses"]]
+    assert notes[1] == notes[0] != recognition._DIFFERS_NOTE and notes[2] == \
+        recognition._DIFFERS_NOTE
     # a load-sensitive failure of that run (not pinned as a set) is recognised the same way
     unstable = {**pins(), "all_on": {"failures": {}, "unstable": together["all_on"]["failures"]}}
     again = recognition.annotate(report(NODE.replace("[x]", "[z]"), MESSAGE), unstable)

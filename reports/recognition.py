@@ -142,7 +142,10 @@ def annotate(doc: dict[str, Any], pins: dict[str, Any] | None = None) -> dict[st
             seen = by_test.get(f.get("nodeid"))
             if seen is None:
                 continue
+            # a tagged failure is recognised on the clauses AntMan's run failed; an untagged
+            # one is blamed on every clause of its test, and so is its recognition
             own = [d for d in seen["deviations"]
-                   if c["id"] in pinned_clauses(d, f["nodeid"], pins)]
+                   if c["id"] in pinned_clauses(d, f["nodeid"], pins)
+                   or f.get("tagged") is False]
             f["antman_note"] = note_of(own, pins)
     return doc
