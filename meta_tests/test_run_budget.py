@@ -4,7 +4,6 @@ the report of what ran, naming what did not."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest

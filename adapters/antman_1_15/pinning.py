@@ -217,19 +217,22 @@ def _record(run: Run, clauses: Iterable[str] | None = None
             ) -> tuple[dict[str, Any], list[str]]:
     """The run's failures, and apart the TIMEOUTs on none of ``clauses`` (a test that ran
     out of time on a loaded machine, not the deviation's doing: a suite whose own per-test
-    limit is reached is not evidence of AntMan's behaviour); ``()`` keeps every failure."""
+    limit is reached is not evidence of AntMan's behaviour)."""
     keep = set(clauses) if clauses is not None else None
     out, slow = {}, []
     for nodeid, f in sorted(run.failures().items()):
-        if keep is not None and not keep:      # () keeps every failure
-            pass
-        elif (f["outcome"] == "TIMEOUT" or nodeid.startswith(LOAD_SENSITIVE)) \
+        if (f["outcome"] == "TIMEOUT" or nodeid.startswith(LOAD_SENSITIVE)) \
                 and (keep is None or not keep & set(f["clauses"])):
             slow.append(nodeid)
             continue
-        out[nodeid] = {"outcome": f["outcome"], "clauses": f["clauses"],
-                       "patterns": sorted({message_pattern(m) for m in f["messages"]})}
+        out[nodeid] = _described(f)
     return out, slow
+
+
+def _described(failure: dict[str, Any]) -> dict[str, Any]:
+    """A failure as the pin keeps it: outcome, clauses and patterns of its messages."""
+    return {"outcome": failure["outcome"], "clauses": failure["clauses"],
+            "patterns": sorted({message_pattern(m) for m in failure["messages"]})}
 
 
 def generate(ids: Iterable[str], *, all_on: bool, jobs: int, base: Path,
@@ -277,18 +280,15 @@ def document(results: dict[str, Run], previous: dict[str, Any] | None) -> dict[s
             record["timed_out"] = old.get(d.id, {}).get("timed_out", [])
         deviations[d.id] = record
     if "*" in results:
-        described, _ = _record(results["*"], clauses=())     # every failure, described
-        failures, set_apart = _record(results["*"])
+        kept, slow = _record(results["*"])
         pinned = {n for dev in deviations.values() for n in dev["failures"]}
-        slow = sorted(set(set_apart) | {n for n, f in failures.items() if n not in pinned and (
-            f["outcome"] == "TIMEOUT" or n.startswith(LOAD_SENSITIVE))})
-        kept = {n: f for n, f in failures.items() if n not in slow}
+        every = results["*"].failures()
         all_on = {"modules": list(all_modules()), "timed_out": slow, "failures": kept,
                   # failing only with several switches on: no switch alone fails them
                   "only_together": sorted(set(kept) - pinned),
                   # how the timed-out and load-sensitive ones failed: not pinned as a set
                   # (the machine decides whether they fail), but recognised when they do
-                  "unstable": {n: described[n] for n in slow}}
+                  "unstable": {n: _described(every[n]) for n in slow}}
     else:
         all_on = (previous or {}).get("all_on", {"modules": [], "failures": {},
                                                  "timed_out": []})
