@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import inspect
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -50,3 +53,45 @@ def test_components_take_an_injectable_clock(rt) -> None:
     lacking = [n for n in present
                if "clock" not in inspect.signature(getattr(rt, n)).parameters]
     assert not lacking, f"{lacking} take no 'clock' argument [API-4]"
+
+
+@pytest.mark.clause("API-3")
+def test_simulated_memories_never_hand_out_the_null_pointer(rt) -> None:
+    """A pointer is a positive int (0 is C's null pointer, TF's failure) and a multiple of
+    256, also from the first instance a process makes (a fresh interpreter: the suite's own
+    process made many before this test)."""
+    probe = (f"import {rt.__name__} as rt\n"
+             "for kind in (rt.SimulatedDeviceMemory, rt.SimulatedHostMemory):\n"
+             "    print(kind.__name__, kind(1 << 20).alloc(256, 1024))\n")
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          timeout=60, env=dict(os.environ, ANTMAN_DEVICE="sim"))
+    assert proc.returncode == 0, f"the probe failed: {proc.stderr[-2000:]} [API-3]"
+    pointers = dict(line.split() for line in proc.stdout.splitlines())
+    for kind, text in pointers.items():
+        assert text.isdigit() and int(text) > 0 and int(text) % 256 == 0, (
+            f"the first {kind} of a process handed out pointer {text} [API-3]")
+
+
+@pytest.mark.clause("API-3")
+@pytest.mark.parametrize("kind", ["SimulatedDeviceMemory", "SimulatedHostMemory"])
+def test_simulated_memory_hands_out_disjoint_int_ranges_after_wrapping(rt, kind: str) -> None:
+    """Addresses cost nothing in a simulation: terabyte regions allocated, freed and
+    allocated again (past where a bump pointer would wrap) stay positive, 256-aligned ints
+    whose live ranges never overlap."""
+    tib = 1 << 40
+    memory = getattr(rt, kind)(64 * tib)
+    live: dict[int, int] = {}
+    for size, free_first in ((6 * tib, None), (6 * tib, None), (6 * tib, 0), (3 * tib, 1),
+                             (5 * tib, None), (tib, 2)):
+        if free_first is not None:
+            ptr = sorted(live)[free_first]
+            memory.free(ptr, live.pop(ptr))
+        ptr = memory.alloc(256, size)
+        assert type(ptr) is int and ptr > 0 and ptr % 256 == 0, (
+            f"{kind}.alloc(256, {size}) returned {ptr!r} [API-3]")
+        for other, other_size in live.items():
+            assert ptr + size <= other or other + other_size <= ptr, (
+                f"{kind} handed out [{ptr:#x}, +{size}) over the live region "
+                f"[{other:#x}, +{other_size}) [API-3]")
+        live[ptr] = size
+    assert memory.live_regions == live, f"{kind}.live_regions {memory.live_regions} [API-3]"

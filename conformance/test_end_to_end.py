@@ -288,6 +288,34 @@ def test_smallest_workload_arguments_are_valid(rt) -> None:
 
 
 @pytest.mark.clause("E2E-1")
+def test_sized_for_at_the_smallest_size_and_one_byte_below(rt) -> None:
+    """``sized_for`` at exactly what ``hidden=1`` needs gives ``hidden=1``; one byte less,
+    or a size that is not an int, raises ValueError (never a workload that overshoots)."""
+    sizes = dict(layers=2, batch=4, input_dim=3, classes=2)
+    with sim_runtime(rt) as ctx:
+        one = rt.MLPWorkload(ctx, hidden=1, **sizes)
+        smallest = one.param_bytes + one.step_bytes
+        one.close()
+        at = rt.MLPWorkload.sized_for(ctx, smallest, **sizes)
+        assert at.hidden == 1, (f"sized_for({smallest}) built hidden={at.hidden}; hidden=1 "
+                                f"needs exactly {smallest} bytes [E2E-1]")
+        at.close()
+        default, spelled = (rt.MLPWorkload.sized_for(ctx, 8 * MiB, **kw) for kw in (
+            {}, dict(layers=3, batch=256, input_dim=256, classes=10)))
+        assert (default.hidden, default.param_bytes, default.step_bytes) == (
+            spelled.hidden, spelled.param_bytes, spelled.step_bytes), (
+            "sized_for(target, 8 MiB) differs from sized_for with its documented defaults "
+            "(layers=3, batch=256, input_dim=256, classes=10) spelled out [E2E-1]")
+        default.close()
+        spelled.close()
+        for bad in (smallest - 1, float(smallest), True):
+            with pytest.raises(ValueError):
+                wl = rt.MLPWorkload.sized_for(ctx, bad, **sizes)
+                pytest.fail(f"sized_for({bad!r}) built hidden={wl.hidden} needing "
+                            f"{wl.param_bytes + wl.step_bytes} bytes [E2E-1]")
+
+
+@pytest.mark.clause("E2E-1")
 @pytest.mark.parametrize("sizes", [
     dict(), dict(batch=64, input_dim=32, hidden=200, layers=3),
     dict(batch=1, input_dim=300, hidden=2, layers=1, classes=2),

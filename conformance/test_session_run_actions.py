@@ -448,6 +448,25 @@ def test_disabled_actions_are_not_registered(rt, runtimes) -> None:
     assert ctx.resource_management is None and ctx.statistics is None, "[REG-10]"
 
 
+@pytest.mark.clause("API-7", "REG-10")
+@pytest.mark.capability("resource_management", "statistics")
+@pytest.mark.parametrize("config_env,status_env", [(None, None), ("", ""), ("cfg", None),
+                                                    (None, "status"), ("cfg", "status")])
+def test_file_paths_default_to_the_environment(rt, control_env, tmp_path, config_env,
+                                               status_env) -> None:
+    """Without ``config_file`` / ``status_file``, ``create_runtime`` reads GPU_CONFIG_FILE
+    and GPU_STATUS_FILE: unset or empty disables the action, a path enables it."""
+    for name, value in (("GPU_CONFIG_FILE", config_env), ("GPU_STATUS_FILE", status_env)):
+        if value is not None:
+            control_env.setenv(name, str(tmp_path / value) if value else "")
+    with rt.create_runtime(num_gpus=1, gpu_memory_bytes=64 * MiB) as ctx:
+        assert (ctx.resource_management is not None) == bool(config_env), (
+            f"GPU_CONFIG_FILE={config_env!r}: resource_management is "
+            f"{ctx.resource_management!r} [API-7]")
+        assert (ctx.statistics is not None) == bool(status_env), (
+            f"GPU_STATUS_FILE={status_env!r}: statistics is {ctx.statistics!r} [API-7]")
+
+
 @pytest.mark.clause("REG-10", "RM-8")
 @pytest.mark.capability("resource_management", "statistics")
 def test_statistics_record_the_step_before_the_limit_changes(rt, runtimes, tmp_path) -> None:

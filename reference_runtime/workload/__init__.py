@@ -99,8 +99,8 @@ class MLPWorkload:
     def sized_for(cls, target: Any, device_bytes: int, *, layers: int = 3, batch: int = 256,
                   input_dim: int = 256, classes: int = 10, **kw: Any) -> "MLPWorkload":
         """A workload whose variables plus one step's buffers take about ``device_bytes``."""
-        if device_bytes < 4096:
-            raise ValueError(f"device_bytes must be at least 4096, got {device_bytes}")
+        if isinstance(device_bytes, bool) or not isinstance(device_bytes, int):
+            raise ValueError(f"device_bytes must be an int, got {device_bytes!r}")
         lo, hi = 1, 1 << 20
 
         def need(h: int) -> int:
@@ -109,6 +109,9 @@ class MLPWorkload:
             probe.layers, probe.classes = layers, classes
             return probe.param_bytes + probe.step_bytes
 
+        if need(1) > device_bytes:
+            raise ValueError(f"device_bytes {device_bytes} is below what hidden=1 needs "
+                             f"({need(1)} bytes)")
         while lo < hi:
             mid = (lo + hi + 1) // 2
             if need(mid) <= device_bytes:
