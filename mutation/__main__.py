@@ -9,6 +9,7 @@
     python -m mutation check                        # the reviewed list against the mutants
     python -m mutation rescore REPORT_DIR           # apply the reviewed list again (no run)
     python -m mutation entry KEY --kind K --reason R   # a reviewed-list entry, printed
+    python -m mutation sweep [--repeat 10] [--jobs J]  # every lock, notify, snapshot removed
 
 ``run`` writes one report per seed under ``reports/out/mutation/<time>-seed-<S>/``
 (``mutation.json``, ``mutation.md``; ``latest-seed-<S>`` links to it) and, with
@@ -34,6 +35,7 @@ from reports.untrusted import ReportError, read_regular
 
 from . import equivalents as eq
 from . import report
+from . import sweep
 from .campaign import Campaign, baseline, run_campaign
 from .runner import STOP, MutantResult, Options, Workspace
 from .sampling import GENERATORS, draw, population
@@ -302,6 +304,66 @@ def cmd_entry(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_sweep(args: argparse.Namespace) -> int:
+    out = usable_folder(Path(args.out))
+    if args.publish:
+        usable_folder(PUBLISHED_DIR)
+    pop = population()
+    if args.at is not None and args.at not in pop.sources:
+        raise UsageError(f"--at {args.at!r}: not a mutated runtime module")
+    kinds = tuple(args.kinds)
+    chosen = sweep.select(pop, kinds, args.at)
+    if not chosen:
+        raise UsageError("no mutant of those kinds")
+    entries = eq.load()
+    options = Options(mutant_timeout_s=args.mutant_timeout_s, test_timeout_s=args.test_timeout_s)
+    print(f"sweep: {len(chosen)} mutants ({', '.join(kinds)}), {args.repeat} runs each",
+          flush=True)
+    with tempfile.TemporaryDirectory(prefix="antman-sweep-") as tmp:
+        base_run = None
+        if not args.no_baseline:
+            base_run = baseline(Workspace(Path(tmp) / "baseline"), options)
+            print(f"baseline: {base_run.outcome} in {base_run.wall_s} s wall", flush=True)
+            if base_run.outcome != "passed":
+                print(f"the unmutated runtime does not pass under the harness: "
+                      f"{base_run.test}: {base_run.message} {base_run.note}", file=sys.stderr)
+                return 2
+        data = sweep.run_sweep(pop, entries, chosen, repeat=args.repeat, jobs=args.jobs,
+                               options=options, work_dir=Path(tmp), baseline_run=base_run,
+                               progress=_progress)
+    data["commit"] = report._git("rev-parse", "HEAD")
+    data["generated"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    header = (f"Suite commit {data['commit']}; generated {data['generated']}; "
+              f"{os.cpu_count()} CPUs; load average {data['load_before'][0]:.2f} before, "
+              f"{data['load_after'][0]:.2f} after.")
+    folder = inside(out, f"{time.strftime('%Y%m%d-%H%M%S')}-sweep")
+    folder.mkdir(parents=True, exist_ok=True)
+    report.write_aside(folder / "sweep.json", json.dumps(data, indent=1) + "\n")
+    report.write_aside(folder / "sweep.md", sweep.to_markdown(data, header))
+    for kind in kinds:
+        c = data["counts"].get(kind, {})
+        print(f"sweep {kind}: " + ", ".join(f"{v} {k}" for k, v in sorted(c.items())),
+              flush=True)
+    print(f"report {folder / 'sweep.md'}", flush=True)
+    if args.publish:
+        target = inside(PUBLISHED_DIR, "sweep")
+        target.mkdir(parents=True, exist_ok=True)
+        for name in ("sweep.json", "sweep.md"):
+            shutil.copy2(folder / name, target / name)
+        print(f"published to {target}", flush=True)
+    missed = sum(c.get("missed", 0) + c.get("flaky", 0) + c.get("error", 0)
+                 for c in data["counts"].values())
+    return 1 if missed else 0
+
+
+def _kinds(text: str) -> list[str]:
+    kinds = [k.strip() for k in text.split(",") if k.strip()]
+    bad = [k for k in kinds if k not in sweep.KINDS]
+    if bad or not kinds:
+        raise argparse.ArgumentTypeError(f"{text!r}: give kinds from {', '.join(sweep.KINDS)}")
+    return kinds
+
+
 def _stop(signum: int, frame: object) -> None:
     STOP.set()                       # kills the pytest process groups of the runs in progress
     raise KeyboardInterrupt(f"signal {signum}")
@@ -372,6 +434,24 @@ def main(argv: list[str] | None = None) -> int:
     entry.add_argument("--kind", choices=eq.KINDS, default="equivalent")
     entry.add_argument("--reason", required=True)
     entry.set_defaults(func=cmd_entry)
+    sw = sub.add_parser("sweep", help="remove every lock, notify and snapshot in turn, "
+                                      "each mutant run several times")
+    sw.add_argument("--repeat", type=_positive_int, default=10,
+                    help="runs per mutant (default 10); caught means every run killed it")
+    sw.add_argument("--kinds", type=_kinds, default=list(sweep.KINDS),
+                    help=f"comma-separated kinds (default {','.join(sweep.KINDS)})")
+    sw.add_argument("--at", metavar="MODULE", help="only this runtime module's mutants")
+    sw.add_argument("--jobs", type=_jobs, default=1, help="runs at once, one core each")
+    sw.add_argument("--mutant-timeout-s", type=_seconds, default=300.0,
+                    help="wall limit of one pytest run (default 300)")
+    sw.add_argument("--test-timeout-s", type=_positive_int, default=45,
+                    help="per-test limit in mutant runs (default 45)")
+    sw.add_argument("--no-baseline", action="store_true",
+                    help="skip the baseline run of the unmutated copy")
+    sw.add_argument("--out", default=str(OUT_DIR), help=f"report folder (default {OUT_DIR})")
+    sw.add_argument("--publish", action="store_true",
+                    help=f"copy the report to {PUBLISHED_DIR}/sweep/")
+    sw.set_defaults(func=cmd_sweep)
     args = parser.parse_args(argv)
     previous = {sig: signal.signal(sig, _stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:

@@ -309,6 +309,17 @@ def rescore(data: dict[str, Any], entries: dict[str, Equivalent]) -> dict[str, A
 def write_data(data: dict[str, Any], folder: Path) -> tuple[Path, Path]:
     folder.mkdir(parents=True, exist_ok=True)
     json_path, md_path = folder / "mutation.json", folder / "mutation.md"
-    json_path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
-    md_path.write_text(to_markdown(data), encoding="utf-8")
+    write_aside(json_path, json.dumps(data, indent=1) + "\n")
+    write_aside(md_path, to_markdown(data))
     return json_path, md_path
+
+
+def write_aside(path: Path, text: str) -> None:
+    """``path`` replaced by ``text`` at once: written beside it, then renamed over it, so a
+    reader never sees half a report."""
+    aside = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        aside.write_text(text, encoding="utf-8")
+        os.replace(aside, path)
+    finally:
+        aside.unlink(missing_ok=True)
