@@ -403,6 +403,59 @@ def test_bad_kernel_inputs_are_invalid_arguments(rt, ctx, case: str, device: str
         f"{e.node_name!r}, expected InvalidArgumentError naming 'bad' [EXEC-4]")
 
 
+# Well-shaped inputs of each fixed-arity op, in order ("var": a Variable, "ph": a fed
+# Placeholder). A wrong-number case drops the last input or repeats it, so the number of
+# inputs is the only fault.
+ARITY_INPUTS = {
+    "Identity": [("ph", np.ones(3, F32))],
+    "Assign": [("var", np.ones(3, F32)), ("ph", np.ones(3, F32))],
+    "ApplyGradientDescent": [("var", np.ones(3, F32)), ("ph", np.float32(0.5)),
+                             ("ph", np.ones(3, F32))],
+    "MatMul": [("ph", np.ones((3, 3), F32)), ("ph", np.ones((3, 3), F32))],
+    "BiasAdd": [("ph", np.ones((2, 3), F32)), ("ph", np.ones(3, F32))],
+    "BiasAddGrad": [("ph", np.ones((2, 3), F32))],
+    "Add": [("ph", np.ones(3, F32)), ("ph", np.ones(3, F32))],
+    "Relu": [("ph", np.ones(3, F32))],
+    "ReluGrad": [("ph", np.ones(3, F32)), ("ph", np.ones(3, F32))],
+    "SoftmaxCrossEntropyWithLogits": [("ph", np.ones((2, 3), F32)),
+                                      ("ph", np.ones((2, 3), F32))],
+    "Sum": [("ph", np.ones((2, 3), F32))],
+    "Mean": [("ph", np.ones((2, 3), F32))],
+}
+
+
+@pytest.mark.clause("EXEC-4")
+@pytest.mark.parametrize("delta", [-1, 1], ids=["one-fewer", "one-more"])
+@pytest.mark.parametrize("op", sorted(ARITY_INPUTS))
+@pytest.mark.parametrize("device", [CPU, GPU])
+def test_wrong_number_of_inputs_is_an_invalid_argument(rt, ctx, device: str, op: str,
+                                                       delta: int) -> None:
+    arity = len(ARITY_INPUTS[op])
+    inputs = ARITY_INPUTS[op] + ARITY_INPUTS[op][-1:]
+    g = rt.Graph()
+    feeds = {}
+    for i, (kind, value) in enumerate(inputs):
+        if kind == "var":
+            g.add_node(f"in{i}", "Variable", device=device, initial_value=value)
+        else:
+            g.add_node(f"in{i}", "Placeholder", device=device, dtype="float32")
+            feeds[f"in{i}"] = value
+    g.add_node("good", op, [f"in{i}" for i in range(arity)], device=device)
+    g.add_node("bad", op, [f"in{i}" for i in range(arity + delta)], device=device)
+    n_out = rt.OpRegistry.global_registry().lookup(op).num_outputs_for({})
+    s = ctx.new_session(g)
+    s.run([f"good:{i}" for i in range(n_out)], feeds)
+    with pytest.raises(rt.OpError) as info:
+        s.run([f"bad:{i}" for i in range(n_out)], feeds)
+        pytest.fail(f"{op} with {arity + delta} inputs (it takes {arity}) on {device}: the "
+                    f"step succeeded [EXEC-4]")
+    e = info.value
+    assert isinstance(e, rt.InvalidArgumentError) and e.node_name == "bad", (
+        f"{op} with {arity + delta} inputs (it takes {arity}) on {device}: the step raised "
+        f"{type(e).__name__}({e}) with node_name {e.node_name!r}, expected "
+        f"InvalidArgumentError naming 'bad' [EXEC-4]")
+
+
 @pytest.mark.clause("EXEC-4")
 def test_pyfunc_outputs_and_shape_errors(rt, ctx) -> None:
     g = rt.Graph()
