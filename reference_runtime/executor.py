@@ -277,8 +277,8 @@ class ExecutorState:
 
     def process(self, nid: int) -> None:
         """TF ``Process``: run ``nid`` and the nodes it makes ready inline."""
+        inline: collections.deque[int] = collections.deque([nid])
         try:
-            inline: collections.deque[int] = collections.deque([nid])
             completed = False
             items = self.impl.items
             while inline:
@@ -297,7 +297,13 @@ class ExecutorState:
         except BaseException as exc:  # an executor bug must not hang the step
             log.exception("executor: unexpected error in process()")
             self._record_error(UnknownError(f"internal executor error: {exc!r}"))
-            raise
+            # The node in hand and those queued inline behind it will not be done by anyone:
+            # count them done, so that the step ends (with this error) instead of waiting.
+            with self._lock:
+                self._outstanding -= 1 + len(inline)
+                completed = self._outstanding <= 0
+            if completed:
+                self._finish()
 
     def _enqueue(self, item: NodeItem) -> None:
         """Queue a GPU op of a managed step on the GpuOpManager (OPM-2)."""
