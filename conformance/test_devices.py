@@ -96,6 +96,29 @@ def test_lookup_index_and_type_spellings(rt, runtimes, name, expected) -> None:
         f"lookup_device({name!r}) = {found.name}, expected {PREFIX + expected} [DEVICE-2]"
 
 
+@pytest.mark.clause("DEVICE-2")
+def test_device_mgr_holds_its_devices_in_order(rt, runtimes) -> None:
+    cpu, gpu0, gpu1 = runtimes(num_gpus=2).device_mgr.list_devices()
+    mgr = rt.DeviceMgr([cpu, gpu1, gpu0])
+    assert mgr.list_devices() == [cpu, gpu1, gpu0], \
+        f"DeviceMgr([CPU:0, GPU:1, GPU:0]).list_devices() = {mgr.list_devices()} [DEVICE-2]"
+    assert mgr.lookup_device("GPU:0") is gpu0 and mgr.lookup_device("GPU:1") is gpu1, \
+        "DeviceMgr(devices).lookup_device did not find the devices it was given [DEVICE-2]"
+
+
+@pytest.mark.clause("DEVICE-2")
+@pytest.mark.parametrize("twice", ["the same device", "two runtimes' devices"])
+def test_device_mgr_refuses_two_devices_of_one_name(rt, runtimes, twice) -> None:
+    cpu, gpu0 = runtimes().device_mgr.list_devices()
+    other = gpu0 if twice == "the same device" else runtimes().device_mgr.lookup_device("GPU:0")
+    with pytest.raises(ValueError) as info:
+        rt.DeviceMgr([cpu, gpu0, other])
+        pytest.fail(f"DeviceMgr([CPU:0, GPU:0, GPU:0]) with {twice} as GPU:0 was built, "
+                    f"so lookup_device('GPU:0') could find either [DEVICE-2]")
+    assert "GPU:0" in str(info.value), \
+        f"DeviceMgr's error for a second GPU:0 does not name it: {info.value} [DEVICE-2]"
+
+
 @pytest.mark.clause("DEVICE-3")
 @pytest.mark.capability("vmem", "bfc")
 def test_gpu_allocator_stack(rt, runtimes) -> None:
@@ -286,6 +309,18 @@ def test_sim_backend_defaults(rt) -> None:
     got = (chosen.gpu_count(), chosen.gpu_info(0).total_memory)
     assert got == (1, 1 << 30), \
         f"select_backend('sim') gave (GPUs, memory) {got}, expected (1, 1 GiB) [DEVICE-7]"
+
+
+@pytest.mark.clause("DEVICE-7")
+@pytest.mark.parametrize("index", [-1, 2, 3, 0.0, 1.0, "0", None])
+@pytest.mark.parametrize("call", ["gpu_info", "device_memory", "host_memory"])
+def test_sim_backend_refuses_a_bad_gpu_index(rt, call, index) -> None:
+    backend = rt.SimBackend(2, 16 * MiB)
+    args = (index, 16 * MiB) if call == "device_memory" else (index,)
+    with pytest.raises(IndexError):
+        getattr(backend, call)(*args)
+        pytest.fail(f"SimBackend(num_gpus=2).{call}({index!r}) accepted a GPU index outside "
+                    f"the ints 0 and 1 [DEVICE-7]")
 
 
 #: Run in a process where no GPU is usable: what ``auto``, an empty name (argument or
