@@ -312,7 +312,7 @@ def test_sim_backend_defaults(rt) -> None:
 
 
 @pytest.mark.clause("DEVICE-7")
-@pytest.mark.parametrize("index", [-1, 2, 3, 0.0, 1.0, "0", None])
+@pytest.mark.parametrize("index", [-1, 2, 3, 0.0, 1.0, True, False, "0", None])
 @pytest.mark.parametrize("call", ["gpu_info", "device_memory", "host_memory"])
 def test_sim_backend_refuses_a_bad_gpu_index(rt, call, index) -> None:
     backend = rt.SimBackend(2, 16 * MiB)

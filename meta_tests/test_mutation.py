@@ -442,6 +442,12 @@ def test_an_unusable_out_folder_is_found_before_the_campaign(
     with pytest.raises(cli.UsageError, match="outside"):
         cli.inside(tmp_path, "../escaped")
     assert cli.inside(tmp_path, "20260101-seed-1") == tmp_path.resolve() / "20260101-seed-1"
+    # a second run's latest-seed link: the link itself, not the folder it points to (a run
+    # into the same --out used to end with IsADirectoryError when it replaced the link)
+    (tmp_path / "20260101-seed-1").mkdir()
+    (tmp_path / "latest-seed-1").symlink_to("20260101-seed-1")
+    link = cli.inside(tmp_path, "latest-seed-1")
+    assert link.is_symlink() and link == tmp_path.resolve() / "latest-seed-1"
 
 
 def test_list_and_rescore_refuse_what_they_cannot_read(
@@ -669,3 +675,30 @@ def test_wilson_interval_edge_cases() -> None:
     s = report.summary([result("a", "killed"), result("b", "equivalent", reason="r" * 20)])
     assert s["kill_rate_ci95"] == [0.2065, 1.0]
     assert report.summary([])["kill_rate_ci95"] is None
+
+
+def test_sweep_selects_every_lock_notify_and_snapshot(capsys: pytest.CaptureFixture[str]
+                                                      ) -> None:
+    from mutation import sweep
+    from mutation.__main__ import main
+    from mutation.sampling import population
+    pop = population()
+    chosen = sweep.select(pop)
+    kinds = {kind: [m for k, m in chosen if k == kind] for kind in sweep.KINDS}
+    assert {m.key for m in kinds["lock"]} == {m.key for m in pop.mutants
+                                              if m.operator == "unlock"}
+    notify = {m.key for m in kinds["notify"]}
+    assert "gpu_op_manager.py:GpuOpManager.enqueue:delete:e9e006a1" in notify  # commented line
+    assert all(m.operator == "delete" for m in kinds["notify"]) and len(notify) >= 10
+    snapshot = {m.describe() for m in kinds["snapshot"]}
+    assert "'list(self._devices)' -> '(self._devices)'" in snapshot
+    assert not any("shape" in d for d in snapshot), "a kernel's tuple(shape) is no snapshot"
+    for argv in (["sweep", "--kinds", "locks"], ["sweep", "--kinds", ","],
+                 ["sweep", "--repeat", "0"], ["sweep", "--at", "../SPEC.md"]):
+        try:
+            status = main(argv)
+        except SystemExit as exc:          # argparse's usage error
+            status = exc.code
+        assert status == 2, argv
+        err = capsys.readouterr().err
+        assert "Traceback" not in err and argv[-1] in err.strip().splitlines()[-1], err

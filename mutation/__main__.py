@@ -118,11 +118,11 @@ def usable_folder(path: Path) -> Path:
 
 
 def inside(folder: Path, name: str) -> Path:
-    """``folder/name``, refused when it would lie outside ``folder``."""
-    path = (folder / name).resolve()
-    if path.parent != folder.resolve():
+    """``folder/name``, refused when it would lie outside ``folder``. The name itself is not
+    resolved: a link of that name (``latest-seed-S``) is the link, not what it points to."""
+    if not name or name in (".", "..") or "/" in name or "\0" in name:
         raise UsageError(f"{name!r} would be written outside {folder}")
-    return path
+    return folder.resolve() / name
 
 
 def read_report(source: Path) -> dict:

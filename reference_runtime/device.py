@@ -205,7 +205,8 @@ class SimBackend:
         """Nothing to give back beyond what the allocators already freed."""
 
     def _check_index(self, index: int) -> None:
-        if not isinstance(index, int) or not 0 <= index < self.num_gpus:
+        if isinstance(index, bool) or not isinstance(index, int) \
+                or not 0 <= index < self.num_gpus:
             raise IndexError(f"GPU index {index!r} out of range [0, {self.num_gpus})")
 
     def __repr__(self) -> str:
