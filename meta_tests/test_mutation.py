@@ -284,6 +284,23 @@ def test_runs_are_classified(tmp_path: Path, code, cases, expected) -> None:
     assert (run.outcome, run.how, run.clause) == expected, run
 
 
+@pytest.mark.parametrize("quiet_s,expected", [
+    (None, "killed"),            # silence unknown: as before
+    (44.9, "error"),             # the last test ended within the per-test limit: still going
+    (45.0, "killed"),            # silent for the whole per-test limit: a hang
+    (300.0, "killed")])
+def test_a_run_ended_by_the_wall_limit_while_progressing_has_no_verdict(quiet_s, expected
+                                                                         ) -> None:
+    """A slow host must not turn a passing mutant into a kill: at the wall limit, a run whose
+    output grew within the per-test limit is an error (no verdict), not a timeout kill."""
+    run = Run(("conformance/test_bfc.py",), None, 300.0, 80.0, quiet_s=quiet_s,
+              test_timeout_s=45 if quiet_s is not None else None)
+    classify(run, None, "")
+    assert run.outcome == expected, run
+    if expected == "error":
+        assert "still progressing" in run.note and "--mutant-timeout-s" in run.note
+
+
 def test_a_runtime_refused_before_any_test_is_killed_at_import() -> None:
     """Certification validates the runtime module first: one that does not import is a usage
     error (exit status 4) and never certified; other usage errors stay harness errors."""
@@ -386,6 +403,12 @@ def test_a_mutant_runs_in_a_copy_of_the_runtime(tmp_path: Path, runtime_populati
     assert (CONFORMANCE_DIR.parent / "reference_runtime" / module).read_text(
         encoding="utf-8") == source
     assert run.wall_s > 0 and run.cpu_s > 0
+    # the unmutated copy, ended by a wall limit far below what the module needs: a slow
+    # host, reported as such (no verdict), never as a kill
+    slow = run_pytest(workspace, ("conformance/test_env.py",),
+                      Options(mutant_timeout_s=2, test_timeout_s=60), tag="slow")
+    assert slow.exit_code is None and slow.outcome == "error", slow
+    assert "still progressing" in slow.note, slow
 
 
 # --- the command line: bad arguments are usage errors before anything runs -----------------

@@ -26,7 +26,9 @@ database (``mutation.pytest_isolation``), and is killed, with its process group,
   are expected; without a baseline, a skip reported NOT_SUPPORTED): killed (``skipped``), as
   a required clause NOT_SUPPORTED makes a certification fail;
 - killed after the wall limit: killed (``timeout``), unless its JUnit file shows every
-  test passed (it hung on exit): then it survives, with a note;
+  test passed (it hung on exit): then it survives, with a note; or unless its output had
+  grown within the per-test limit before the end (tests were still ending: a host too slow
+  for the wall limit, not a hang): then ``error``, no verdict;
 - anything else: ``error`` (a problem of the harness, not a verdict on the mutant).
 
 The wall time and the CPU time (user + system, from ``wait4``: the process and the children it
@@ -85,6 +87,8 @@ class Run:
     note: str = ""
     log: str = ""                       # the last lines of its output (kept for errors)
     skipped: list[str] = field(default_factory=list)   # skipped tests (kept for a baseline)
+    quiet_s: float | None = None        # ended at the wall limit: seconds since its last output
+    test_timeout_s: int | None = None   # the per-test limit it ran under
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -124,6 +128,7 @@ def _environment(workspace: Workspace) -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join(
         [str(workspace.base)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     env["PYTHONDONTWRITEBYTECODE"] = "1"     # a rewritten module is never read from a stale .pyc
+    env["PYTHONUNBUFFERED"] = "1"            # progress reaches the log as each test ends
     env.setdefault("OPENBLAS_NUM_THREADS", "1")
     return env
 
@@ -150,6 +155,9 @@ def run_pytest(workspace: Workspace, modules: tuple[str, ...], options: Options,
     cpu = usage.ru_utime + usage.ru_stime if usage is not None else 0.0
     output = log_path.read_text(encoding="utf-8", errors="replace")
     run = Run(tuple(modules), exit_code, round(wall, 2), round(cpu, 2))
+    if exit_code is None:                    # how long the run had been silent when ended
+        run.quiet_s = round(max(0.0, time.time() - log_path.stat().st_mtime), 1)
+        run.test_timeout_s = options.test_timeout_s
     classify(run, junit if junit.exists() else None, output, expected_skips)
     if run.outcome == "error":
         run.log = output[-3000:]
@@ -278,6 +286,13 @@ def classify(run: Run, junit: Path | None, output: str,
     elif run.exit_code is None:
         if junit is not None and _all_passed(junit):
             run.outcome, run.note = "passed", "every test passed, then the process did not exit"
+        elif (run.quiet_s is not None and run.test_timeout_s is not None
+              and run.quiet_s < run.test_timeout_s):
+            # tests were still ending one after another: a slow host, not a hung mutant
+            run.outcome = "error"
+            run.note = (f"the wall limit ended a run that was still progressing (last output "
+                        f"{run.quiet_s} s before, under the per-test limit of "
+                        f"{run.test_timeout_s} s): no verdict; raise --mutant-timeout-s")
         else:
             run.outcome, run.how = "killed", "timeout"
             run.note = "killed after the wall limit"
