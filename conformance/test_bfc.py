@@ -1079,6 +1079,73 @@ def test_best_fit_runs_under_the_allocators_lock(rt, monkeypatch, path):
         f"allocator's lock ({path}): a concurrent allocation can pick the same chunk [BFC-17]")
 
 
+#: Every public method of the BFC allocator, as called on an allocator holding ``p``.
+BFC_METHODS = {
+    "allocate_raw": lambda bfc, p: bfc.allocate_raw(256, 1000),
+    "deallocate_raw": lambda bfc, p: bfc.deallocate_raw(p),
+    "requested_size": lambda bfc, p: bfc.requested_size(p),
+    "allocated_size": lambda bfc, p: bfc.allocated_size(p),
+    "allocation_id": lambda bfc, p: bfc.allocation_id(p),
+    "get_stats": lambda bfc, p: bfc.get_stats(),
+    "clear_stats": lambda bfc, p: bfc.clear_stats(),
+    "memory_map": lambda bfc, p: bfc.memory_map(),
+    "get_bin_debug_info": lambda bfc, p: bfc.get_bin_debug_info(),
+}
+
+
+@pytest.mark.clause("BFC-17")
+@pytest.mark.parametrize("method", sorted(BFC_METHODS))
+def test_every_method_takes_the_allocators_lock(rt, monkeypatch, method):
+    """TF holds ``lock_`` in every public method: a query without it reads a chunk or the
+    statistics while another thread splits, merges or counts (a torn answer), a change
+    without it loses a concurrent one. Forced, not hoped for: the lock is watched
+    (fixtures/interleave.py) and each line the method runs records whether the calling
+    thread held it; some line must."""
+    from fixtures.interleave import lock_held_in, watch_lock
+    bfc, _ = make(rt, 64 * MiB)
+    p = bfc.allocate_raw(256, 1000)
+    watched = watch_lock(monkeypatch, bfc, "_lock", "the BFC allocator's lock")
+    _, held = lock_held_in(lambda: BFC_METHODS[method](bfc, p), method, watched)
+    if not held:
+        pytest.skip(f"the check follows the reference's design ({method} a method of the "
+                    f"allocator's class); this runtime's {method} ran no line of its own")
+    assert any(held), (f"{method} ran {len(held)} line(s), none with the allocator's lock "
+                       f"held: a concurrent call can interleave with it [BFC-17]")
+
+
+@pytest.mark.clause("BFC-12", "BFC-17")
+@pytest.mark.capability("virtual_clock")   # the retry waits on the clock for the free
+def test_retried_attempts_run_under_the_allocators_lock(rt, monkeypatch):
+    """An attempt after a wait (BFC-12) searches the bins as the first one does: with the
+    lock held, so a concurrent allocation never picks the same chunk (BFC-17)."""
+    from fixtures.interleave import lock_held_at_call, watch_lock
+    clock = VirtualClock(clause="BFC-12")
+    bfc, _ = make(rt, MiB, growth=False, clock=clock, timeout_us=T_10S)
+    p = bfc.allocate_raw(256, MiB)                       # the whole pool: the next one waits
+    watched = watch_lock(monkeypatch, bfc, "_lock", "the BFC allocator's lock")
+
+    def free_once_waiting() -> None:
+        clock.wait_for_waiters(1, clause="BFC-12")
+        bfc.deallocate_raw(p)
+
+    freer = threading.Thread(target=free_once_waiting, name="antman-test-freer", daemon=True)
+    freer.start()
+    try:
+        ptr, held = lock_held_at_call(lambda: bfc.allocate_raw(256, 1000), "_find_chunk_ptr",
+                                      watched)
+    finally:
+        freer.join(10)
+        clock.advance(T_10S + 1)
+    assert ptr == p, f"the retried allocation returned {ptr}, expected {p:#x} [BFC-12]"
+    if len(held) < 2:
+        pytest.skip("the race is forced through the best-fit search _find_chunk_ptr of the "
+                    "reference's design; this runtime has none")
+    assert all(held), (
+        f"the best-fit search ran {held.count(False)} of {len(held)} time(s) without the "
+        f"allocator's lock, the retried attempts among them: a concurrent allocation can "
+        f"pick the same chunk [BFC-17]")
+
+
 @pytest.mark.clause("BFC-17")
 def test_concurrent_allocations_do_not_overlap(rt):
     bfc, sim = make(rt, 16 * MiB, gc=True)
