@@ -8,6 +8,11 @@ touched, so mutants can run while the repository is in use, and the tests that s
 subprocess (the worker, the workload command line) start the mutant too, because the
 runtime's ``WORKER_COMMAND`` and the tests name the runtime's own package.
 
+Mutants are measured on the simulated device whatever the host has: the tests marked
+``gpu`` (SPEC.md section 10, real GPUs observed through NVML) are deselected, in the baseline
+as in every mutant run, since one GPU cannot serve many runs at once without their
+measurements disturbing each other; the GPU-only mutants are on the reviewed list.
+
 Each pytest run uses one core (no xdist), stops at the first failure (``-x``), runs the
 tests with the per-test limit ``test_timeout_s`` and Hypothesis seed 0 without example
 database (``mutation.pytest_isolation``), and is killed, with its process group, after
@@ -143,6 +148,7 @@ def run_pytest(workspace: Workspace, modules: tuple[str, ...], options: Options,
     log_path = workspace.base / f"{tag}.log"
     junit.unlink(missing_ok=True)
     cmd = [sys.executable, "-m", "pytest", *modules, "--runtime", COPY_NAME, "-x", "-q",
+           "-m", "not gpu",
            "--no-report", "-p", "mutation.pytest_isolation", "-p", "no:cacheprovider",
            f"--timeout={options.test_timeout_s}", f"--hypothesis-seed={options.hypothesis_seed}",
            f"--junitxml={junit}", f"--basetemp={workspace.base / 'basetemp'}"]
