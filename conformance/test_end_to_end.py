@@ -288,6 +288,25 @@ def test_smallest_workload_arguments_are_valid(rt) -> None:
 
 
 @pytest.mark.clause("E2E-1")
+def test_a_device_manager_is_a_target_too(rt) -> None:
+    """``target`` may be a device manager instead of a runtime context: the workload makes
+    its own session on it and trains the same as on the context (same seed, same losses)."""
+    sizes = dict(batch=4, input_dim=3, hidden=5, layers=2, classes=2)
+    with sim_runtime(rt) as ctx:
+        on_ctx = rt.MLPWorkload(ctx, **sizes)
+        expected = [on_ctx.step() for _ in range(3)]
+        on_ctx.close()
+    with sim_runtime(rt) as ctx:
+        on_mgr = rt.MLPWorkload(ctx.device_mgr, **sizes)
+        assert on_mgr.session is not None and not on_mgr.session.closed, (
+            "MLPWorkload(device_mgr) has no open session [E2E-1]")
+        losses = [on_mgr.step() for _ in range(3)]
+        on_mgr.close()
+    assert losses == expected, (f"MLPWorkload(device_mgr) trained {losses}, the same workload "
+                                f"on the runtime context {expected} [E2E-1]")
+
+
+@pytest.mark.clause("E2E-1")
 def test_sized_for_at_the_smallest_size_and_one_byte_below(rt) -> None:
     """``sized_for`` at exactly what ``hidden=1`` needs gives ``hidden=1``; one byte less,
     or a size that is not an int, raises ValueError (never a workload that overshoots)."""
