@@ -660,12 +660,12 @@ def test_run_passes_generator_and_mode_to_the_campaign_and_report(
     assert seen["generator"] == "mutmut" and (c.generator, c.whole_suite) == ("mutmut", True)
     out = capsys.readouterr().out
     assert "kill rate 50.0 % (95 % CI 9.4-90.5 %, Wilson" in out
-    data = cli.read_report(tmp_path / "latest-seed-7")
+    data = cli.read_report(tmp_path / "latest-mutmut-seed-7")
     assert (data["campaign"]["generator"], data["campaign"]["mode"]) == ("mutmut", "whole-suite")
     assert data["summary"]["kill_rate_ci95"] == [0.0945, 0.9055]
-    text = (tmp_path / "latest-seed-7" / "mutation.md").read_text(encoding="utf-8")
+    text = (tmp_path / "latest-mutmut-seed-7" / "mutation.md").read_text(encoding="utf-8")
     assert "Mutant source `mutmut`" in text and "whole conformance suite" in text
-    assert cli.main(["rescore", str(tmp_path / "latest-seed-7"), "--into",
+    assert cli.main(["rescore", str(tmp_path / "latest-mutmut-seed-7"), "--into",
                      str(tmp_path / "again")]) == 0                 # a written report reads back
     assert "kill rate 50.0 % (95 % CI 9.4-90.5 %, Wilson" in capsys.readouterr().out
     assert cli.main(["run", "--whole-suite", "--modules", "conformance/test_env.py",

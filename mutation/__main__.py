@@ -13,7 +13,8 @@
 
 ``run`` writes one report per seed under ``reports/out/mutation/<time>-seed-<S>/``
 (``mutation.json``, ``mutation.md``; ``latest-seed-<S>`` links to it) and, with
-``--publish``, copies it to ``reports/published/mutation/seed-<S>/``. It exits 1 when a
+``--publish``, copies it to ``reports/published/mutation/seed-<S>/`` (``mutmut-seed-<S>/``
+for the mutmut generator's). It exits 1 when a
 seed's kill rate is below ``--min-kill-rate`` or a harness error happened.
 """
 
@@ -207,9 +208,10 @@ def cmd_run(args: argparse.Namespace) -> int:
                                   baseline_run=base_run, progress=_progress)
             result.list_problems = problems
             stamp = time.strftime("%Y%m%d-%H%M%S")
-            folder = inside(out, f"{stamp}-seed-{seed}")
+            label = f"seed-{seed}" if args.generator == "suite" else f"{args.generator}-seed-{seed}"
+            folder = inside(out, f"{stamp}-{label}")
             json_path, md_path = report.write(result, folder)
-            latest = inside(out, f"latest-seed-{seed}")
+            latest = inside(out, f"latest-{label}")
             if latest.is_symlink() or latest.exists():
                 latest.unlink()
             latest.symlink_to(folder.name)
@@ -222,7 +224,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                   if rate is not None
                   else f"seed {seed}: nothing counted; report {md_path}", flush=True)
             if args.publish:
-                target = inside(PUBLISHED_DIR, f"seed-{seed}")
+                target = inside(PUBLISHED_DIR, label)
                 target.mkdir(parents=True, exist_ok=True)
                 for path in (json_path, md_path):
                     shutil.copy2(path, target / path.name)
@@ -409,7 +411,8 @@ def main(argv: list[str] | None = None) -> int:
                      help="exit 1 when a seed's kill rate is below this fraction")
     run.add_argument("--out", default=str(OUT_DIR), help=f"report folder (default {OUT_DIR})")
     run.add_argument("--publish", action="store_true",
-                     help=f"copy each seed's report to {PUBLISHED_DIR}/seed-<S>/")
+                     help=f"copy each seed's report to {PUBLISHED_DIR}/seed-<S>/ "
+                          f"(mutmut-seed-<S>/ for the mutmut generator)")
     run.set_defaults(func=cmd_run)
     lst = sub.add_parser("list", help="print a sample without running it")
     lst.add_argument("--seed", type=_seed, default=DEFAULT_SEEDS[0])
