@@ -652,6 +652,7 @@ def test_run_passes_generator_and_mode_to_the_campaign_and_report(
                               None, 0.0, 1.0, (0.0,) * 3, (0.0,) * 3)
 
     monkeypatch.setattr(cli, "population", fake_population)
+    monkeypatch.setattr(cli, "reviewable_mutants", lambda: [])
     monkeypatch.setattr(cli, "run_campaign", fake_campaign)
     code = cli.main(["run", "--generator", "mutmut", "--whole-suite", "--seed", "7",
                      "--sample", "2", "--no-baseline", "--out", str(tmp_path)])

@@ -173,8 +173,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     size = len(args.key) if args.key else args.sample
     jobs = max(1, min(args.jobs, size))      # more workspaces than mutants would idle
     entries = eq.load()
-    # the reviewed list names the suite generator's mutants; no other source's key matches it
-    problems = eq.problems(entries, list(pop.mutants)) if args.generator == "suite" else []
+    problems = eq.problems(entries, reviewable_mutants())
     for p in problems:
         print(f"reviewed list: {p}", file=sys.stderr)
     options = Options(mutant_timeout_s=args.mutant_timeout_s, test_timeout_s=args.test_timeout_s)
@@ -286,9 +285,15 @@ def cmd_show(args: argparse.Namespace) -> int:
     return status
 
 
+def reviewable_mutants() -> list:
+    """Every generator's mutants: the reviewed list names mutants of any of them (a key
+    holds its operator, so the generators' keys do not collide)."""
+    return [m for name in sorted(GENERATORS) for m in population(generator=name).mutants]
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     entries = eq.load()
-    problems = eq.problems(entries, list(population().mutants))
+    problems = eq.problems(entries, reviewable_mutants())
     problems += eq.unspecified_reason_problems(
         entries, (ROOT / "SPEC.md").read_text(encoding="utf-8"), ROOT)
     for p in problems:
@@ -298,7 +303,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_entry(args: argparse.Namespace) -> int:
-    m = population().by_key().get(args.key)
+    m = population(generator=args.generator).by_key().get(args.key)
     if m is None:
         print(f"no such mutant: {args.key}", file=sys.stderr)
         return 1
@@ -436,6 +441,7 @@ def main(argv: list[str] | None = None) -> int:
     entry.add_argument("key")
     entry.add_argument("--kind", choices=eq.KINDS, default="equivalent")
     entry.add_argument("--reason", required=True)
+    entry.add_argument("--generator", choices=sorted(GENERATORS), default="suite")
     entry.set_defaults(func=cmd_entry)
     sw = sub.add_parser("sweep", help="remove every lock, notify and snapshot in turn, "
                                       "each mutant run several times")
