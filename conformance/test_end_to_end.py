@@ -164,6 +164,45 @@ def test_workload_command_line(rt) -> None:
     assert all(isinstance(s["loss"], float) and "duration_us" in s for s in steps), "[E2E-1]"
 
 
+def _workload_cli(rt, *args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, ANTMAN_DEVICE="sim")
+    env.pop("GPU_CONFIG_FILE", None)
+    env.pop("GPU_STATUS_FILE", None)
+    return subprocess.run([sys.executable, "-m", f"{rt.__name__}.workload", "--backend", "sim",
+                           *args], capture_output=True, text=True, timeout=60, env=env)
+
+
+@pytest.mark.clause("E2E-1")
+@pytest.mark.parametrize("size,expected", [("3m", 3 * MiB), ("2MiB", 2 * MiB),
+                                           ("1536K", 1536 * 1024), ("0.5g", 512 * MiB),
+                                           ("1048576", MiB)])
+def test_workload_command_line_sizes_a_workload(rt, size: str, expected: int) -> None:
+    """``--target-bytes SIZE`` builds ``sized_for(ctx, SIZE)`` with its defaults: the same
+    sizes as in process, whatever spelling of the unit."""
+    proc = _workload_cli(rt, "--steps", "0", "--target-bytes", size,
+                         "--gpu-memory", "2G")
+    assert proc.returncode == 0, f"--target-bytes {size}: {proc.stderr[-2000:]} [E2E-1]"
+    first = json.loads(proc.stdout.splitlines()[0])
+    with sim_runtime(rt) as ctx:
+        wl = rt.MLPWorkload.sized_for(ctx, expected)
+        want = (wl.param_bytes, wl.step_bytes)
+        wl.close()
+    got = (first["param_bytes"], first["step_bytes"])
+    assert got == want, (f"--target-bytes {size}: (param_bytes, step_bytes) {got}, "
+                         f"sized_for(ctx, {expected}) gives {want} [E2E-1]")
+
+
+@pytest.mark.clause("E2E-1")
+@pytest.mark.parametrize("option,value", [("--target-bytes", "0"), ("--target-bytes", "-1M"),
+                                          ("--target-bytes", "2X"), ("--target-bytes", "nan"),
+                                          ("--gpu-memory", "0K"), ("--steps", "-1")])
+def test_workload_command_line_refuses_bad_values(rt, option: str, value: str) -> None:
+    proc = _workload_cli(rt, option, value)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, (
+        f"{option} {value}: exit {proc.returncode}, stderr {proc.stderr[-1000:]!r}; "
+        f"expected a usage error (exit status 2) [E2E-1]")
+
+
 def training_graph(wl) -> tuple[str, str, list[tuple[str, str]]]:
     """(x placeholder, y placeholder, [(weight, bias) per layer]) found by walking the graph:
     x -> MatMul(h, w) -> BiasAdd(., b) [-> Relu] ... -> SoftmaxCrossEntropyWithLogits(., y)."""
