@@ -720,9 +720,9 @@ DEVIATIONS: tuple[Deviation, ...] = (
                       "        assert self.opm is not None\n"
                       "        _tls.queued = getattr(_tls, \"queued\", 0) + 1\n"
                       "        self.opm.enqueue("),
-               (EXEC, "            inline: collections.deque[int] = collections.deque([nid])\n",
-                      "            _tls.queued = 0\n"
-                      "            inline: collections.deque[int] = collections.deque([nid])\n"),
+               (EXEC, "        inline: collections.deque[int] = collections.deque([nid])\n",
+                      "        _tls.queued = 0\n"
+                      "        inline: collections.deque[int] = collections.deque([nid])\n"),
                (EXEC, "            if completed:\n                self._finish()\n        except BaseException as exc:  # an executor bug",
                       "            with self._lock:\n"
                       "                self._hwm = max(getattr(self, \"_hwm\", 0), _tls.queued)\n"
