@@ -171,6 +171,21 @@ def test_gpu_description(rt, runtimes) -> None:
 
 
 @pytest.mark.clause("DEVICE-4")
+def test_simulated_backend_holds_197_gpus_and_not_198(rt) -> None:
+    """Bus 0x3b + i stays a two-digit bus up to ``ff``: 197 GPUs, the last on bus ff."""
+    try:
+        backend = rt.SimBackend(197, MiB)
+    except ValueError as exc:
+        pytest.fail(f"SimBackend(197) was refused ({exc}): bus ff is free for GPU 196 "
+                    f"[DEVICE-4]")
+    assert backend.gpu_info(196).pci_bus_id.lower() == "0000:ff:00.0", (
+        f"GPU 196's bus id {backend.gpu_info(196).pci_bus_id} [DEVICE-4]")
+    with pytest.raises(ValueError, match="num_gpus"):
+        rt.SimBackend(198, MiB)
+        pytest.fail("SimBackend(198) was built: GPU 197 has no two-digit bus [DEVICE-4]")
+
+
+@pytest.mark.clause("DEVICE-4")
 def test_bus_ids_distinct_on_any_backend(rt, runtimes) -> None:
     ctx = runtimes()
     ids = [bus_id(rt, g) for g in gpus(ctx)]

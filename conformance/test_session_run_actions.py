@@ -460,11 +460,13 @@ def test_file_paths_default_to_the_environment(rt, control_env, tmp_path, config
         if value is not None:
             control_env.setenv(name, str(tmp_path / value) if value else "")
     with rt.create_runtime(num_gpus=1, gpu_memory_bytes=64 * MiB) as ctx:
+        assert ctx.closed is False, f"a new runtime context's closed is {ctx.closed!r} [API-7]"
         assert (ctx.resource_management is not None) == bool(config_env), (
             f"GPU_CONFIG_FILE={config_env!r}: resource_management is "
             f"{ctx.resource_management!r} [API-7]")
         assert (ctx.statistics is not None) == bool(status_env), (
             f"GPU_STATUS_FILE={status_env!r}: statistics is {ctx.statistics!r} [API-7]")
+    assert ctx.closed is True, f"closed is {ctx.closed!r} after the with block [API-7]"
 
 
 @pytest.mark.clause("REG-10", "RM-8")
