@@ -156,12 +156,22 @@ def test_workload_command_line(rt) -> None:
     env.pop("GPU_CONFIG_FILE", None)
     env.pop("GPU_STATUS_FILE", None)
     proc = subprocess.run([sys.executable, "-m", f"{rt.__name__}.workload", "--steps", "3",
-                           "--backend", "sim", "--hidden", "16"],
+                           "--backend", "sim", "--hidden", "16", "--gpu-memory", "64M"],
                           capture_output=True, text=True, timeout=60, env=env)
     assert proc.returncode == 0, f"workload CLI failed: {proc.stderr[-2000:]} [E2E-1]"
+    first = json.loads(proc.stdout.splitlines()[0])
     steps = [json.loads(line) for line in proc.stdout.splitlines() if '"step"' in line]
     assert [s["step"] for s in steps] == [0, 1, 2], f"CLI output {proc.stdout!r} [E2E-1]"
     assert all(isinstance(s["loss"], float) and "duration_us" in s for s in steps), "[E2E-1]"
+    for s in steps:
+        figures = {k: s.get(k) for k in ("device_bytes_in_use", "device_peak_bytes_in_use",
+                                         "device_bytes_limit")}
+        assert all(type(v) is int for v in figures.values()), (
+            f"step {s['step']}: allocator figures {figures} [E2E-1]")
+        assert first["param_bytes"] <= figures["device_bytes_in_use"] \
+            <= figures["device_peak_bytes_in_use"] <= figures["device_bytes_limit"] == 64 * MiB, (
+            f"step {s['step']}: the variables ({first['param_bytes']} bytes) live on the GPU "
+            f"of 64 MiB, yet its figures are {figures} [E2E-1]")
 
 
 def _workload_cli(rt, *args: str) -> subprocess.CompletedProcess:
