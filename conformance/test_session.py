@@ -83,6 +83,24 @@ def test_fetch_order_targets_and_copies(rt, ctx) -> None:
     np.testing.assert_array_equal(only, FEED["x"])
 
 
+class _NoArray:
+    """A value NumPy cannot make an array of: its ``__array__`` raises."""
+
+    def __array__(self, *args, **kwargs):
+        raise RuntimeError("no array here")
+
+
+@pytest.mark.clause("SESS-2")
+def test_a_fed_value_that_is_no_array_is_an_invalid_argument(rt, ctx) -> None:
+    log = Log()
+    s = ctx.new_session(step_graph(rt, log))
+    with pytest.raises(rt.InvalidArgumentError) as info:
+        s.run(["out"], {"x": _NoArray()})
+        pytest.fail("a fed value NumPy cannot convert was accepted [SESS-2]")
+    assert "x" in str(info.value), f"the error {info.value} does not name the feed [SESS-2]"
+    assert kinds(log) == [], f"nodes ran ({kinds(log)}) for a feed that was refused [SESS-2]"
+
+
 @pytest.mark.clause("SESS-2")
 @pytest.mark.parametrize("device", [CPU, GPU])
 def test_fetched_values_are_copies(rt, ctx, device) -> None:
