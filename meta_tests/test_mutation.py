@@ -7,6 +7,7 @@ These tests are fast (one real mutant run of a few seconds at the end); the camp
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import textwrap
@@ -726,3 +727,28 @@ def test_sweep_selects_every_lock_notify_and_snapshot(capsys: pytest.CaptureFixt
         assert status == 2, argv
         err = capsys.readouterr().err
         assert "Traceback" not in err and argv[-1] in err.strip().splitlines()[-1], err
+
+
+def test_index_lists_every_report_and_keeps_the_intro(tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    from mutation import index
+    from mutation.__main__ import main
+    results = [result("a", "killed", how="test"), result("b", "survived")]
+    campaign = CampaignResult(Campaign(seed="9", sample=2, generator="mutmut"), 10, {}, results,
+                              None, 0.0, 1.0, (0.0,) * 3, (0.0,) * 3)
+    report.write(campaign, tmp_path / "mutmut-seed-9")
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "mutation.json").write_text("{not json")
+    (tmp_path / "sweep").mkdir()
+    (tmp_path / "sweep" / "sweep.json").write_text(json.dumps(
+        {"commit": "abc", "repeat": 10, "counts": {"lock": {"caught": 3, "missed": 1,
+                                                            "equivalent": 2}}}))
+    (tmp_path / "README.md").write_text(f"# Hand-written\n\nkept\n{index.INTRO_END}\nold table\n")
+    assert main(["index", str(tmp_path)]) == 0
+    text = (tmp_path / "README.md").read_text()
+    assert text.startswith("# Hand-written\n\nkept\n") and "old table" not in text
+    assert "| mutmut-seed-9 | mutmut | 9 | map |" in text and "| 1/2 | 50.0 % | 9.4-90.5 % |" in text
+    assert "| sweep | lock | abc | 10 | 3 | 0 | 1 | 0 | 2 |" in text
+    assert "Unreadable reports (left out): broken" in text
+    assert main(["index", str(tmp_path / "README.md")]) == 2
+    assert "is not a folder" in capsys.readouterr().err

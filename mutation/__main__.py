@@ -10,6 +10,7 @@
     python -m mutation rescore REPORT_DIR           # apply the reviewed list again (no run)
     python -m mutation entry KEY --kind K --reason R   # a reviewed-list entry, printed
     python -m mutation sweep [--repeat 10] [--jobs J]  # every lock, notify, snapshot removed
+    python -m mutation index [DIR]                  # DIR/README.md: the table of its reports
 
 ``run`` writes one report per seed under ``reports/out/mutation/<time>-seed-<S>/``
 (``mutation.json``, ``mutation.md``; ``latest-seed-<S>`` links to it) and, with
@@ -35,7 +36,7 @@ from pathlib import Path
 from reports.untrusted import ReportError, read_regular
 
 from . import equivalents as eq
-from . import report
+from . import index, report
 from . import sweep
 from .campaign import Campaign, baseline, run_campaign
 from .runner import STOP, MutantResult, Options, Workspace
@@ -363,6 +364,23 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return 1 if missed else 0
 
 
+def cmd_index(args: argparse.Namespace) -> int:
+    folder = Path(args.folder)
+    if not folder.is_dir():
+        raise UsageError(f"{folder} is not a folder")
+    readme = folder / "README.md"
+    intro = "# Published mutation reports\n"
+    if readme.is_file():
+        try:
+            text = read_regular(readme, MAX_MUTATION_REPORT_BYTES).decode("utf-8")
+        except (ReportError, UnicodeDecodeError) as exc:
+            raise UsageError(f"{readme}: {exc}") from None
+        intro = text.split(index.INTRO_END, 1)[0]
+    report.write_aside(readme, index.index_markdown(folder, intro))
+    print(f"wrote {readme}")
+    return 0
+
+
 def _kinds(text: str) -> list[str]:
     kinds = [k.strip() for k in text.split(",") if k.strip()]
     bad = [k for k in kinds if k not in sweep.KINDS]
@@ -443,6 +461,10 @@ def main(argv: list[str] | None = None) -> int:
     entry.add_argument("--reason", required=True)
     entry.add_argument("--generator", choices=sorted(GENERATORS), default="suite")
     entry.set_defaults(func=cmd_entry)
+    idx = sub.add_parser("index", help="write DIR/README.md: a table of the reports under DIR "
+                                       "(the text above its tables is kept)")
+    idx.add_argument("folder", nargs="?", default=str(PUBLISHED_DIR))
+    idx.set_defaults(func=cmd_index)
     sw = sub.add_parser("sweep", help="remove every lock, notify and snapshot in turn, "
                                       "each mutant run several times")
     sw.add_argument("--repeat", type=_positive_int, default=10,
