@@ -357,6 +357,40 @@ def test_mem_pool_stats_waits_for_an_extend_in_progress(rt):
         f"get_mem_pool_stats after the Extend: {s}, expected (1 MiB, 1 MiB) [ADJ-5]")
 
 
+#: The three methods, as called on an allocator with a free region above what it holds in
+#: use (so a shrink releases it): method -> (call, the clause its lock keeps)
+ADJ_METHODS = {
+    "adjust_memory_limit": (lambda adj, bfc: adj.adjust_memory_limit(MiB, bfc), "ADJ-2"),
+    "free_empty_memory": (lambda adj, bfc: adj.free_empty_memory(0, bfc), "ADJ-3"),
+    "get_mem_pool_stats": (lambda adj, bfc: adj.get_mem_pool_stats(bfc), "ADJ-5"),
+}
+
+
+@pytest.mark.parametrize("method", [
+    pytest.param(m, id=m, marks=pytest.mark.clause(ADJ_METHODS[m][1], "BFC-17"))
+    for m in sorted(ADJ_METHODS)])
+def test_every_method_runs_under_the_allocators_lock(rt, monkeypatch, method):
+    """Each method reads the regions and changes the limit or releases regions as one step
+    under the BFC allocator's lock: without it a concurrent allocation can take a chunk of a
+    region being released, or grow the pool between the check and the new limit. Forced:
+    the lock is watched (fixtures/interleave.py) and each line the method runs records
+    whether the calling thread held it; some line must."""
+    from fixtures.interleave import lock_held_in, watch_lock
+    call, clause = ADJ_METHODS[method]
+    bfc, _ = make(rt, 64 * MiB)
+    bfc.allocate_raw(256, 1000)
+    bfc.deallocate_raw(bfc.allocate_raw(256, 4 * MiB))      # a whole free region
+    adj = rt.GPUAdjustableAllocator()
+    watched = watch_lock(monkeypatch, bfc, "_lock", "the BFC allocator's lock")
+    _, held = lock_held_in(lambda: call(adj, bfc), method, watched)
+    if not held:
+        pytest.skip(f"the check follows the reference's design ({method} a method of the "
+                    f"class); this runtime's {method} ran no line of its own")
+    assert any(held), (f"{method} ran {len(held)} line(s), none with the BFC allocator's "
+                       f"lock held: a concurrent allocation or free can interleave with it "
+                       f"[{clause}]")
+
+
 # --- ADJ-6 -------------------------------------------------------------------------------
 
 @pytest.mark.clause("ADJ-6")

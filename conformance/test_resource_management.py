@@ -12,6 +12,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import sys
 import tempfile
 import threading
@@ -1243,6 +1244,29 @@ def test_adjustment_finds_the_gpu_by_bus_id(rt, runtimes, caplog) -> None:
         "a failed lookup was remembered [RM-17]"
 
 
+@pytest.mark.clause("RM-18")
+def test_adjustment_runs_under_its_lock(rt, runtimes, monkeypatch) -> None:
+    """The lookup, the clamp, the comparison with the limit last set and the change of the
+    allocator are one step: with the adjustment's lock held, so that two calls for one GPU
+    (two step boundaries, or a boundary and a direct call) never both find it unremembered,
+    nor remember a limit the allocator does not have. Forced: the lock is watched
+    (fixtures/interleave.py) and each line the call runs records whether it was held."""
+    from fixtures.interleave import lock_held_in, watch_lock
+    ctx = runtimes()
+    adj = rt.GPUUsageAdjustment()
+    watched = watch_lock(monkeypatch, adj, "_lock", "the usage adjustment's lock")
+    applied, held = lock_held_in(
+        lambda: adj.adjust_mem_limit(bus_id(rt, gpus(ctx)[0]), 8 * MiB, ctx.device_mgr),
+        "adjust", watched)
+    assert applied is True, "adjust_mem_limit(8 MiB) on a 64 MiB GPU [RM-18]"
+    if not held:
+        pytest.skip("the check follows the reference's design (adjust_mem_limit running "
+                    "GPUUsageAdjustment.adjust); this runtime has no such method")
+    assert any(held), (f"adjust ran {len(held)} line(s), none with the adjustment's lock "
+                       f"held: two calls for one GPU at once can both apply, and the limit "
+                       f"remembered need not be the allocator's [RM-18]")
+
+
 @pytest.mark.clause("RM-17")
 def test_adjustment_takes_the_first_gpu_of_any_case(rt) -> None:
     """A device manager of duck-typed devices: "GPU " is no GPU, "gPu" is; of two GPUs with
@@ -1480,3 +1504,144 @@ def test_closed_session_is_seen_within_100_000_us(rt, no_thread_leak, managed, v
         "suspension must re-check at least every 100 000 µs [RM-12]")
     assert "error" not in out and vclock.now_us() - t0 == 100_000, \
         f"the suspension ended with {out} after {vclock.now_us() - t0} µs [RM-12]"
+
+
+# -- the locks behind RM-7 .. RM-20, forced -------------------------------------------------
+# Each lock of the reference is watched (fixtures/interleave.py) and every line of a method
+# that touches the state the lock guards records whether the calling thread held it: those
+# lines must all run under it. A race is not hoped for; the lock's absence is seen on every
+# run. The regex of each entry names the lines that must: those that change the state, check
+# it before acting on it or copy it out; a lone read of one field (perfControl read once per
+# step, the quick test for pending limits) needs no lock and is not asked for.
+
+IDLE_STATE = r"self\._(in_step_idle_us|oversleep_us|total_time_slot_us|estimated_idle_us)\b"
+
+
+class ClosedSession:
+    closed = True
+
+
+def _gpu_limit_doc(rt, ctx, limit: int, perf: int | None = None) -> str:
+    return json.dumps(config_document(limits={bus_id(rt, gpus(ctx)[0]): limit}, perf=perf))
+
+
+def _boundary_with(doc: str):
+    """A step boundary on the runtime's GPUs after ``doc`` was parsed."""
+    def setup(rt, ctx, stack):
+        rm = ctx.resource_management
+        assert rm.parse_manage_info_from_json(doc(rt, ctx) if callable(doc) else doc), "[RM-2]"
+        return rm, lambda: rm.run_action(post(rt, ctx))
+    return setup
+
+
+def _on_runtime(call):
+    def setup(rt, ctx, stack):
+        rm = ctx.resource_management
+        return rm, lambda: call(rt, ctx, rm)
+    return setup
+
+
+def _throttled_step(rt, ctx, stack):
+    """A step at perfControl 50 on an exact clock: it sleeps, and its oversleep is measured."""
+    rm = stack.enter_context(throttled(rt, VirtualClock(auto_advance=True)))
+    rm.parse_manage_info_from_json('{"perfControl": 50}')
+    rm.spend_idle_time(10)
+    return rm, lambda: rm.run_action(rt.SessionRunActionOptions(sess_duration_us=1000))
+
+
+def _suspended_step(rt, ctx, stack):
+    rm = ctx.resource_management
+    assert rm.parse_manage_info_from_json('{"perfControl": 0}'), "[RM-2]"
+    return rm, lambda: rm.run_action(post(rt, ctx, session=ClosedSession()))
+
+
+#: id -> (function run, lock attribute, the lines that must run under the lock (a regex on
+#: their source), setup(rt, ctx, stack) -> (the object holding the lock, the call), what a
+#: concurrent call can do without the lock)
+RM_LOCKED = {
+    "parse_manage_info_from_json": (
+        "parse_manage_info_from_json", "_manage_lock", r"self\._(limits|pending)\[|_locked\(",
+        _on_runtime(lambda rt, ctx, rm: rm.parse_manage_info_from_json(
+            _gpu_limit_doc(rt, ctx, 16 * MiB, perf=50))),
+        "a step boundary at the same time can apply half of the document, or drop as "
+        "applied a limit the document supersedes"),
+    "memory_limits": (
+        "memory_limits", "_manage_lock", r"self\._limits\b",
+        _on_runtime(lambda rt, ctx, rm: rm.memory_limits),
+        "a read at the same time as a document can return part of it, or fail as the limits "
+        "change size"),
+    "run_action/pending": (
+        "_apply_limits", "_manage_lock", r"del self\._pending\b|self\._pending\.(get|pop)\(",
+        _boundary_with(lambda rt, ctx: _gpu_limit_doc(rt, ctx, 16 * MiB)),
+        "a newer limit delivered while the boundary applies the older one can be dropped as "
+        "applied and never take effect"),
+    "run_action/boundary": (
+        "_apply_limits", "_apply_lock", r"self\._(known|adjustment)\b",
+        _boundary_with(lambda rt, ctx: _gpu_limit_doc(rt, ctx, 16 * MiB)),
+        "two step boundaries at once can apply a GPU's limits out of order, leaving the "
+        "older one in force"),
+    "run_action/unknown": (
+        "_forget_unknown", "_manage_lock", r"self\._(pending|limits|unknown)\b",
+        _boundary_with(json.dumps(config_document(limits={"ff:1f.7": MiB}))),
+        "a document delivered while the boundary forgets unknown bus ids can lose its limits, "
+        "and the unknown bus ids remembered can exceed their bound"),
+    "run_action/suspend": (
+        "_suspend", "_manage_lock", r"self\._suspended\b", _suspended_step,
+        "a perfControl change or wake_suspended() at the same time can miss the step (left "
+        "suspended) or fail as the suspended steps change"),
+    "wake_suspended": (
+        "wake_suspended", "_manage_lock", r"self\._suspended\b|_locked\(",
+        _on_runtime(lambda rt, ctx, rm: rm.wake_suspended()),
+        "a step suspending or resuming at the same time can be missed, or the wake fail as "
+        "the suspended steps change"),
+    "run_action/throttle": (
+        "_sleep_or_suspend", "_idle_lock", IDLE_STATE, _throttled_step,
+        "a spend_idle_time or another step at the same time can be lost from the period's "
+        "arithmetic: idle time or an oversleep counted twice or not at all"),
+    "spend_idle_time": (
+        "spend_idle_time", "_idle_lock", IDLE_STATE,
+        _on_runtime(lambda rt, ctx, rm: rm.spend_idle_time(5)),
+        "a concurrent set_estimated_idle_time or step can be lost"),
+    "set_estimated_idle_time": (
+        "set_estimated_idle_time", "_idle_lock", IDLE_STATE,
+        _on_runtime(lambda rt, ctx, rm: rm.set_estimated_idle_time(5)),
+        "the budget set can land inside a concurrent spend_idle_time and be lost"),
+    "set_executor_queued_op_num": (
+        "set_executor_queued_op_num", "_idle_lock", r"self\._queued_op_num\b",
+        _on_runtime(lambda rt, ctx, rm: rm.set_executor_queued_op_num(("graph", 1), 3)),
+        "a smaller value set at the same time can overwrite the high-water mark"),
+}
+
+RM_LOCK_CLAUSES = {
+    "parse_manage_info_from_json": ("RM-7", "RM-8"), "memory_limits": ("RM-7",),
+    "run_action/pending": ("RM-8", "RM-9"), "run_action/boundary": ("RM-8",),
+    "run_action/unknown": ("RM-20",), "run_action/suspend": ("RM-12",),
+    "wake_suspended": ("RM-12",), "run_action/throttle": ("RM-10", "RM-14"),
+    "spend_idle_time": ("RM-14",), "set_estimated_idle_time": ("RM-14",),
+    "set_executor_queued_op_num": ("RM-15",),
+}
+
+
+@pytest.mark.parametrize("case", [
+    pytest.param(case, id=case, marks=pytest.mark.clause(*RM_LOCK_CLAUSES[case]))
+    for case in RM_LOCKED])
+def test_shared_state_is_touched_under_its_lock(rt, runtimes, vclock, config_writer,
+                                                monkeypatch, case) -> None:
+    """Each public entry point (a step boundary for the ones run_action reaches) touches the
+    state a lock guards only with that lock held: the lines of the method that read-modify-
+    write it, check-then-act on it or copy it out run under the watched lock."""
+    from fixtures.interleave import lock_held_at_lines, watch_lock
+    function, lock, state, setup, consequence = RM_LOCKED[case]
+    clause = RM_LOCK_CLAUSES[case][-1]
+    ctx = runtimes(config_file=str(config_writer.path), clock=vclock)
+    with contextlib.ExitStack() as stack:
+        owner, call = setup(rt, ctx, stack)
+        watched = watch_lock(monkeypatch, owner, lock, f"the resource management's {lock}")
+        _, lines = lock_held_at_lines(call, function, watched)
+    touching = [(text, held) for text, held in lines if re.search(state, text)]
+    if not touching:
+        pytest.skip(f"the check follows the reference's design ({function} touching "
+                    f"{state}); this runtime's {function} ran no such line")
+    unheld = sorted({text for text, held in touching if not held})
+    assert not unheld, (f"{case}: {len(unheld)} line(s) of {function} touch the state "
+                        f"without the lock ({unheld[:3]}): {consequence} [{clause}]")
