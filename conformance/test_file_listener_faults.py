@@ -312,7 +312,8 @@ def test_every_shared_state_line_runs_under_the_listeners_lock(rt, no_thread_lea
     (fixtures/interleave.py) and every line of the reference's functions records whether the
     thread running it held the lock: registering, a delivery on the registering thread and on
     the monitor thread, unregistering, and a close() that gives up on a thread stuck in a
-    handler (all three of its joins' bookkeeping)."""
+    handler (all three of its joins' bookkeeping; on a thread of its own, waited for at most
+    the 2 s of FL-12 plus ``TOLERANCE_S`` before the handler is released)."""
     from fixtures.interleave import lock_held_by_line, watch_lock
     path, other = tmp_path / "gpu_config.json", tmp_path / "other.json"
     write_text(path, "start")
@@ -321,12 +322,18 @@ def test_every_shared_state_line_runs_under_the_listeners_lock(rt, no_thread_lea
     watched = watch_lock(monkeypatch, fl, "_lock", "the listener's lock")
     released: list[threading.Event] = []
 
+    closers: list[threading.Thread] = []
+
     def scenario() -> None:
         fl.register_file_listener(str(other), "other-handler", Calls())
         fl.unregister_file_listener(str(other), "other-handler")
         release, _ = blocked_handler(fl, vclock, path)
         released.append(release)
-        fl.close()                                   # gives up on the blocked thread (FL-12)
+        # close() gives up on the blocked thread (FL-12); on a thread of its own, traced too,
+        # so that a runtime whose close() waits for the handler does not hang the test.
+        closer, _ = run_in_thread(fl.close, "listener-close")
+        closers.append(closer)
+        joined(closer, CLOSE_BOUND_S + TOLERANCE_S)
 
     try:
         _, lines = lock_held_by_line(scenario, tuple(LISTENER_LOCKED), watched,
@@ -334,6 +341,7 @@ def test_every_shared_state_line_runs_under_the_listeners_lock(rt, no_thread_lea
     finally:
         for release in released:
             release.set()
+    assert all(joined(c) for c in closers), "close() did not return once released [FL-12]"
     wait_until(lambda: not monitor_alive(), "the released monitor thread to end [FL-12]")
     fl.close()
     ran = {name for name, _, _ in lines}
