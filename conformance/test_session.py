@@ -600,7 +600,7 @@ CONTEXT_CHANGES = {
 }
 
 
-@pytest.mark.clause("API-7", "API-9")
+@pytest.mark.clause("API-9")
 @pytest.mark.parametrize("method", sorted(CONTEXT_CHANGES))
 def test_the_context_keeps_its_sessions_under_its_lock(rt, ctx, monkeypatch, method) -> None:
     """The context checks its closed flag and changes its table of open sessions under one
