@@ -281,3 +281,107 @@ def test_register_rejects_a_path_that_cannot_name_a_file(rt, no_thread_leak, lis
     assert not listener.is_running(), (
         f"register_file_listener({bad!r}) raised ValueError but started the monitor thread: "
         f"the path was registered before it was checked [API-8]")
+
+
+# -- the listener's lock: every shared change and read is made under it, forced --------------
+#: Functions of the reference's listener, the clause their locked lines protect, and what a
+#: concurrent call can do to a line of theirs run without the lock (the user-visible cost).
+LISTENER_LOCKED = {
+    "register_file_listener": ("FL-1", "two concurrent registrations can each start a monitor "
+                                       "thread, or one handler can be lost"),
+    "unregister_file_listener": ("FL-7", "a concurrent registration can be lost, or the thread "
+                                         "stopped while a path is still watched"),
+    "close": ("FL-11", "a registration made during close() can be left with no thread"),
+    "_join_stopped": ("FL-12", "a concurrent close() can wait again for a thread already "
+                               "reported, or forget a thread it must join"),
+    "_poll": ("FL-6", "a path unregistered during the round's listing makes the round raise, "
+                      "ending the monitor thread"),
+    "_deliver": ("FL-6", "a delivery can call a handler set torn by a concurrent change"),
+}
+#: A line that names one of these reads or changes the listener's shared state.
+_SHARED = ("self._watches", "self._thread", "self._stop", "self._stopped", "self._given_up",
+           "self._activity", "watch.handlers")
+
+
+@pytest.mark.clause("FL-1", "FL-6", "FL-7", "FL-11", "FL-12")
+def test_every_shared_state_line_runs_under_the_listeners_lock(rt, no_thread_leak, vclock,
+                                                               tmp_path, monkeypatch) -> None:
+    """The listener's registrations, deliveries and shutdowns share its watched paths and
+    threads; each line that reads or changes them runs with the listener's lock held, so no
+    concurrent call interleaves with it. Forced, not hoped for: the lock is watched
+    (fixtures/interleave.py) and every line of the reference's functions records whether the
+    thread running it held the lock: registering, a delivery on the registering thread and on
+    the monitor thread, unregistering, and a close() that gives up on a thread stuck in a
+    handler (all three of its joins' bookkeeping; on a thread of its own, waited for at most
+    the 2 s of FL-12 plus ``TOLERANCE_S`` before the handler is released)."""
+    from fixtures.interleave import lock_held_by_line, watch_lock
+    path, other = tmp_path / "gpu_config.json", tmp_path / "other.json"
+    write_text(path, "start")
+    write_text(other, "other")
+    fl = rt.FileListener(clock=vclock, poll_interval_s=1.0)
+    watched = watch_lock(monkeypatch, fl, "_lock", "the listener's lock")
+    released: list[threading.Event] = []
+
+    closers: list[threading.Thread] = []
+    earlier = set(antman_threads())        # an earlier test's stuck thread is not this one's
+
+    def scenario() -> None:
+        fl.register_file_listener(str(other), "other-handler", Calls())
+        fl.unregister_file_listener(str(other), "other-handler")
+        release, _ = blocked_handler(fl, vclock, path)
+        released.append(release)
+        # close() gives up on the blocked thread (FL-12); on a thread of its own, traced too,
+        # so that a runtime whose close() waits for the handler does not hang the test.
+        closer, _ = run_in_thread(fl.close, "listener-close")
+        closers.append(closer)
+        joined(closer, CLOSE_BOUND_S + TOLERANCE_S)
+
+    try:
+        _, lines = lock_held_by_line(scenario, tuple(LISTENER_LOCKED), watched,
+                                     started_threads=True)
+    finally:
+        for release in released:
+            release.set()
+    assert all(joined(c) for c in closers), "close() did not return once released [FL-12]"
+    wait_until(lambda: not any(t.name == THREAD and t not in earlier for t in antman_threads()),
+               "the released monitor thread to end [FL-12]")
+    fl.close()
+    ran = {name for name, _, _ in lines}
+    if not ran:
+        pytest.skip("the check follows the reference's design (its listener's functions "
+                    f"{sorted(LISTENER_LOCKED)}); this runtime ran none of them")
+    bare = {}
+    for name, text, held in lines:
+        if not held and any(s in text for s in _SHARED):
+            bare.setdefault(name, text)
+    assert not bare, "; ".join(
+        f"{name} ran {text!r} without the listener's lock: {LISTENER_LOCKED[name][1]} "
+        f"[{LISTENER_LOCKED[name][0]}]" for name, text in bare.items())
+
+
+@pytest.mark.clause("FL-5")
+def test_the_registering_read_holds_the_paths_scan_lock(rt, no_thread_leak, listener, vclock,
+                                                        tmp_path) -> None:
+    """The read and delivery of a registration (FL-5) run with the path's scan lock held, the
+    lock a poll round takes before it reads the path: a round never reads and delivers the
+    same path at the same time. Forced: at each call of the reference's read, the path's
+    scan lock must be locked (no round runs: the virtual clock stands still)."""
+    from fixtures.interleave import at_each_call
+
+    def scan_lock_locked(frame) -> bool | None:
+        lock = getattr(frame.f_locals.get("watch"), "scan_lock", None)
+        return None if lock is None else bool(lock.locked())
+
+    path = tmp_path / "gpu_config.json"
+    write_text(path, "v1")
+    cb = Calls()
+    _, locked = at_each_call(lambda: listener.register_file_listener(str(path), "h", cb),
+                             "_read_if_changed", scan_lock_locked)
+    locked = [x for x in locked if x is not None]
+    if not locked:
+        pytest.skip("the check follows the reference's design (a path's scan_lock taken "
+                    "around _read_if_changed); this runtime has none")
+    assert cb.contents == ["v1"], f"registration delivered {cb.contents} [FL-5]"
+    assert all(locked), ("the registration read the path without its scan lock: a poll round "
+                         "can read it at the same time and deliver the content twice, or an "
+                         "older content after a newer one [FL-5]")

@@ -603,6 +603,40 @@ def test_context_keeps_no_closed_session(rt, ctx) -> None:
     assert kept.closed, "the runtime context's close() did not close an open session [API-9]"
 
 
+#: The runtime context's bookkeeping of its open sessions (API-9), each a check-then-act on
+#: the session table and the closed flag, and what a concurrent call can do to one made
+#: without the context's lock.
+CONTEXT_CHANGES = {
+    "new_session": (lambda ctx, graph: ctx.new_session(graph),
+                    "a session opened during close() can be left open, or lost from the table"),
+    "_forget_session": (lambda ctx, graph: ctx.new_session(graph).close(),
+                        "a session closed while another opens can drop the other from the "
+                        "table, so close() leaves it open"),
+    "close": (lambda ctx, graph: ctx.close(),
+              "two concurrent close() calls can both tear the runtime down, or a session "
+              "opened meanwhile be left open"),
+}
+
+
+@pytest.mark.clause("API-9")
+@pytest.mark.parametrize("method", sorted(CONTEXT_CHANGES))
+def test_the_context_keeps_its_sessions_under_its_lock(rt, ctx, monkeypatch, method) -> None:
+    """The context checks its closed flag and changes its table of open sessions under one
+    lock, so that concurrent opens, closes and the context's close() never lose a session
+    (API-9). Forced, not hoped for: the lock is watched (fixtures/interleave.py) and each line
+    of the method records whether the calling thread held it; some line must."""
+    from fixtures.interleave import lock_held_in, watch_lock
+    graph = step_graph(rt, Log())
+    watched = watch_lock(monkeypatch, ctx, "_lock", "the runtime context's lock")
+    call, consequence = CONTEXT_CHANGES[method]
+    _, held = lock_held_in(lambda: call(ctx, graph), method, watched)
+    if not held:
+        pytest.skip(f"the check follows the reference's design ({method} a method of the "
+                    f"context's class); this runtime's {method} ran no line of its own")
+    assert any(held), (f"{method} ran {len(held)} line(s), none with the runtime context's "
+                       f"lock held: {consequence} [API-9]")
+
+
 # -- argument edges ---------------------------------------------------------------------------
 
 @pytest.mark.clause("SESS-1")

@@ -336,6 +336,40 @@ def test_registration_at_a_phase_still_to_run_waits_for_the_next_run(rt) -> None
         f"the next run ran {log[3:]}, expected first, late-0, second, late-5 [REG-8]"
 
 
+#: The registry's changes, each a compound change of the phase lists and the run-order
+#: snapshot, and what a concurrent change can do to one made without the registry's lock.
+REGISTRY_CHANGES = {
+    "register": (lambda reg, a, b: reg.register(1, 0, b),
+                 "a concurrent registration can be lost, or left out of the run order"),
+    "unregister": (lambda reg, a, b: reg.unregister(1, 0, a),
+                   "a concurrent registration can be lost with the emptied phase, or a "
+                   "removed action left in the run order"),
+    "clear": (lambda reg, a, b: reg.clear(),
+              "a registration made during clear() can survive it in one view and not the other"),
+}
+
+
+@pytest.mark.clause("REG-8")
+@pytest.mark.parametrize("method", sorted(REGISTRY_CHANGES))
+def test_every_change_takes_the_registrys_lock(rt, monkeypatch, method) -> None:
+    """A change updates the phase lists and the run-order snapshot together: with the
+    registry's lock held, so that concurrent changes never lose one another (REG-8). Forced,
+    not hoped for: the lock is watched (fixtures/interleave.py) and each line the method runs
+    records whether the calling thread held it; some line must."""
+    from fixtures.interleave import lock_held_in, watch_lock
+    reg, log = rt.SessionRunActionRegistry(), []
+    a, b = Recorder(rt, log, "a"), Recorder(rt, log, "b")
+    reg.register(1, 0, a)
+    watched = watch_lock(monkeypatch, reg, "_lock", "the registry's lock")
+    call, consequence = REGISTRY_CHANGES[method]
+    _, held = lock_held_in(lambda: call(reg, a, b), method, watched)
+    if not held:
+        pytest.skip(f"the check follows the reference's design ({method} a method of the "
+                    f"registry's class); this runtime's {method} ran no line of its own")
+    assert any(held), (f"{method} ran {len(held)} line(s), none with the registry's lock held: "
+                       f"{consequence} [REG-8]")
+
+
 @pytest.mark.clause("REG-8")
 def test_actions_may_use_the_registry_while_running(rt) -> None:
     reg, log = rt.SessionRunActionRegistry(), []

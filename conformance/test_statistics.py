@@ -80,6 +80,43 @@ def test_default_path_from_environment(rt, runtimes, control_env, tmp_path) -> N
     assert path.exists(), "GPU_STATUS_FILE was not used as the default path [STAT-1]"
 
 
+#: The reference's statistics functions run by concurrent steps (SESS-6), the lock each
+#: takes, and what a concurrent step can do to one that runs without it.
+STATISTICS_LOCKED = {
+    "record_session_run_duration": (
+        "_record_lock", "STAT-2",
+        "a concurrent step of the same graph can lose its entry or break the window's bound"),
+    "check_session_run_duration": (
+        "_record_lock", "STAT-2",
+        "the re-averaging can read a window while a concurrent step changes it, and raise"),
+    "run_action": (
+        "_check_lock", "STAT-3",
+        "two concurrent checks can re-average the stored durations and write the status "
+        "file at once, one of them raising or writing a stale document"),
+}
+
+
+@pytest.mark.clause("STAT-2", "STAT-3")
+@pytest.mark.parametrize("function", sorted(STATISTICS_LOCKED))
+def test_every_shared_window_access_takes_its_lock(rt, harness, monkeypatch, function) -> None:
+    """The windows (STAT-2) and the checks (STAT-3) are shared by concurrent steps: each is
+    read and changed under its lock. Forced, not hoped for: the lock is watched
+    (fixtures/interleave.py), a step records and checks (a check is due 10 s after the last),
+    and each line of the function records whether the calling thread held the lock; some
+    line must."""
+    from fixtures.interleave import lock_held_in, watch_lock
+    h = harness
+    lock_name, clause, consequence = STATISTICS_LOCKED[function]
+    assert h.run(1000), "the first run did not write the status file [STAT-3]"
+    watched = watch_lock(monkeypatch, h.stats, lock_name, f"the statistics' {lock_name}")
+    _, held = lock_held_in(lambda: h.later(10).run(1100), function, watched)
+    if not held:
+        pytest.skip(f"the check follows the reference's design ({function} a method of the "
+                    f"statistics' class); this runtime's {function} ran no line of its own")
+    assert any(held), (f"{function} ran {len(held)} line(s), none with the statistics' "
+                       f"{lock_name} held: {consequence} [{clause}]")
+
+
 @pytest.mark.clause("STAT-2")
 def test_concurrent_runs_keep_the_windows_sound(rt, harness) -> None:
     """Threads record steps of one graph, and of new graphs, while another checks the figures
