@@ -1241,7 +1241,10 @@ def test_the_state_a_step_shares_changes_under_its_lock(rt, monkeypatch, device,
     finished flag, the step's live buffers and the session's resources are read and changed
     by each of them. Forced, not hoped for: the lock of every such object made during the
     test is watched (fixtures/interleave.py) and each line of the function that touches the
-    field records, on the thread running it, whether that thread held the object's lock."""
+    field records, on the thread running it, whether that thread held the object's lock.
+    The steps run: one that succeeds, one whose kernel fails (EXEC-9), and one whose
+    allocator fails after each free (the executor's own error paths: a failure outside a
+    kernel, a failure while the step's buffers are freed at its end)."""
     from fixtures.interleave import lines_run_in, self_holds, watch_new_locks
     watched = watch_new_locks(monkeypatch, getattr(getattr(rt, module, None), cls, None), lock,
                               f"the lock of {cls}")
@@ -1269,8 +1272,7 @@ def test_the_state_a_step_shares_changes_under_its_lock(rt, monkeypatch, device,
                     s.run(["after_bad", "sum"])
             s.close()
 
-    _, lines = lines_run_in(steps, f"{cls}.{function}",
-                            self_holds(lock))
+    _, lines = lines_run_in(steps, f"{cls}.{function}", self_holds(lock))
     touching = [held for text, held in lines if field in text]
     if not watched or not touching:
         pytest.skip(f"the check follows the reference's design ({cls}.{function} changing "
@@ -1291,9 +1293,10 @@ def test_the_global_registry_is_made_under_its_lock(rt, monkeypatch) -> None:
     registry = rt.OpRegistry
     watched = watch_lock(monkeypatch, registry, "_global_lock", "the global registry's lock")
     monkeypatch.setattr(registry, "_global", None)       # the first call, made again
-    first, lines = lines_run_in(registry.global_registry, "global_registry",
-                                lambda frame: watched.held_by_caller())
-    touching = [held for text, held in lines if "_global" in text and "_global_lock" not in text]
+    _, lines = lines_run_in(registry.global_registry, "global_registry",
+                            lambda frame: watched.held_by_caller())
+    touching = [held for text, held in lines
+                if "_global" in text and "_global_lock" not in text]
     if not touching:
         pytest.skip("the check follows the reference's design (a class attribute _global "
                     "made by global_registry); this runtime ran no such line")

@@ -664,11 +664,10 @@ def test_the_sessions_shared_state_changes_under_its_lock(rt, monkeypatch, funct
     with sim_runtime(rt) as c:
         s = c.new_session(step_graph(rt, log))
         watched = watch_lock(monkeypatch, s, "_lock", "the session's lock")
-        # the condition the runs' end is signalled on shares the lock (close waits on it)
-        for name in ("_runs_done",):
-            cond = getattr(s, name, None)
-            if cond is not None and getattr(cond, "_lock", None) is watched._inner:
-                monkeypatch.setattr(s, name, threading.Condition(watched))
+        # the condition the end of a run is signalled on (close waits on it) shares the lock
+        runs_done = getattr(s, "_runs_done", None)
+        if getattr(runs_done, "_lock", None) is watched._inner:
+            monkeypatch.setattr(s, "_runs_done", threading.Condition(watched))  # type: ignore
 
         def runs() -> None:
             for _ in range(2):
