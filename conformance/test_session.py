@@ -632,7 +632,8 @@ def test_inter_op_threads_from_two_run_that_many_nodes_at_once(rt, ctx, threads)
 
 # (function of the session, a field it reads or changes, what a concurrent call can do
 # without the lock, the clause). Each line of the function that touches the field must run
-# with the session's lock held by the thread running it.
+# with the session's lock held by the thread running it (``_executors[``: the entry stored,
+# after the check that no other run stored one; a lone read of the dict is atomic).
 SESSION_FIELDS = [
     ("DirectSession.run", "_closed",
      "a run beginning while the session closes can pass the closed check after close() "
@@ -643,7 +644,7 @@ SESSION_FIELDS = [
     ("DirectSession._run.<locals>.on_start", "_in_flight",
      "a step starting while the session closes can escape close()'s cancellation",
      "SESS-8"),
-    ("DirectSession._get_or_create", "_executors",
+    ("DirectSession._get_or_create", "_executors[",
      "two first runs of a signature at once can build two executors with two graph_ids",
      "SESS-3"),
 ]
@@ -651,7 +652,7 @@ SESSION_FIELDS = [
 
 @pytest.mark.parametrize("function,field,consequence,clause", [
     pytest.param(*row, marks=pytest.mark.clause(row[3], "SESS-6"),
-                 id=f"{row[0].split('.')[-1]}-{row[1]}") for row in SESSION_FIELDS])
+                 id=f"{row[0].split('.')[-1]}-{row[1].rstrip('[')}") for row in SESSION_FIELDS])
 def test_the_sessions_shared_state_changes_under_its_lock(rt, monkeypatch, function, field,
                                                           consequence, clause) -> None:
     """``run`` is called from several threads at once (SESS-6) and ``close`` from any of
