@@ -837,7 +837,9 @@ def test_the_op_managers_state_changes_under_its_condition(rt, monkeypatch, mana
     g = rt.Graph()
     g.add_node("op0", "PyFunc", device=GPU, func=lambda: np.float32(1))
     g.add_node("op1", "PyFunc", ["op0"], device=GPU, func=lambda x: x)
-    g.add_node("bad", "PyFunc", ["op0"], device=GPU, func=fail)
+    # the failure on the CPU: the abort reaches the manager from a thread of the pool, whose
+    # errors end the step (a failing abort on the manager thread would leave it hanging)
+    g.add_node("bad", "PyFunc", ["op0"], device=CPU, func=fail)
     g.add_node("after", "PyFunc", ["bad", "op1"], device=GPU, func=lambda x, y: x)
     s = managed.ctx.new_session(g)
 
