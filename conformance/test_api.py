@@ -95,3 +95,28 @@ def test_simulated_memory_hands_out_disjoint_int_ranges_after_wrapping(rt, kind:
                 f"[{other:#x}, +{other_size}) [API-3]")
         live[ptr] = size
     assert memory.live_regions == live, f"{kind}.live_regions {memory.live_regions} [API-3]"
+
+
+@pytest.mark.clause("API-3")
+@pytest.mark.parametrize("method", ["alloc", "free"])
+@pytest.mark.parametrize("kind", ["SimulatedDeviceMemory", "SimulatedHostMemory"])
+def test_simulated_memory_changes_its_regions_under_its_lock(rt, monkeypatch, kind: str,
+                                                              method: str) -> None:
+    """A simulated memory is the sub-allocator of every allocator built on it, called from
+    their threads: alloc places a region after a search of the live ones and records it in
+    three places, free checks and removes it from them. Forced, not hoped for: the memory's
+    lock is watched (fixtures/interleave.py) and each line the method runs records whether
+    the calling thread held it; some line must."""
+    from fixtures.interleave import lock_held_in, watch_lock
+    memory = getattr(rt, kind)(1 << 20)
+    p = memory.alloc(256, 1024)
+    watched = watch_lock(monkeypatch, memory, "_lock", f"the {kind}'s lock")
+    _, held = lock_held_in(lambda: memory.free(memory.alloc(256, 512), 512), method, watched)
+    memory.free(p, 1024)
+    if not held:
+        pytest.skip(f"the check follows the reference's design ({method} a method of the "
+                    f"memory's class); this runtime's {method} ran no line of its own")
+    assert any(held), (
+        f"{kind}.{method} ran {len(held)} line(s), none with the memory's lock held: two "
+        f"allocations at once can be handed overlapping regions, and a free can be lost or "
+        f"leave the live regions inconsistent [API-3]")

@@ -557,3 +557,40 @@ def test_none_with_a_backend_object_takes_the_backends_own(rt, control_env) -> N
         assert limits == [16 * MiB, 16 * MiB], (
             f"num_gpus=None, gpu_memory_bytes=None on a 2-GPU backend of 16 MiB each gave "
             f"limits {limits}, expected every GPU with its whole memory [DEVICE-8]")
+
+
+# the CPU allocator's public methods, each called on an allocator holding one allocation p
+CPU_ALLOCATOR_METHODS = {
+    "allocate_raw": lambda a, p: a.deallocate_raw(a.allocate_raw(64, 100)),
+    "deallocate_raw": lambda a, p: a.deallocate_raw(a.allocate_raw(64, 100)),
+    "get_stats": lambda a, p: a.get_stats(),
+    "clear_stats": lambda a, p: a.clear_stats(),
+}
+
+
+@pytest.mark.clause("DEVICE-6")
+@pytest.mark.parametrize("method", sorted(CPU_ALLOCATOR_METHODS))
+def test_every_method_of_the_cpu_allocator_takes_its_lock(rt, monkeypatch, runtimes,
+                                                          method) -> None:
+    """The CPU device's host allocator is shared by every kernel of the CPU device, run on
+    several threads at once (the inter-op pool): an allocation bumps the cursor, records the
+    pointer and adds to four statistics, a free removes the pointer and subtracts its size,
+    get_stats copies the statistics field by field and clear_stats resets three of them from
+    a fourth. Forced, not hoped for: the allocator's lock is watched (fixtures/interleave.py)
+    and each line the method runs records whether the calling thread held it; some line
+    must."""
+    from fixtures.interleave import lock_held_in, watch_lock
+    a = runtimes().device_mgr.lookup_device("CPU:0").get_allocator()
+    p = a.allocate_raw(64, 1000)
+    watched = watch_lock(monkeypatch, a, "_lock", "the CPU allocator's lock")
+    # get_stats' copy is made by a function of its own: the lines of get_stats itself are
+    # those that must hold the lock while it is made
+    _, held = lock_held_in(lambda: CPU_ALLOCATOR_METHODS[method](a, p), method, watched)
+    a.deallocate_raw(p)
+    if not held:
+        pytest.skip(f"the check follows the reference's design ({method} a method of the "
+                    f"allocator's class); this runtime's {method} ran no line of its own")
+    assert any(held), (
+        f"{method} ran {len(held)} line(s), none with the CPU allocator's lock held: a "
+        f"concurrent allocation or free can be lost or seen half made, two allocations can "
+        f"get the same pointer, and the statistics stop adding up [DEVICE-6]")

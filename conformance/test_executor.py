@@ -1166,3 +1166,139 @@ def test_kernel_error_with_unset_attributes_is_filled_in(rt) -> None:
         f"op={err.op!r}, device={err.device!r}, expected them filled in [EXEC-8]")
     assert err.message == "not ready" == str(err), \
         f"message {err.message!r} / str {str(err)!r}, expected the kernel's text [EXEC-8]"
+
+
+# -- the state a step shares between threads changes under its lock (forced, not hoped for) --
+
+# (module, class, its lock, function, a field the function changes, what a concurrent change
+# can do without the lock, the clause). Each line of the function that touches the field must
+# run, on whichever thread runs it, with the lock of that object held by that thread. Only
+# critical sections another thread can interleave with under the GIL are listed: a thread
+# switch happens at a call or a backward jump, so a block without either (a flag checked and
+# set, an int incremented) is atomic as it stands.
+SHARED_STATE_FIELDS = [
+    ("executor", "ExecutorState", "_lock", "_propagate", "_pending",
+     "two producers finishing at once can lose a decrement of a consumer's pending count: "
+     "the consumer never runs or runs twice", "EXEC-10"),
+    ("executor", "ExecutorState", "_lock", "_node_done", "_outstanding",
+     "two nodes finishing at once can lose a change of the outstanding count: the step "
+     "never ends or ends while nodes still run", "EXEC-9"),
+    ("executor", "ExecutorState", "_lock", "_finish", "_status",
+     "an error while finishing the step can replace the step's first error, recorded at "
+     "the same time by another thread", "EXEC-8"),
+    ("executor", "ExecutorState", "_lock", "process", "_outstanding",
+     "a node failing outside its kernel while another node finishes can lose a change of "
+     "the outstanding count: the step never ends", "EXEC-9"),
+    ("tensor", "StepAllocations", "_lock", "allocate", "_live",
+     "a buffer allocated while the step's buffers are freed can be missed and leak",
+     "EXEC-6"),
+    ("tensor", "StepAllocations", "_lock", "free_all", "_live",
+     "a buffer allocated while the step frees its buffers can be missed and leak",
+     "EXEC-6"),
+    ("kernels", "SessionResources", "lock", "get_or_create", "buffers",
+     "two first runs at once can each create the variable: one run's value is lost and "
+     "its buffer leaks", "EXEC-5"),
+    ("kernels", "SessionResources", "lock", "release_all", "buffers",
+     "a variable created while the session closes can be left allocated", "EXEC-5"),
+]
+
+
+def _graph_of_every_kind_of_step_state(rt, device: str):
+    """Roots feeding several consumers, a variable and a constant, a kernel error on a
+    branch: runs propagation, node completion with and without an error, the step's end,
+    buffers dropped by their last consumer and the session's resources."""
+    def fail(*_):
+        raise ValueError("planned")
+
+    g = rt.Graph()
+    g.add_node("v", "Variable", device=device, initial_value=np.zeros(4, np.float32))
+    g.add_node("k", "Const", device=device, value=np.ones(4, np.float32))
+    g.add_node("vk", "Add", ["v", "k"], device=device)
+    for r in ("r0", "r1"):
+        g.add_node(r, "PyFunc", ["vk"], device=device, func=py_func(None, r))
+    for i in range(4):
+        g.add_node(f"c{i}", "PyFunc", ["r0", "r1"], device=device, func=py_func(None, f"c{i}"),
+                   is_expensive=i % 2 == 0)
+    g.add_node("sum", "PyFunc", ["c0", "c1", "c2", "c3"], device=device,
+               func=py_func(None, "sum"))
+    g.add_node("bad", "PyFunc", ["r0"], device=device, func=fail)
+    g.add_node("after_bad", "PyFunc", ["bad", "r1"], device=device,
+               func=py_func(None, "after_bad"))
+    return g
+
+
+@pytest.mark.parametrize("module,cls,lock,function,field,consequence,clause", [
+    pytest.param(*row, marks=pytest.mark.clause(row[6]), id=f"{row[1]}.{row[3]}-{row[4]}")
+    for row in SHARED_STATE_FIELDS])
+@pytest.mark.parametrize("device", [CPU, GPU])
+def test_the_state_a_step_shares_changes_under_its_lock(rt, monkeypatch, device, module, cls,
+                                                        lock, function, field, consequence,
+                                                        clause) -> None:
+    """A step's nodes finish on several threads at once (the inter-op pool, EXEC-11), and a
+    session's runs share its variables (SESS-6): pending counts, the outstanding count, the
+    finished flag, the step's live buffers and the session's resources are read and changed
+    by each of them. Forced, not hoped for: the lock of every such object made during the
+    test is watched (fixtures/interleave.py) and each line of the function that touches the
+    field records, on the thread running it, whether that thread held the object's lock.
+    The steps run: one that succeeds, one whose kernel fails (EXEC-9), and one whose
+    allocator fails after each free (the executor's own error paths: a failure outside a
+    kernel, a failure while the step's buffers are freed at its end)."""
+    from fixtures.interleave import lines_run_in, self_holds, watch_new_locks
+    watched = watch_new_locks(monkeypatch, getattr(getattr(rt, module, None), cls, None), lock,
+                              f"the lock of {cls}")
+
+    def failing_free(allocator):
+        """The allocator's deallocate_raw, raising after each free: the executor's own
+        error paths (a failure outside a kernel, a failure while finishing the step)."""
+        free = allocator.deallocate_raw
+
+        def deallocate_raw(ptr):
+            free(ptr)
+            raise RuntimeError("planned failure after a free")
+        return deallocate_raw
+
+    def steps() -> None:
+        with sim_runtime(rt, gpu_memory_bytes=64 << 20) as c:
+            s = c.new_session(_graph_of_every_kind_of_step_state(rt, device))
+            s.run(["sum"])
+            with pytest.raises(rt.OpError):
+                s.run(["after_bad", "sum"])
+            allocator = allocator_of(c, device)
+            with monkeypatch.context() as faults:
+                faults.setattr(allocator, "deallocate_raw", failing_free(allocator))
+                with pytest.raises(rt.OpError):
+                    s.run(["after_bad", "sum"])
+            s.close()
+
+    _, lines = lines_run_in(steps, f"{cls}.{function}", self_holds(lock))
+    touching = [held for text, held in lines if field in text]
+    if not watched or not touching:
+        pytest.skip(f"the check follows the reference's design ({cls}.{function} changing "
+                    f"{field}); this runtime ran no such line")
+    assert all(touching), (
+        f"{touching.count(False)} of {len(touching)} line(s) of {cls}.{function} touching "
+        f"{field} ran without its lock: {consequence} [{clause}]")
+
+
+@pytest.mark.clause("EXEC-3")
+def test_the_global_registry_is_made_under_its_lock(rt, monkeypatch) -> None:
+    """The first call of ``OpRegistry.global_registry()`` makes the registry: without the
+    class's lock, two first calls at once (kernels registered from two threads) can each
+    make one, and the kernels registered in the one replaced are lost. Forced, not hoped
+    for: the class's lock is watched (fixtures/interleave.py) and each line of
+    global_registry touching the registry records whether the calling thread held it."""
+    from fixtures.interleave import lines_run_in, watch_lock
+    registry = rt.OpRegistry
+    watched = watch_lock(monkeypatch, registry, "_global_lock", "the global registry's lock")
+    monkeypatch.setattr(registry, "_global", None)       # the first call, made again
+    _, lines = lines_run_in(registry.global_registry, "global_registry",
+                            lambda frame: watched.held_by_caller())
+    touching = [held for text, held in lines
+                if "_global" in text and "_global_lock" not in text]
+    if not touching:
+        pytest.skip("the check follows the reference's design (a class attribute _global "
+                    "made by global_registry); this runtime ran no such line")
+    assert all(touching), (
+        f"{touching.count(False)} of {len(touching)} line(s) of global_registry touching the "
+        f"registry ran without its lock: two first calls at once can each make a registry, "
+        f"and the kernels registered in the one replaced are lost [EXEC-3]")

@@ -793,3 +793,70 @@ def test_gpu_roots_of_a_managed_step_need_no_pool_thread(rt, managed) -> None:
         f"roots itself, not hand them to the runner [OPM-2]")
     assert events["g0"][3].startswith(OP_MANAGER_PREFIX), \
         f"g0 ran on {events['g0'][3]} [OPM-3]"
+
+
+# (function of the op manager, a field it changes, what a concurrent call can do without the
+# condition's lock, the clause). Each line of the function touching the field must run with
+# the manager's condition held by the thread running it (the step's threads and the manager
+# thread).
+OP_MANAGER_FIELDS = [
+    ("GpuOpManager.enqueue", "_queue",
+     "an op queued while the manager thread checks the queue can be missed: the thread "
+     "waits for ever and the step never ends", "OPM-3"),
+    ("GpuOpManager.abort", "_aborted",
+     "an abort while the manager thread checks its state can be missed: the queued ops of "
+     "the failed step wait out their idle slots", "OPM-7"),
+    ("GpuOpManager.shutdown", "_terminate",
+     "a shutdown while the manager thread checks its state can be missed: the thread "
+     "waits for ever and the step's end joins it for ever", "OPM-6"),
+    ("GpuOpManager._run", "_queue",
+     "the manager thread can take an op while another is being queued, or miss the wake-up "
+     "that follows", "OPM-3"),
+]
+
+
+@pytest.mark.parametrize("function,field,consequence,clause", [
+    pytest.param(*row, marks=pytest.mark.clause(row[3]), id=f"{row[0].split('.')[-1]}")
+    for row in OP_MANAGER_FIELDS])
+def test_the_op_managers_state_changes_under_its_condition(rt, monkeypatch, managed, function,
+                                                           field, consequence,
+                                                           clause) -> None:
+    """A managed step's threads queue ops and abort or shut the manager down while its
+    thread takes ops from the queue: each of them must change the queue and the flags with
+    the manager's condition held. Forced, not hoped for: the condition of every op manager
+    made during the test is watched (fixtures/interleave.py), and each line of the function
+    touching the field records whether the thread running it held the condition."""
+    from fixtures.interleave import lines_run_in, self_holds, watch_new_locks
+    module = getattr(rt, "gpu_op_manager", None)
+    watched = watch_new_locks(monkeypatch, getattr(module, "GpuOpManager", None), "_cv",
+                              "the op manager's condition")
+
+    def fail(x):
+        raise RuntimeError("planned")
+
+    g = rt.Graph()
+    g.add_node("op0", "PyFunc", device=GPU, func=lambda: np.float32(1))
+    g.add_node("op1", "PyFunc", ["op0"], device=GPU, func=lambda x: x)
+    # the failure on the CPU: the abort reaches the manager from a thread of the pool, whose
+    # errors end the step (a failing abort on the manager thread would leave it hanging)
+    g.add_node("bad", "PyFunc", ["op0"], device=CPU, func=fail)
+    g.add_node("after", "PyFunc", ["bad", "op1"], device=GPU, func=lambda x, y: x)
+    s = managed.ctx.new_session(g)
+
+    def steps() -> None:
+        managed.throttle(50, 5000)
+        s.run(["op1"])                       # shut down at the step's end
+        managed.throttle(50, 5000)
+        with pytest.raises(rt.OpError):
+            s.run(["after"])                 # aborted
+        s.close()
+
+    _, lines = lines_run_in(steps, function,
+                            self_holds("_cv"))
+    touching = [held for text, held in lines if field in text]
+    if not watched or not touching:
+        pytest.skip(f"the check follows the reference's design ({function} touching {field} "
+                    f"of a condition _cv); this runtime ran no such line")
+    assert all(touching), (
+        f"{touching.count(False)} of {len(touching)} line(s) of {function} touching {field} "
+        f"ran without the op manager's condition held: {consequence} [{clause}]")

@@ -678,3 +678,60 @@ def test_inter_op_threads_from_two_run_that_many_nodes_at_once(rt, ctx, threads)
     finally:
         s.close()
     assert len(out) == parties, f"inter_op_threads={threads!r}: fetched {out} [SESS-1]"
+
+
+# -- the session's shared state changes under its lock (forced, not hoped for) --------------
+
+# (function of the session, a field it reads or changes, what a concurrent call can do
+# without the lock, the clause). Each line of the function that touches the field must run
+# with the session's lock held by the thread running it (``_executors[``: the entry stored,
+# after the check that no other run stored one; a lone read of the dict is atomic).
+SESSION_FIELDS = [
+    ("DirectSession.run", "_closed",
+     "a run beginning while the session closes can pass the closed check after close() "
+     "stopped waiting for runs, and run on a session already closed", "SESS-8"),
+    ("DirectSession.run", "_running_threads",
+     "two runs beginning or ending at once can lose one's count: close() waits for a run "
+     "that has returned, or stops waiting while a run is still going", "SESS-8"),
+    ("DirectSession._run.<locals>.on_start", "_in_flight",
+     "a step starting while the session closes can escape close()'s cancellation",
+     "SESS-8"),
+    ("DirectSession._get_or_create", "_executors[",
+     "two first runs of a signature at once can build two executors with two graph_ids",
+     "SESS-3"),
+]
+
+
+@pytest.mark.parametrize("function,field,consequence,clause", [
+    pytest.param(*row, marks=pytest.mark.clause(row[3], "SESS-6"),
+                 id=f"{row[0].split('.')[-1]}-{row[1].rstrip('[')}") for row in SESSION_FIELDS])
+def test_the_sessions_shared_state_changes_under_its_lock(rt, monkeypatch, function, field,
+                                                          consequence, clause) -> None:
+    """``run`` is called from several threads at once (SESS-6) and ``close`` from any of
+    them (SESS-8): the closed flag, the count of runs in progress, the steps in flight and
+    the executors by signature are read and changed by each. Forced, not hoped for: the
+    session's lock is watched (fixtures/interleave.py) and each line of the function that
+    touches the field records whether the thread running it held the lock."""
+    from fixtures.interleave import lines_run_in, self_holds, watch_lock
+    log = Log()
+    with sim_runtime(rt) as c:
+        s = c.new_session(step_graph(rt, log))
+        watched = watch_lock(monkeypatch, s, "_lock", "the session's lock")
+        # the condition the end of a run is signalled on (close waits on it) shares the lock
+        runs_done = getattr(s, "_runs_done", None)
+        if getattr(runs_done, "_lock", None) is watched._inner:
+            monkeypatch.setattr(s, "_runs_done", threading.Condition(watched))  # type: ignore
+
+        def runs() -> None:
+            for _ in range(2):
+                s.run(["out"], {"x": np.ones(4, np.float32)})
+
+        _, lines = lines_run_in(runs, function, self_holds("_lock"))
+        s.close()
+    touching = [held for text, held in lines if field in text]
+    if not touching:
+        pytest.skip(f"the check follows the reference's design ({function} touching "
+                    f"{field}); this runtime ran no such line")
+    assert all(touching), (
+        f"{touching.count(False)} of {len(touching)} line(s) of {function} touching {field} "
+        f"ran without the session's lock: {consequence} [{clause}]")
