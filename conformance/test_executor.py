@@ -377,6 +377,17 @@ BAD_KERNEL_INPUTS = {
 }
 
 
+@pytest.mark.clause("EXEC-1")
+@pytest.mark.parametrize("device", ["", 3, None, b"/device:CPU:0"])
+def test_a_device_that_is_no_device_name_is_a_graph_error(rt, device) -> None:
+    g = rt.Graph()
+    with pytest.raises(rt.GraphError) as info:
+        g.add_node("placed_nowhere", "NoOp", device=device)
+        pytest.fail(f"add_node(device={device!r}) was accepted [EXEC-1]")
+    assert "placed_nowhere" in str(info.value), (
+        f"the error {info.value} does not name the node [EXEC-1]")
+
+
 @pytest.mark.clause("EXEC-4")
 @pytest.mark.parametrize("case", sorted(BAD_KERNEL_INPUTS))
 @pytest.mark.parametrize("device", [CPU, GPU])

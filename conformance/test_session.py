@@ -91,6 +91,24 @@ class _NoArray:
 
 
 @pytest.mark.clause("SESS-2")
+@pytest.mark.parametrize("feed", ["xent:1", "xent:0", "xent", "two"])
+def test_only_output_0_of_a_single_output_node_is_fed(rt, ctx, feed) -> None:
+    """feed_dict names "name" or "name:0" of a single-output node: an output of a node with
+    two outputs is no feed, whichever of them."""
+    g = rt.Graph()
+    g.add_node("l", "Placeholder", device=CPU, dtype="float32")
+    g.add_node("y", "Placeholder", device=CPU, dtype="float32")
+    g.add_node("xent", "SoftmaxCrossEntropyWithLogits", ["l", "y"], device=CPU)
+    g.add_node("two", "PyFunc", ["l"], device=CPU, num_outputs=2, func=lambda x: (x, x))
+    g.add_node("out", "Identity", [feed if ":" in feed else f"{feed}:0"], device=CPU)
+    s = ctx.new_session(g)
+    value = np.ones((2, 3), np.float32)
+    with pytest.raises(rt.InvalidArgumentError):
+        s.run(["out"], {"l": value, "y": value, feed: np.ones(2, np.float32)})
+        pytest.fail(f"feeding {feed!r}, an output of a two-output node, was accepted [SESS-2]")
+
+
+@pytest.mark.clause("SESS-2")
 def test_a_fed_value_that_is_no_array_is_an_invalid_argument(rt, ctx) -> None:
     log = Log()
     s = ctx.new_session(step_graph(rt, log))

@@ -87,8 +87,11 @@ class Graph:
                     raise GraphError(f"add_node({name!r}, {op!r}): data input {ref!r} "
                                      f"after a control input")
                 data.append(ref)                  # as given (EXEC-1)
-        node = Node(name, op, tuple(data), tuple(control), canonical_device_name(device),
-                    dict(attrs))
+        try:
+            placed = canonical_device_name(device)
+        except GraphError as exc:
+            raise GraphError(f"add_node({name!r}, {op!r}): {exc}") from None
+        node = Node(name, op, tuple(data), tuple(control), placed, dict(attrs))
         self._nodes[name] = node
         return name
 
