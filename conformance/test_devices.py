@@ -251,8 +251,10 @@ def test_cpu_device_pool_and_allocator(rt, no_thread_leak, runtimes) -> None:
     assert a.tracks_allocation_sizes() and a.requested_size(p) == 1000, "[DEVICE-6]"
     assert a.get_stats().bytes_in_use == 1000, "[DEVICE-6]"
     a.deallocate_raw(p)
+    assert cpu.closed is False, f"an open CPU device's closed is {cpu.closed!r} [DEVICE-6]"
     cpu.close()
     cpu.close()
+    assert cpu.closed is True, f"closed is {cpu.closed!r} after close() [DEVICE-6]"
     left = [t.name for t in antman_threads() if t.name.startswith("antman-cpu-0")]
     assert left == [], f"CPU device close() left threads {left} [DEVICE-6]"
 
