@@ -14,7 +14,8 @@ from meta_tests import broken_forks as _forks
 NAME = "broken-sized-for-overshoots"
 WORKER_COMMAND = _forks.as_package(__name__)
 BREAKS = "E2E-1"
-MODULES = ("conformance/test_end_to_end.py",)
+MODULES = ("conformance/test_end_to_end.py"
+           "::test_sized_for_at_the_smallest_size_and_one_byte_below",)
 OUTCOMES = ("FAIL",)
 
 _forks.log_as(__name__)
