@@ -39,7 +39,7 @@ from . import equivalents as eq
 from . import index, report
 from . import sweep
 from .campaign import Campaign, baseline, run_campaign
-from .runner import STOP, MutantResult, Options, Workspace
+from .runner import STOP, MutantResult, Options, Run, Workspace
 from .sampling import GENERATORS, draw, population
 from .targets import ROOT
 
@@ -152,6 +152,20 @@ def _progress(done: int, total: int, r: MutantResult) -> None:
           f"{by}{gap} {r.wall_s:.1f} s", flush=True)
 
 
+def checked_baseline(work: Path, options: Options) -> Run | bool:
+    """The unmutated copy through the whole suite (the baseline of a campaign or a sweep),
+    reported; False, after saying why, when it does not pass: every verdict would be void."""
+    print("baseline: the unmutated copy through the whole conformance suite ...", flush=True)
+    base_run = baseline(Workspace(work / "baseline"), options)
+    print(f"baseline: {base_run.outcome} in {base_run.wall_s} s wall, {base_run.cpu_s} s CPU",
+          flush=True)
+    if base_run.outcome != "passed":
+        print(f"the unmutated runtime does not pass under the harness: {base_run.test}: "
+              f"{base_run.message} {base_run.note}\n{base_run.log}", file=sys.stderr)
+        return False
+    return base_run
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     if args.whole_suite and args.modules:
         raise UsageError("--whole-suite and --modules exclude each other")
@@ -182,18 +196,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     status = 0
     with tempfile.TemporaryDirectory(prefix="antman-mutation-") as tmp:
         work = Path(tmp)
-        base_run = None
-        if not args.no_baseline:
-            print("baseline: the unmutated copy through the whole conformance suite ...",
-                  flush=True)
-            base_run = baseline(Workspace(work / "baseline"), options)
-            print(f"baseline: {base_run.outcome} in {base_run.wall_s} s wall, "
-                  f"{base_run.cpu_s} s CPU", flush=True)
-            if base_run.outcome != "passed":
-                print(f"the unmutated runtime does not pass under the harness: "
-                      f"{base_run.test}: {base_run.message} {base_run.note}\n{base_run.log}",
-                      file=sys.stderr)
-                return 2
+        base_run = None if args.no_baseline else checked_baseline(work, options)
+        if base_run is False:
+            return 2
         for seed in seeds:
             campaign = Campaign(seed=seed, sample=args.sample, options=options, jobs=jobs,
                                 confirm=not args.no_confirm,
@@ -246,7 +251,7 @@ def cmd_rescore(args: argparse.Namespace) -> int:
                          ) from None
     _, md_path = report.write_data(data, folder)
     s = data["summary"]
-    print(f"kill rate {report._pct(s['kill_rate'])} "
+    print(f"kill rate {report.percent(s['kill_rate'])} "
           f"({report.ci_text(s.get('kill_rate_ci95'))}, Wilson; {s['killed']}/{s['counted']}; "
           f"{s['survived']} survived, {s['equivalent']} equivalent, {s['unspecified']} "
           f"unspecified, {s['gpu-only']} GPU-only); report {md_path}")
@@ -328,14 +333,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     print(f"sweep: {len(chosen)} mutants ({', '.join(kinds)}), {args.repeat} runs each",
           flush=True)
     with tempfile.TemporaryDirectory(prefix="antman-sweep-") as tmp:
-        base_run = None
-        if not args.no_baseline:
-            base_run = baseline(Workspace(Path(tmp) / "baseline"), options)
-            print(f"baseline: {base_run.outcome} in {base_run.wall_s} s wall", flush=True)
-            if base_run.outcome != "passed":
-                print(f"the unmutated runtime does not pass under the harness: "
-                      f"{base_run.test}: {base_run.message} {base_run.note}", file=sys.stderr)
-                return 2
+        base_run = None if args.no_baseline else checked_baseline(Path(tmp), options)
+        if base_run is False:
+            return 2
         data = sweep.run_sweep(pop, entries, chosen, repeat=args.repeat, jobs=args.jobs,
                                options=options, work_dir=Path(tmp), baseline_run=base_run,
                                progress=_progress)

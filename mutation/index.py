@@ -15,7 +15,7 @@ from typing import Any
 
 from reports.untrusted import ReportError, read_regular
 
-from .report import wilson_interval
+from .report import percent, table_cell, wilson_interval
 
 __all__ = ["INTRO_END", "index_markdown", "rows"]
 
@@ -31,14 +31,6 @@ def _load(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def _cell(value: Any) -> str:
-    return str(value).replace("|", "\\|").replace("\n", " ")
-
-
-def _pct(rate: Any) -> str:
-    return f"{100 * rate:.1f} %" if isinstance(rate, (int, float)) else "-"
-
-
 def rows(folder: Path) -> tuple[list[list[str]], list[list[str]], list[str]]:
     """(campaign rows, sweep rows, unreadable report folders) of the reports under folder."""
     campaigns, sweeps, bad = [], [], []
@@ -50,7 +42,7 @@ def rows(folder: Path) -> tuple[list[list[str]], list[list[str]], list[str]]:
             campaigns.append([
                 path.parent.name, c.get("generator", "suite"), c["seed"],
                 c.get("mode", "map"), str(d["suite"]["commit"])[:10], str(m.get("cpus")),
-                str(s["sampled"]), f"{s['killed']}/{s['counted']}", _pct(s["kill_rate"]),
+                str(s["sampled"]), f"{s['killed']}/{s['counted']}", percent(s["kill_rate"]),
                 f"{100 * ci[0]:.1f}-{100 * ci[1]:.1f} %" if ci else "-",
                 str(s["survived"]), str(s["error"]),
                 f"{s['equivalent']}/{s['unspecified']}/{s['gpu-only']}"])
@@ -78,12 +70,12 @@ def index_markdown(folder: Path, intro: str) -> str:
            "| report | generator | seed | mode | commit | CPUs | sampled | killed/counted | "
            "kill rate | 95 % CI (Wilson) | survived | errors | equivalent/unspecified/GPU-only |",
            "|" + "---|" * 13]
-    out += ["| " + " | ".join(_cell(v) for v in r) + " |" for r in campaigns]
+    out += ["| " + " | ".join(table_cell(str(v)) for v in r) + " |" for r in campaigns]
     if sweeps:
         out += ["", "## Synchronisation sweeps", "",
                 "| report | kind | commit | runs each | caught | flaky | missed | errors | "
                 "reviewed |", "|" + "---|" * 9]
-        out += ["| " + " | ".join(_cell(v) for v in r) + " |" for r in sweeps]
+        out += ["| " + " | ".join(table_cell(str(v)) for v in r) + " |" for r in sweeps]
     if bad:
-        out += ["", "Unreadable reports (left out): " + ", ".join(_cell(b) for b in bad)]
+        out += ["", "Unreadable reports (left out): " + ", ".join(table_cell(b) for b in bad)]
     return "\n".join(out) + "\n"

@@ -154,7 +154,7 @@ def to_json(result: CampaignResult) -> dict[str, Any]:
     }
 
 
-def _pct(rate: float | None) -> str:
+def percent(rate: float | None) -> str:
     return "n/a" if rate is None else f"{100 * rate:.1f} %"
 
 
@@ -171,7 +171,7 @@ def to_markdown(data: dict[str, Any]) -> str:
         "",
         *([f"Rescored with the reviewed list of {data['rescored']} (nothing was run again).",
            ""] if data.get("rescored") else []),
-        f"Kill rate **{_pct(s['kill_rate'])}** ({ci_text(s.get('kill_rate_ci95'))}, Wilson "
+        f"Kill rate **{percent(s['kill_rate'])}** ({ci_text(s.get('kill_rate_ci95'))}, Wilson "
         f"score): {s['killed']} killed of {s['counted']} "
         f"counted mutants ({s['survived']} survived, {s['error']} harness errors); "
         f"{s['equivalent']} equivalent, {s['unspecified']} changing only unspecified "
@@ -222,7 +222,7 @@ def to_markdown(data: dict[str, Any]) -> str:
             lines.append(f"| {row[field]} | {row['sampled']} | {row['killed']} | "
                          f"{row['survived']} | {row['error']} | {row['equivalent']} | "
                          f"{row['unspecified']} | {row['gpu-only']} | "
-                         f"{_pct(row['kill_rate'])} | "
+                         f"{percent(row['kill_rate'])} | "
                          f"{ci_text(row.get('kill_rate_ci95')).removeprefix('95 % CI ')} |")
         lines.append("")
     mutants = data["mutants"]
@@ -251,21 +251,22 @@ def to_markdown(data: dict[str, Any]) -> str:
     if left_out:
         lines += ["| mutant | line | change | kind | reason |", "|---|---|---|---|---|"]
         for r in left_out:
-            lines.append(f"| {r['key']} | `{_cell(r['line_text'])}` | `{_cell(r['change'])}` | "
-                         f"{r['outcome']} | {_cell(r['reason'] or '')} |")
+            lines.append(f"| {r['key']} | `{table_cell(r['line_text'])}` | `{table_cell(r['change'])}` | "
+                         f"{r['outcome']} | {table_cell(r['reason'] or '')} |")
     else:
         lines.append("None.")
     lines += ["", "## Killed", "", "| mutant | line | change | killed by | clause | how | wall s |",
               "|---|---|---|---|---|---|---|"]
     for r in mutants:
         if r["outcome"] == "killed":
-            lines.append(f"| {r['key']} | {r['line']} | `{_cell(r['change'])}` | "
-                         f"{_cell(r['test'] or '')} | {r['clause'] or '-'} | {r['how']} | "
+            lines.append(f"| {r['key']} | {r['line']} | `{table_cell(r['change'])}` | "
+                         f"{table_cell(r['test'] or '')} | {r['clause'] or '-'} | {r['how']} | "
                          f"{r['wall_s']} |")
     return "\n".join(lines) + "\n"
 
 
-def _cell(text: str) -> str:
+def table_cell(text: str) -> str:
+    """``text`` safe in one Markdown table cell (the one place report tables escape it)."""
     return text.replace("|", "\\|").replace("\n", "\\n")
 
 

@@ -27,6 +27,7 @@ from typing import Any, Callable
 from .campaign import Campaign, run_campaign
 from .equivalents import Equivalent
 from .operators import Mutant
+from .report import table_cell
 from .runner import MutantResult, Options, Run
 from .sampling import Population
 
@@ -34,18 +35,16 @@ __all__ = ["KINDS", "SweepEntry", "sweep_kind", "select", "run_sweep", "to_markd
 
 KINDS = ("lock", "notify", "snapshot")
 _WAKE = re.compile(r"\.(notify|notify_all)\(|\.set\(\)")
-_COPY = re.compile(r"^'(list|dict|tuple|set|frozenset|sorted)\((self|watch)\.")
+_COPY = re.compile(r"(list|dict|tuple|set|frozenset|sorted)\((self|watch)\.")
 
 
 def sweep_kind(m: Mutant) -> str | None:
     """The sweep kind of a suite-generator mutant, or None when the sweep leaves it out."""
     if m.operator == "unlock":
         return "lock"
-    if m.operator == "delete":
-        removed = m.describe().split("' -> '")[0]
-        if "\n" not in removed and _WAKE.search(removed):
-            return "notify"
-    if m.operator == "unwrap" and _COPY.match(m.describe()):
+    if m.operator == "delete" and "\n" not in m.original and _WAKE.search(m.original):
+        return "notify"
+    if m.operator == "unwrap" and _COPY.match(m.original):
         return "snapshot"
     return None
 
@@ -130,10 +129,6 @@ def run_sweep(population: Population, equivalents: dict[str, Equivalent],
     }
 
 
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", "\\n")
-
-
 def to_markdown(data: dict[str, Any], header: str) -> str:
     lines = ["# Synchronisation sweep: every lock, notify and snapshot removed in turn",
              "", header, "",
@@ -152,6 +147,6 @@ def to_markdown(data: dict[str, Any], header: str) -> str:
     for m in data["mutants"]:
         ratio = f"{m['killed']}/{m['runs']}" if not m["listed"] else "not run"
         verdict = m["verdict"] + (f": {m['reason']}" if m["listed"] else "")
-        lines.append(f"| {m['kind']} | {m['where']} | `{_cell(m['change'][:100])}` | {ratio} | "
-                     f"{_cell(verdict)} | {', '.join(m['clauses'])} |")
+        lines.append(f"| {m['kind']} | {m['where']} | `{table_cell(m['change'][:100])}` | {ratio} | "
+                     f"{table_cell(verdict)} | {', '.join(m['clauses'])} |")
     return "\n".join(lines) + "\n"
