@@ -10,6 +10,7 @@
     python -m mutation rescore REPORT_DIR           # apply the reviewed list again (no run)
     python -m mutation entry KEY --kind K --reason R   # a reviewed-list entry, printed
     python -m mutation sweep [--repeat 10] [--jobs J]  # every lock, notify, snapshot removed
+    python -m mutation run|sweep ... --resume      # go on from a stopped run's journal
     python -m mutation index [DIR]                  # DIR/README.md: the table of its reports
 
 ``run`` writes one report per seed under ``reports/out/mutation/<time>-seed-<S>/``
@@ -38,7 +39,8 @@ from reports.untrusted import ReportError, read_regular
 from . import equivalents as eq
 from . import index, report
 from . import sweep
-from .campaign import Campaign, baseline, run_campaign
+from .campaign import Campaign, baseline, run_campaign, sample_of
+from .journal import Journal, JournalError, fingerprint
 from .runner import STOP, MutantResult, Options, Run, Workspace
 from .sampling import GENERATORS, draw, population
 from .targets import ROOT
@@ -194,26 +196,43 @@ def cmd_run(args: argparse.Namespace) -> int:
     options = Options(mutant_timeout_s=args.mutant_timeout_s, test_timeout_s=args.test_timeout_s)
     seeds = args.seed or (["keys"] if args.key else list(DEFAULT_SEEDS))
     status = 0
+    planned = []
+    for seed in seeds:
+        campaign = Campaign(seed=seed, sample=args.sample, options=options, jobs=jobs,
+                            confirm=not args.no_confirm,
+                            check_equivalents=args.check_equivalents,
+                            keys=tuple(args.key or ()),
+                            modules=tuple(args.modules or ()),
+                            generator=args.generator, whole_suite=args.whole_suite)
+        label = f"seed-{seed}" if args.generator == "suite" else f"{args.generator}-seed-{seed}"
+        planned.append((campaign, label, _journal(out, label, campaign, pop, args.no_baseline,
+                                                  args.resume)))
     with tempfile.TemporaryDirectory(prefix="antman-mutation-") as tmp:
         work = Path(tmp)
-        base_run = None if args.no_baseline else checked_baseline(work, options)
+        base_run = next((j.baseline for _, _, j in planned if j.baseline is not None), None)
+        if base_run is not None:
+            print(f"baseline: {base_run.outcome} in {base_run.wall_s} s wall (from the "
+                  f"journal)", flush=True)
+        elif not args.no_baseline:
+            base_run = checked_baseline(work, options)
         if base_run is False:
             return 2
-        for seed in seeds:
-            campaign = Campaign(seed=seed, sample=args.sample, options=options, jobs=jobs,
-                                confirm=not args.no_confirm,
-                                check_equivalents=args.check_equivalents,
-                                keys=tuple(args.key or ()),
-                                modules=tuple(args.modules or ()),
-                                generator=args.generator, whole_suite=args.whole_suite)
+        for campaign, label, journal in planned:
+            seed = campaign.seed
             print(f"seed {seed}: {len(pop.mutants)} mutants ({args.generator} generator), "
                   f"sample {args.sample}"
-                  + (", each against the whole suite" if args.whole_suite else ""), flush=True)
-            result = run_campaign(pop, entries, campaign, work_dir=work / f"seed-{seed}",
-                                  baseline_run=base_run, progress=_progress)
+                  + (", each against the whole suite" if args.whole_suite else "")
+                  + (f"; {len(journal.done)} already done (journal {journal.path})"
+                     if journal.done else ""), flush=True)
+            journal.start(base_run)
+            try:
+                result = run_campaign(pop, entries, campaign, work_dir=work / f"seed-{seed}",
+                                      baseline_run=base_run, progress=_progress,
+                                      journal=journal)
+            finally:
+                journal.close()
             result.list_problems = problems
             stamp = time.strftime("%Y%m%d-%H%M%S")
-            label = f"seed-{seed}" if args.generator == "suite" else f"{args.generator}-seed-{seed}"
             folder = inside(out, f"{stamp}-{label}")
             json_path, md_path = report.write(result, folder)
             latest = inside(out, f"latest-{label}")
@@ -237,6 +256,21 @@ def cmd_run(args: argparse.Namespace) -> int:
             if s["error"] or (rate is not None and rate < args.min_kill_rate):
                 status = 1
     return status
+
+
+def _journal(out: Path, label: str, campaign: Campaign, pop, no_baseline: bool,
+             resume: bool) -> Journal:
+    """The journal of one campaign (``out/journal-<label>.jsonl``), loaded with ``resume``."""
+    settings = {"campaign": {**vars(campaign), "jobs": None, "options": vars(campaign.options)},
+                "no_baseline": no_baseline}
+    journal = Journal(inside(out, f"journal-{label}.jsonl"), fingerprint(settings),
+                      [m.key for m in sample_of(pop, campaign)])
+    if resume:
+        try:
+            journal.load()
+        except JournalError as exc:
+            raise UsageError(str(exc)) from None
+    return journal
 
 
 def cmd_rescore(args: argparse.Namespace) -> int:
@@ -332,13 +366,31 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     options = Options(mutant_timeout_s=args.mutant_timeout_s, test_timeout_s=args.test_timeout_s)
     print(f"sweep: {len(chosen)} mutants ({', '.join(kinds)}), {args.repeat} runs each",
           flush=True)
+    settings = {"sweep": {"kinds": kinds, "at": args.at, "repeat": args.repeat,
+                          "options": vars(options)}, "no_baseline": args.no_baseline}
+    journal = Journal(inside(out, "journal-sweep.jsonl"), fingerprint(settings),
+                      sweep.run_keys(chosen, entries, args.repeat))
+    if args.resume:
+        try:
+            journal.load()
+        except JournalError as exc:
+            raise UsageError(str(exc)) from None
+        if journal.done:
+            print(f"sweep: {len(journal.done)} runs already done (journal {journal.path})",
+                  flush=True)
     with tempfile.TemporaryDirectory(prefix="antman-sweep-") as tmp:
-        base_run = None if args.no_baseline else checked_baseline(Path(tmp), options)
+        base_run = journal.baseline
+        if base_run is None and not args.no_baseline:
+            base_run = checked_baseline(Path(tmp), options)
         if base_run is False:
             return 2
-        data = sweep.run_sweep(pop, entries, chosen, repeat=args.repeat, jobs=args.jobs,
-                               options=options, work_dir=Path(tmp), baseline_run=base_run,
-                               progress=_progress)
+        journal.start(base_run)
+        try:
+            data = sweep.run_sweep(pop, entries, chosen, repeat=args.repeat, jobs=args.jobs,
+                                   options=options, work_dir=Path(tmp), baseline_run=base_run,
+                                   progress=_progress, journal=journal)
+        finally:
+            journal.close()
     data["commit"] = report._git("rev-parse", "HEAD")
     data["generated"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     header = (f"Suite commit {data['commit']}; generated {data['generated']}; "
@@ -433,6 +485,10 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--min-kill-rate", type=_fraction, default=0.0,
                      help="exit 1 when a seed's kill rate is below this fraction")
     run.add_argument("--out", default=str(OUT_DIR), help=f"report folder (default {OUT_DIR})")
+    run.add_argument("--resume", action="store_true",
+                     help="keep the results of an earlier, stopped run of the same campaign "
+                          "on the same code (its journal, OUT/journal-<label>.jsonl) and run "
+                          "only the rest")
     run.add_argument("--publish", action="store_true",
                      help=f"copy each seed's report to {PUBLISHED_DIR}/seed-<S>/ "
                           f"(mutmut-seed-<S>/ for the mutmut generator)")
@@ -480,6 +536,9 @@ def main(argv: list[str] | None = None) -> int:
     sw.add_argument("--no-baseline", action="store_true",
                     help="skip the baseline run of the unmutated copy")
     sw.add_argument("--out", default=str(OUT_DIR), help=f"report folder (default {OUT_DIR})")
+    sw.add_argument("--resume", action="store_true",
+                    help="keep the runs of an earlier, stopped sweep with the same settings "
+                         "on the same code (OUT/journal-sweep.jsonl) and run only the rest")
     sw.add_argument("--publish", action="store_true",
                     help=f"copy the report to {PUBLISHED_DIR}/sweep/")
     sw.set_defaults(func=cmd_sweep)

@@ -25,12 +25,13 @@ from pathlib import Path
 from typing import Callable
 
 from .equivalents import Equivalent
+from .journal import Journal
 from .operators import Mutant
 from .runner import EVERY_SKIP, MutantResult, Options, Run, Workspace, run_pytest
 from .sampling import Population, draw
 from .targets import OBSERVERS, all_conformance_modules, complement, observers
 
-__all__ = ["Campaign", "CampaignResult", "baseline", "run_campaign", "evaluate"]
+__all__ = ["Campaign", "CampaignResult", "baseline", "run_campaign", "evaluate", "sample_of"]
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,7 @@ class CampaignResult:
     load_before: tuple[float, float, float]
     load_after: tuple[float, float, float]
     list_problems: list[str] = field(default_factory=list)
+    resumed: int = 0                    # results taken from the journal, not run again
 
 
 def baseline(workspace: Workspace, options: Options) -> Run:
@@ -128,27 +130,34 @@ def evaluate(mutant: Mutant, source: str, workspace: Workspace, campaign: Campai
     return result
 
 
-def run_campaign(population: Population, equivalents: dict[str, Equivalent],
-                 campaign: Campaign, *, work_dir: Path, baseline_run: Run | None,
-                 progress: Callable[[int, int, MutantResult], None] | None = None
-                 ) -> CampaignResult:
-    """Run the campaign's sample with ``campaign.jobs`` workspaces under ``work_dir``."""
+def sample_of(population: Population, campaign: Campaign) -> list[Mutant]:
+    """The campaign's mutants in order: its keys, else its seeded sample."""
     if campaign.keys:
         by_key = population.by_key()
         unknown = [k for k in campaign.keys if k not in by_key]
         if unknown:
             raise KeyError(f"no such mutant: {', '.join(unknown)}")
-        sample = [by_key[k] for k in campaign.keys]
-    else:
-        sample = draw(population.mutants, campaign.seed, campaign.sample)
+        return [by_key[k] for k in campaign.keys]
+    return draw(population.mutants, campaign.seed, campaign.sample)
+
+
+def run_campaign(population: Population, equivalents: dict[str, Equivalent],
+                 campaign: Campaign, *, work_dir: Path, baseline_run: Run | None,
+                 progress: Callable[[int, int, MutantResult], None] | None = None,
+                 journal: Journal | None = None) -> CampaignResult:
+    """Run the campaign's sample with ``campaign.jobs`` workspaces under ``work_dir``.
+    With a ``journal``, the mutants it already holds are not run again (their recorded
+    results are kept) and every other one is recorded in it as it ends."""
+    sample = sample_of(population, campaign)
+    resumed = dict(journal.done) if journal is not None else {}
     load_before = os.getloadavg()
     start = time.time()
     free: queue.Queue[Workspace] = queue.Queue()
-    for i in range(max(1, campaign.jobs)):
+    for i in range(max(1, min(campaign.jobs, len(sample) - len(resumed)))):
         free.put(Workspace(work_dir / f"job{i}"))
-    results: list[MutantResult | None] = [None] * len(sample)
+    results: list[MutantResult | None] = [resumed.get(i) for i in range(len(sample))]
     expected_skips = frozenset(baseline_run.skipped) if baseline_run is not None else None
-    done = 0
+    done = len(resumed)
     lock = threading.Lock()
 
     def one(index: int, mutant: Mutant) -> None:
@@ -160,6 +169,8 @@ def run_campaign(population: Population, equivalents: dict[str, Equivalent],
         finally:
             free.put(workspace)
         results[index] = result
+        if journal is not None:
+            journal.record(index, result)
         with lock:
             done += 1
             if progress is not None:
@@ -168,7 +179,8 @@ def run_campaign(population: Population, equivalents: dict[str, Equivalent],
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, campaign.jobs),
                                                  thread_name_prefix="mutant")
     try:
-        for future in [pool.submit(one, i, m) for i, m in enumerate(sample)]:
+        for future in [pool.submit(one, i, m) for i, m in enumerate(sample)
+                       if i not in resumed]:
             future.result()
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
@@ -177,4 +189,5 @@ def run_campaign(population: Population, equivalents: dict[str, Equivalent],
         by_module[m.module] = by_module.get(m.module, 0) + 1
     return CampaignResult(campaign, len(population.mutants), by_module,
                           [r for r in results if r is not None], baseline_run, start,
-                          round(time.time() - start, 1), load_before, os.getloadavg())
+                          round(time.time() - start, 1), load_before, os.getloadavg(),
+                          resumed=len(resumed))

@@ -146,6 +146,7 @@ def to_json(result: CampaignResult) -> dict[str, Any]:
         "population": {"size": result.population_size, "by_module": result.population_by_module},
         "baseline": result.baseline.to_json() if result.baseline is not None else None,
         "wall_s": result.wall_s,
+        "resumed": result.resumed,
         "summary": summary(result.results),
         "by_module": _table(result.results, "module"),
         "by_operator": _table(result.results, "operator"),
@@ -186,6 +187,9 @@ def to_markdown(data: dict[str, Any]) -> str:
         f"{s['list_mistakes']}",
         f"- population {data['population']['size']} mutants; sample of {c['sample']} drawn with "
         f"seed {c['seed']!r}" + (f" (keys given: {len(c['keys'])})" if c["keys"] else ""),
+        *([f"- resumed: {data['resumed']} of the {s['sampled']} results were recorded by an "
+           f"earlier run of this campaign on the same code (its journal) and not run again; "
+           f"wall time {data['wall_s']} s is this run's"] if data.get("resumed") else []),
         f"- suite commit {data['suite']['commit'] or 'unknown'}"
         f"{' with uncommitted changes' if data['suite']['uncommitted_changes'] else ''}; "
         f"generated {data['generated']}",

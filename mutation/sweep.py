@@ -26,12 +26,14 @@ from typing import Any, Callable
 
 from .campaign import Campaign, run_campaign
 from .equivalents import Equivalent
+from .journal import Journal
 from .operators import Mutant
 from .report import table_cell
 from .runner import MutantResult, Options, Run
 from .sampling import Population
 
-__all__ = ["KINDS", "SweepEntry", "sweep_kind", "select", "run_sweep", "to_markdown"]
+__all__ = ["KINDS", "SweepEntry", "sweep_kind", "select", "run_keys", "run_sweep",
+           "to_markdown"]
 
 KINDS = ("lock", "notify", "snapshot")
 _WAKE = re.compile(r"\.(notify|notify_all)\(|\.set\(\)")
@@ -84,11 +86,19 @@ class SweepEntry:
             "flaky" if self.killed else "missed")
 
 
+def run_keys(chosen: list[tuple[str, Mutant]], equivalents: dict[str, Equivalent],
+             repeat: int) -> tuple[str, ...]:
+    """The keys the sweep runs, in order: each chosen mutant off the reviewed list,
+    ``repeat`` times."""
+    return tuple(k for k in dict.fromkeys(m.key for _, m in chosen)
+                 if k not in equivalents for _ in range(repeat))
+
+
 def run_sweep(population: Population, equivalents: dict[str, Equivalent],
               chosen: list[tuple[str, Mutant]], *, repeat: int, jobs: int, options: Options,
               work_dir: Path, baseline_run: Run | None,
-              progress: Callable[[int, int, MutantResult], None] | None = None
-              ) -> dict[str, Any]:
+              progress: Callable[[int, int, MutantResult], None] | None = None,
+              journal: Journal | None = None) -> dict[str, Any]:
     """Run every chosen mutant not on the reviewed list ``repeat`` times (no confirmation
     outside the map) and return the sweep's data (``sweep.json``)."""
     entries = {m.key: SweepEntry(kind, m.key, f"{m.module}:{m.line}", m.describe())
@@ -97,12 +107,13 @@ def run_sweep(population: Population, equivalents: dict[str, Equivalent],
         listed = equivalents.get(key)
         if listed is not None:
             entry.listed, entry.reason = listed.kind, listed.reason
-    keys = tuple(k for k, e in entries.items() if e.listed is None for _ in range(repeat))
+    keys = run_keys(chosen, equivalents, repeat)
     start = time.time()
     result = run_campaign(population, {}, Campaign(seed="sweep", sample=len(keys),
                                                     options=options, jobs=jobs, confirm=False,
                                                     keys=keys),
-                          work_dir=work_dir, baseline_run=baseline_run, progress=progress)
+                          work_dir=work_dir, baseline_run=baseline_run, progress=progress,
+                          journal=journal)
     for r in result.results:
         e = entries[r.key]
         e.runs += 1
