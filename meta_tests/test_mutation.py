@@ -520,6 +520,9 @@ MUTMUT_SNIPPET = textwrap.dedent('''\
         quiet = lambda: None
         w = None
         keep = 7  # pragma: no mutate
+        if w is None and total > 100:
+            log.warning("total %d over %d", total, LIMIT + 1)
+            raise ValueError("too large: " + str(total - 1))
         return total is not None and y not in (True, False)
     ''')
 
@@ -567,7 +570,9 @@ def test_what_mutmut_generator_leaves_alone(mutmut_snippet_mutants) -> None:
     touched = {m.line for m in mutmut_snippet_mutants}
     lines = MUTMUT_SNIPPET.splitlines()
     for needle in ('"""Docstring 1."""', "import functools", '__all__ = ["f"]',
-                   '"""Docstring 2."""', "keep = 7  # pragma: no mutate"):
+                   '"""Docstring 2."""', "keep = 7  # pragma: no mutate",
+                   'log.warning("total %d over %d", total, LIMIT + 1)',
+                   'raise ValueError("too large: " + str(total - 1))'):
         number = next(i for i, ln in enumerate(lines, 1) if ln.strip() == needle)
         assert number not in touched, needle
 

@@ -43,8 +43,11 @@ The mutmut operators covered (``MUTMUT_OPERATORS``, the name of each family):
 Where mutmut mutates more than this package can certify, the same exclusions as the suite
 generator's hold, so that the two populations differ by their operators only: docstrings,
 type annotations, f-strings (CPython 3.11 gives no positions inside them), imports,
-``__all__`` and ``__slots__``, ``__repr__`` methods, and lines marked ``# pragma: no
-mutate`` (mutmut's own marker). Statements at module level are mutated (mutmut 2 does; the
+``__all__`` and ``__slots__``, ``__repr__`` methods, the arguments of a logging call and the
+exception of a ``raise`` (their messages: the specification says what a message must name,
+never its wording, and ``"XX...XX"`` keeps every name; PIT leaves logging calls out by
+default, and mutmut's users skip them with a ``pre_mutation`` hook), and lines marked
+``# pragma: no mutate`` (mutmut's own marker). Statements at module level are mutated (mutmut 2 does; the
 constants the specification pins live there).
 """
 
@@ -54,6 +57,7 @@ import ast
 import re
 
 from .operators import Mutant, _Generator, _is_docstring, _assigned_names, _SKIPPED_FUNCTIONS
+from .operators import _is_logging_call
 from .operators import _SKIPPED_TARGETS
 
 __all__ = ["MUTMUT_OPERATORS", "mutmut_mutants_of_source"]
@@ -149,14 +153,16 @@ class _MutmutGenerator(_Generator):
                 self.body(handler.body)
             self.body(stmt.orelse)
             self.body(stmt.finalbody)
-        elif isinstance(stmt, (ast.Expr, ast.Return, ast.Raise, ast.Assert, ast.Delete)):
+        elif isinstance(stmt, ast.Raise):
+            return                   # the exception and its message, as the suite generator
+        elif isinstance(stmt, (ast.Expr, ast.Return, ast.Assert, ast.Delete)):
             for child in ast.iter_child_nodes(stmt):
                 if isinstance(child, ast.expr):
                     self.expression(child)
 
     # -- expressions ---------------------------------------------------------------------
     def expression(self, node: ast.AST | None) -> None:
-        if node is None or isinstance(node, ast.JoinedStr):
+        if node is None or isinstance(node, ast.JoinedStr) or _is_logging_call(node):
             return
         if isinstance(node, ast.Compare):
             self.compare(node)
