@@ -557,6 +557,39 @@ def test_size_limit_is_inclusive(rt, vclock, config_writer, caplog) -> None:
         assert cb.contents[1:] == [text], "a file of exactly max_file_bytes was not delivered [FL-9]"
 
 
+@pytest.mark.clause("FL-9")
+def test_size_limit_holds_for_content_beyond_the_size_stat_gives(rt, vclock, tmp_path,
+                                                                  caplog) -> None:
+    """A /proc file has a stat size of 0 whatever it holds: the limit applies to the bytes
+    read, so its content of n bytes is not delivered with max_file_bytes n - 1 and is with n."""
+    target = "/proc/version"
+    if not os.path.isfile(target) or os.stat(target).st_size != 0:
+        pytest.skip(f"needs {target}, a regular file whose stat size is 0")
+    with open(target, "rb") as f:
+        content = f.read()
+    path = tmp_path / "c.json"
+    os.symlink(target, path)
+    caplog.set_level(logging.WARNING)
+    for limit in (len(content) - 1, len(content)):
+        caplog.clear()
+        with rt.FileListener(clock=vclock, max_file_bytes=limit) as fl:
+            cb = Calls()
+            fl.register_file_listener(str(path), "h", cb)
+        if limit < len(content):
+            assert cb.contents == [], (
+                f"{target} ({len(content)} bytes, stat size 0) was delivered with "
+                f"max_file_bytes {limit}: {[len(c) for c in cb.contents]} characters [FL-9]")
+            warned = runtime_records(caplog, rt, logging.WARNING, containing=str(path))
+            assert len(warned) == 1, (
+                f"{target} above max_file_bytes {limit} logged {len(warned)} warnings naming "
+                f"{path}, expected 1 [FL-9]")
+        else:
+            assert cb.contents == [content.decode("utf-8")], (
+                f"{target} of exactly max_file_bytes ({limit}) bytes delivered "
+                f"{[len(c) for c in cb.contents]} characters, expected its {len(content)} "
+                f"[FL-9]")
+
+
 @pytest.mark.clause("FL-10")
 def test_rapid_rewrites_deliver_the_last_version(rt, listener, vclock, config_writer) -> None:
     config_writer.write(perf=1)
@@ -600,6 +633,13 @@ def test_close_is_idempotent_and_restartable(rt, no_thread_leak, listener, vcloc
 def test_global_listener_is_a_singleton(rt) -> None:
     assert rt.global_file_listener() is rt.global_file_listener(), \
         "global_file_listener() returned two listeners [FL-11]"
+
+
+@pytest.mark.clause("FL-11")
+def test_global_listener_is_a_file_listener(rt) -> None:
+    listener = rt.global_file_listener()
+    assert isinstance(listener, rt.FileListener), (
+        f"global_file_listener() returned {listener!r}, not a FileListener [FL-11]")
 
 
 @pytest.mark.clause("FL-11")

@@ -133,6 +133,24 @@ def test_file_whose_read_waits_does_not_block(rt, listener, vclock, tmp_path) ->
         f"after the symlink to {target} the listener delivered {cb.contents} [FL-13]"
 
 
+@pytest.mark.clause("FL-13")
+def test_terminal_swapped_in_after_the_check_does_not_become_the_controlling_one(
+        rt, tmp_path) -> None:
+    """A job started in a session of its own has no controlling terminal: opening a terminal
+    that replaced the config path after its check must not make it that job's (whose
+    hang-up would then kill the job). Run in a child process, which leads its session."""
+    if not hasattr(os, "setsid") or not hasattr(os, "openpty"):
+        pytest.skip("no sessions or pseudo-terminals on this platform")
+    out = nemesis.terminal_swapped_in_after_stat(rt.__name__, tmp_path)
+    if "skipped" in out:
+        pytest.skip(out["skipped"])
+    assert out["delivered"] == [], \
+        f"the terminal {out['terminal']} at the config path was delivered [FL-9]"
+    assert not out["controlling_terminal"], (
+        f"opening the terminal {out['terminal']} swapped in at the config path made it the "
+        f"controlling terminal of a process that had none [FL-13]")
+
+
 # -- FL-12: close returns within 2 s -----------------------------------------------------------
 def blocked_handler(listener, clock, path):
     """Register a handler on ``path`` that blocks in its first call until released, then a

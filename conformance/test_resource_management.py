@@ -137,6 +137,23 @@ def test_startup_config_in_effect_when_constructed(rt, control_env, vclock, list
         rm.close()
 
 
+@pytest.mark.clause("RM-2")
+def test_without_a_listener_the_global_one_delivers(rt, no_thread_leak, control_env,
+                                                    config_writer) -> None:
+    """``file_listener`` None (the default) registers the handler with the global listener
+    (on the real clock): the start-up content is delivered on the constructing thread, so
+    it is in effect when the constructor returns, and close() unregisters it."""
+    config_writer.write(perf=30, limits={BUS: 8 * MiB})
+    rm = rt.GPUResourceManagement(str(config_writer.path), clock=VirtualClock())
+    try:
+        assert (rm.perf_control, rm.memory_limits) == (30, {BUS: 8 * MiB}), (
+            f"GPUResourceManagement(path) without a file_listener holds "
+            f"{(rm.perf_control, rm.memory_limits)}: the start-up config was not delivered "
+            f"through the global listener [RM-2]")
+    finally:
+        rm.close()
+
+
 @pytest.mark.clause("RM-2", "RM-16")
 def test_after_close_content_is_ignored(rt, managed, vclock, listener) -> None:
     rm, writer = managed
@@ -168,6 +185,22 @@ def test_layout_and_ignored_keys(rt, managed, vclock) -> None:
         f"keys must be exact: {rm.memory_limits} [RM-3]"
     assert rm.parse_manage_info_from_json(b'{"perfControl": 71}') is True, "[RM-3]"
     assert rm.perf_control == 71, "bytes content was not parsed [RM-3]"
+
+
+@pytest.mark.clause("RM-3")
+@pytest.mark.parametrize("doc", [
+    '{"perfControl":70,"gpuConfigInfo":{"%s":{"maxDeviceMem":1048576}}}' % BUS,
+    '{"name": "", "perfControl": 70, "gpuConfigInfo": {"%s": {"note": "", '
+    '"maxDeviceMem": 1048576}, "": {}}, "extra": ["", ""]}' % BUS],
+    ids=["without_white_space", "empty_strings"])
+def test_compact_documents_and_empty_strings(rt, managed, doc) -> None:
+    """JSON as a program writes it: no white space between tokens, and empty strings in the
+    members a config ignores."""
+    rm, _ = managed
+    ok = rm.parse_manage_info_from_json(doc)
+    assert ok is True and (rm.perf_control, rm.memory_limits) == (70, {BUS: MiB}), (
+        f"{doc} gave {(rm.perf_control, rm.memory_limits)} (returned {ok}), expected "
+        f"perfControl 70 and {{{BUS!r}: {MiB}}} [RM-3]")
 
 
 @pytest.mark.clause("RM-3")
@@ -353,6 +386,33 @@ def test_valid_parts_of_a_partly_bad_document_apply(rt, managed, vclock, caplog)
     one_warning(caplog, rt, writer.path, "two bad entries")
     msg = runtime_records(caplog, rt, containing=str(writer.path))[0].getMessage()
     assert BUS in msg and "3d:00.0" in msg, f"the log line does not name every reason: {msg} [RM-5]"
+
+
+@pytest.mark.clause("RM-5")
+@pytest.mark.parametrize("bad", [16, 20])
+def test_the_warning_counts_the_reasons_it_does_not_name(rt, managed, vclock, caplog,
+                                                          bad) -> None:
+    """``bad`` rejected entries: up to 16 are all named; of 20, the first 16 are named with
+    the number of the other 4 (bus ids of letters only, so that no other number is 4)."""
+    rm, writer = managed
+    deliver(lambda: writer.write(GOOD), vclock)
+    caplog.set_level(logging.WARNING)
+    caplog.clear()
+    ids = [f"e{chr(ord('a') + i)}:ff.f" for i in range(bad)]
+    doc = {"gpuConfigInfo": {b: {"maxDeviceMem": "x"} for b in ids}, "perfControl": 60}
+    deliver(lambda: writer.write(doc), vclock)
+    assert rm.perf_control == 60, "a valid perfControl beside bad entries was not applied [RM-5]"
+    one_warning(caplog, rt, writer.path, f"{bad} bad entries")
+    msg = runtime_records(caplog, rt, containing=str(writer.path))[0].getMessage()
+    named = [b for b in ids if b in msg]
+    others = bad - min(bad, 16)
+    assert len(named) == min(bad, 16), (
+        f"the warning for {bad} bad entries names {len(named)} of them, expected "
+        f"{min(bad, 16)}: {msg[:400]} [RM-5]")
+    if others:
+        assert re.search(rf"\b{others}\b", msg), (
+            f"the warning for {bad} bad entries does not give the number of the {others} "
+            f"it does not name: {msg[:600]} [RM-5]")
 
 
 @pytest.mark.clause("RM-5")
@@ -855,6 +915,28 @@ def reset_at_100(rt, rm2, clock) -> None:
         "the in-step idle of the old throttle survived the reset [RM-11]"
 
 
+@pytest.mark.clause("RM-11")
+@pytest.mark.parametrize("alone", ["E", "S"])
+def test_100_resets_each_amount_alone(rt, control_env, alone) -> None:
+    """The reset of RM-11 does not depend on the other amounts: an idle budget E given while
+    nothing was throttled, or the sleep S of the last throttled step with no budget given,
+    is set to 0 by one step at perfControl 100."""
+    clock = VirtualClock(auto_advance=True)
+    with throttled(rt, clock) as rm:
+        if alone == "E":
+            rm.set_estimated_idle_time(500)
+        else:
+            rm.parse_manage_info_from_json('{"perfControl": 20}')
+            rm.run_action(rt.SessionRunActionOptions(sess_duration_us=1000))
+            rm.parse_manage_info_from_json('{"perfControl": 100}')
+        before = (rm.get_estimated_idle_time(), rm.total_time_slot, rm.in_step_idle)
+        rm.run_action(rt.SessionRunActionOptions(sess_duration_us=1000))
+        state = (rm.get_estimated_idle_time(), rm.total_time_slot, rm.in_step_idle)
+        assert state == (0, 0, 0), (
+            f"(E, S, X) = {before} with only {alone} set, then {state} after a step at "
+            f"perfControl 100, expected all 0 [RM-11]")
+
+
 @pytest.mark.clause("RM-12")
 def test_zero_suspends_until_non_zero(rt, no_thread_leak, managed, vclock, listener) -> None:
     rm, writer = managed
@@ -1322,6 +1404,21 @@ def test_adjustment_rejects_bad_limits(rt, runtimes, bad) -> None:
     ctx = runtimes()
     with pytest.raises(ValueError):
         rt.GPUUsageAdjustment().adjust_mem_limit(bus_id(rt, gpus(ctx)[0]), bad, ctx.device_mgr)
+
+
+@pytest.mark.clause("RM-17")
+def test_adjustment_accepts_a_limit_of_zero(rt, runtimes) -> None:
+    """0 is in [0, 2^64): a GPU with nothing allocated is limited to 0 bytes."""
+    ctx = runtimes()
+    g0 = gpus(ctx)[0]
+    try:
+        got = rt.GPUUsageAdjustment().adjust_mem_limit(bus_id(rt, g0), 0, ctx.device_mgr)
+    except ValueError as exc:
+        pytest.fail(f"adjust_mem_limit(bus, 0, device_mgr) raised ValueError({exc}): 0 is in "
+                    f"[0, 2^64) [RM-17]")
+    assert got is True and bytes_limit(g0) == 0, (
+        f"adjust_mem_limit(bus, 0) on an idle GPU returned {got} with bytes_limit "
+        f"{bytes_limit(g0)}, expected True and 0 [RM-17]")
 
 
 @pytest.mark.clause("RM-18")

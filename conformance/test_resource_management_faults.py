@@ -25,7 +25,7 @@ from conformance.control_helpers import (MiB, bus_id, bytes_limit, control_env, 
                                          expect_value_error, gpus, joined, listener,
                                          perf_in_force, poll, run_in_thread,
                                          runtime_records, runtimes, vclock, write_text)
-from conformance.preconditions import precondition
+from conformance.preconditions import precondition, precondition_holds
 from fixtures import nemesis
 from fixtures.config_writer import config_document
 
@@ -374,6 +374,50 @@ def test_the_bound_never_costs_the_gpu_its_entry(rt, runtimes, vclock, tmp_path,
     assert bytes_limit(gpu) == limit, (
         f"{when}: the GPU's limit listed after 256 unknown bus ids did not apply "
         f"(bytes_limit {bytes_limit(gpu)}, expected {limit}) [RM-20]")
+
+
+@pytest.mark.clause("RM-20")
+@pytest.mark.parametrize("gpu_of", ["the runtime", "an earlier boundary"])
+def test_a_gpu_takes_the_place_of_the_longest_held_unknown_bus_id(
+        rt, runtimes, listener, vclock, tmp_path, gpu_of) -> None:
+    """256 unknown bus ids held from one document, then a document naming only the GPU (one
+    of the runtime's devices, or one an instance built on its own found in the device manager
+    of an earlier boundary): the GPU's entry is held in the place of the first unknown bus id,
+    and its limit applies at the next boundary."""
+    config = tmp_path / "gpu_config.json"
+    limit = 24 * MiB
+    if gpu_of == "the runtime":
+        ctx = runtimes(config_file=str(config), clock=vclock)
+        vclock.wait_for_waiters(1, clause="FL-2")
+        rm, device_mgr = ctx.resource_management, ctx.device_mgr
+    else:
+        device_mgr = runtimes().device_mgr
+        rm = rt.GPUResourceManagement(str(config), clock=vclock, file_listener=listener)
+        rm.parse_manage_info_from_json(json.dumps(config_document(limits={"ff:1f.7": MiB})))
+        rm.run_action(rt.SessionRunActionOptions(device_mgr=device_mgr, graph_id=1,
+                                                 sess_duration_us=1000))
+    try:
+        gpu = [d for d in device_mgr.list_devices() if str(d.device_type).upper() == "GPU"][0]
+        bus = bus_id(rt, gpu)
+        rm.parse_manage_info_from_json(nemesis.unknown_bus_ids_document(MAX_BUS_IDS))
+        crowd = sorted(rm.memory_limits)
+        precondition_holds("RM-20", len(crowd) == MAX_BUS_IDS and bus not in crowd,
+                           f"a document of 256 unknown bus ids is held whole ({len(crowd)})")
+        rm.parse_manage_info_from_json(json.dumps(config_document(limits={bus: limit})))
+        held = rm.memory_limits
+        assert held.get(bus) == limit and len(held) == MAX_BUS_IDS \
+                and crowd[0] not in held and crowd[1] in held, (
+            f"{gpu_of}: with 256 unknown bus ids held, a document naming the GPU {bus!r} left "
+            f"memory_limits with {len(held)} bus ids, {held.get(bus)} for the GPU (expected "
+            f"{limit}), the longest held {crowd[0]!r} "
+            f"{'kept' if crowd[0] in held else 'dropped'} (expected dropped) [RM-20]")
+        rm.run_action(rt.SessionRunActionOptions(device_mgr=device_mgr, graph_id=1,
+                                                 sess_duration_us=1000))
+        assert bytes_limit(gpu) == limit, (
+            f"{gpu_of}: the GPU's limit held in the place of an unknown bus id did not apply "
+            f"(bytes_limit {bytes_limit(gpu)}, expected {limit}) [RM-20]")
+    finally:
+        rm.close()
 
 
 @pytest.mark.clause("RM-20")

@@ -91,6 +91,31 @@ def test_symlink_at_the_status_path_is_followed(rt, runtimes, tmp_path, target_e
         "the dump through a symlink left a temporary file behind [STAT-8]"
 
 
+@pytest.mark.clause("STAT-9")
+def test_chain_of_symlinks_is_followed(rt, runtimes, tmp_path) -> None:
+    """30 symlinks, each to the next, the last to the file: the kernel follows such a chain
+    (up to 40 links), and so does the dump."""
+    target = tmp_path / "status-target.json"
+    links = [tmp_path / f"link-{i:02d}" for i in range(30)]
+    for link, to in zip(links, links[1:] + [target]):
+        os.symlink(to, link)
+    path = links[0]
+    target.write_text("previous content\n", encoding="utf-8")
+    if open(path, encoding="utf-8").read() != "previous content\n":
+        pytest.skip("this kernel does not follow a chain of 30 symlinks")
+    dump_once(rt, runtimes(), path)
+    assert all(os.path.islink(link) for link in links), \
+        "a dump replaced a symlink of the chain at the status path [STAT-9]"
+    text = target.read_text(encoding="utf-8")
+    try:
+        problems = validate_status(json.loads(text))
+    except ValueError as exc:
+        problems = [f"not JSON ({exc})"]
+    assert problems == [], (
+        f"the file at the end of a chain of 30 symlinks does not hold the statistics "
+        f"({problems}): {text[:200]!r} [STAT-9]")
+
+
 OTHER_UID = 54321          # a user that owns nothing here: the planter of a symlink
 
 
@@ -250,6 +275,49 @@ def test_temporary_file_is_locked_while_written(rt, runtimes, tmp_path, monkeypa
     assert seen, f"no temporary file named .{NAME}.<unique>.tmp was fsynced [STAT-10]"
     assert all(locked for _, locked in seen), \
         f"the temporary file was not under an exclusive flock while written: {seen} [STAT-10]"
+
+
+@pytest.mark.clause("STAT-10")
+def test_temporary_file_swept_before_it_is_locked_is_made_again(rt, runtimes, tmp_path,
+                                                                monkeypatch, caplog) -> None:
+    """Another writer's first dump removes the temporary file of this one between its
+    creation and its lock (forced: the first ``flock`` of a temporary of the status file
+    unlinks it first); the dump still replaces the status file, with no error logged."""
+    path = tmp_path / NAME
+    swept: list[str] = []
+    real_flock = fcntl.flock
+
+    def flock(fd, operation) -> None:
+        if not swept and os.path.isdir("/proc/self/fd"):
+            name = os.path.basename(os.readlink(f"/proc/self/fd/{fd}"))
+            if name.startswith(f".{NAME}.") and name.endswith(".tmp") \
+                    and operation & fcntl.LOCK_EX:
+                os.unlink(tmp_path / name)
+                swept.append(name)
+        real_flock(fd, operation)
+
+    if not os.path.isdir("/proc/self/fd"):
+        pytest.skip("needs /proc/self/fd")
+    ctx = runtimes()
+    caplog.set_level(logging.ERROR)
+    monkeypatch.setattr(fcntl, "flock", flock)
+    dump_once(rt, ctx, path)
+    monkeypatch.undo()
+    if not swept:
+        pytest.skip("the runtime took no flock on a temporary file named "
+                    f".{NAME}.<unique>.tmp (checked by test_temporary_file_is_locked_while_written)")
+    errors = runtime_records(caplog, rt, logging.ERROR)
+    try:
+        written = validate_status(json.loads(path.read_text(encoding="utf-8"))) == []
+    except (OSError, ValueError):
+        written = False
+    assert written and errors == [], (
+        f"the temporary file {swept[0]} was removed by another writer's sweep before it was "
+        f"locked, and the dump {'wrote' if path.exists() else 'did not write'} the status "
+        f"file, logging {[r.getMessage()[:200] for r in errors]}: it must make a new "
+        f"temporary file [STAT-10]")
+    assert temporaries(tmp_path) == [], \
+        f"the dump left {temporaries(tmp_path)} behind [STAT-8]"
 
 
 # -- API-8 ---------------------------------------------------------------------------------------
