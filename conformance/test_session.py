@@ -64,6 +64,40 @@ def test_construction_validates_and_new_session_uses_the_context(rt, ctx) -> Non
         "new_session() must use the context's registry and device_mgr [SESS-1]"
 
 
+@pytest.mark.clause("SESS-1")
+def test_without_registry_and_clock_the_global_registry_and_the_real_clock_serve(rt,
+                                                                                ctx) -> None:
+    """``DirectSession(device_mgr, graph)``: its runs run the actions of ``global_registry()``
+    and time the step on the real clock, so a step whose node computes 2 000 µs (EXEC-12)
+    reports at least that much to POST (real time only adds to it: no upper bound)."""
+    log = Log()
+    action = recording_action(rt, "global-post", log)
+    glob = rt.global_registry()
+    g = rt.Graph()
+    g.add_node("x", "Placeholder", device=CPU, dtype="float32")
+    g.add_node("slow", "Identity", ["x"], device=CPU, cost_us=2000)
+    glob.register(POST, 9_001, action)
+    s = rt.DirectSession(ctx.device_mgr, g)
+    try:
+        (out,) = s.run(["slow"], FEED)
+    except Exception as exc:  # noqa: BLE001 - any error: the defaults did not serve
+        pytest.fail(f"a session made without registry and clock could not run: {exc!r} "
+                    f"[SESS-1]")
+    finally:
+        glob.unregister(POST, 9_001, action)
+    s.close()
+    np.testing.assert_array_equal(out, FEED["x"], err_msg="run(['slow']) [SESS-1]")
+    runs = [e for e in log.snapshot() if e[3] is s]
+    assert len(runs) == 1, (
+        f"a session made with registry=None ran the global registry's POST action "
+        f"{len(runs)} time(s) in one run, expected once [SESS-1]")
+    ((_, _, duration_us, _, device_mgr),) = runs
+    assert device_mgr is ctx.device_mgr and duration_us >= 2000, (
+        f"with clock=None the step of a 2000 us node lasted {duration_us} us on the clock "
+        f"(device_mgr given: {device_mgr is ctx.device_mgr}): the real clock must time it "
+        f"[SESS-1]")
+
+
 @pytest.mark.clause("SESS-2")
 def test_fetch_order_targets_and_copies(rt, ctx) -> None:
     log = Log()
@@ -94,7 +128,9 @@ class _NoArray:
 @pytest.mark.parametrize("feed", ["xent:1", "xent:0", "xent", "two"])
 def test_only_output_0_of_a_single_output_node_is_fed(rt, ctx, feed) -> None:
     """feed_dict names "name" or "name:0" of a single-output node: an output of a node with
-    two outputs is no feed, whichever of them."""
+    two outputs is no feed, whichever of them, and the run is refused before any action."""
+    log = Log()
+    ctx.registry.register(PRE, 0, recording_action(rt, "pre", log))
     g = rt.Graph()
     g.add_node("l", "Placeholder", device=CPU, dtype="float32")
     g.add_node("y", "Placeholder", device=CPU, dtype="float32")
@@ -106,6 +142,8 @@ def test_only_output_0_of_a_single_output_node_is_fed(rt, ctx, feed) -> None:
     with pytest.raises(rt.InvalidArgumentError):
         s.run(["out"], {"l": value, "y": value, feed: np.ones(2, np.float32)})
         pytest.fail(f"feeding {feed!r}, an output of a two-output node, was accepted [SESS-2]")
+    assert log.snapshot() == [], (
+        f"feeding {feed!r}: a PRE action ran before the feed was refused [SESS-2]")
 
 
 @pytest.mark.clause("SESS-2")
