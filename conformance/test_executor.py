@@ -246,6 +246,8 @@ def test_kernel_values(rt, ctx, device: str) -> None:
     add("sum_all", "Sum", ["ba"])
     add("mean0", "Mean", ["ba"], axis=0)
     add("sum1k", "Sum", ["ba"], axis=1, keep_dims=True)
+    add("sum_list", "Sum", ["ba"], axis=[0, 1])           # a list is the tuple of its ints
+    add("mean_list", "Mean", ["ba"], axis=[1], keep_dims=True)
     add("add", "Add", ["ba", "bias"])
     add("relu", "Relu", ["ba"])
     add("relu_grad", "ReluGrad", ["mm", "ba"])
@@ -253,16 +255,20 @@ def test_kernel_values(rt, ctx, device: str) -> None:
     add("xent", "SoftmaxCrossEntropyWithLogits", ["ba", "labels"])
     add("ident", "Identity", ["relu"])
     s = ctx.new_session(g)
-    names = ["mm", "mm_ta", "mm_tb", "ba", "bag", "sum_all", "mean0", "sum1k", "add", "relu",
-             "relu_grad", "xent:0", "xent:1", "ident", "bias"]
-    out = dict(zip(names, s.run(names, {"a": a, "b": b, "labels": labels})))
+    names = ["mm", "mm_ta", "mm_tb", "ba", "bag", "sum_all", "mean0", "sum1k", "sum_list",
+             "mean_list", "add", "relu", "relu_grad", "xent:0", "xent:1", "ident", "bias"]
+    try:
+        out = dict(zip(names, s.run(names, {"a": a, "b": b, "labels": labels})))
+    except rt.OpError as exc:
+        pytest.fail(f"a step of valid kernel inputs on {device} failed: {exc} [EXEC-4]")
     mm = a.astype(np.float64) @ b
     ba = mm + bias
     loss, backprop = _softmax_xent(ba.astype(np.float32), labels)
     expected = {
         "mm": mm, "mm_ta": a.T.astype(np.float64) @ a, "mm_tb": a.astype(np.float64) @ a.T,
         "ba": ba, "bag": ba.sum(axis=0), "sum_all": ba.sum(), "mean0": ba.mean(axis=0),
-        "sum1k": ba.sum(axis=1, keepdims=True), "add": ba + bias, "relu": np.maximum(ba, 0),
+        "sum1k": ba.sum(axis=1, keepdims=True), "sum_list": ba.sum(axis=(0, 1)),
+        "mean_list": ba.mean(axis=1, keepdims=True), "add": ba + bias, "relu": np.maximum(ba, 0),
         "relu_grad": mm * (ba > 0), "xent:0": loss, "xent:1": backprop,
         "ident": np.maximum(ba, 0), "bias": bias,
     }
