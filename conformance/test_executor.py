@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -745,6 +746,52 @@ def test_a_failed_step_frees_buffers_whose_consumers_never_ran(rt, ctx, device: 
             f"after the failed step {alloc.get_stats().bytes_in_use - before} bytes are still "
             f"in use on {device}: a's buffer, held for 'later' which never ran [EXEC-6]")
     assert log.snapshot() == [], "the consumer of a failed node ran [EXEC-6]"
+
+
+FREED_WITHIN_S = 10.0   # real time, generous for a loaded machine: only a runtime that keeps
+                        # the buffer until the step ends waits it out
+
+
+@pytest.mark.clause("EXEC-6")
+@pytest.mark.parametrize("device", [CPU, GPU])
+def test_a_failed_kernels_outputs_are_freed_when_it_fails(rt, ctx, device: str) -> None:
+    """'bad', a PyFunc of two outputs, places output 0 (4 000 bytes) and fails: its func
+    returns None for output 1 (EXEC-4). 'busy', running since before, goes on while the step
+    aborts (EXEC-9) and watches the allocator: bad's buffer must be freed when bad fails, not
+    when the step ends after busy has returned."""
+    alloc = allocator_of(ctx, device)
+    busy_started = threading.Event()
+    seen: list[tuple[int, int]] = []
+
+    def bad():
+        busy_started.wait(FREED_WITHIN_S)
+        return np.ones(1000, np.float32), None
+
+    def busy():
+        busy_started.set()
+        limit = time.monotonic() + FREED_WITHIN_S
+        while True:
+            stats = alloc.get_stats()
+            seen.append((stats.num_allocs - before.num_allocs,
+                         stats.bytes_in_use - before.bytes_in_use))
+            if seen[-1] == (1, 0) or time.monotonic() > limit:   # placed, then freed
+                return np.float32(0)
+            time.sleep(0.001)
+
+    g = rt.Graph()
+    g.add_node("bad", "PyFunc", device=device, num_outputs=2, func=bad)
+    g.add_node("busy", "PyFunc", device=device, func=busy)
+    s = ctx.new_session(g)
+    before = alloc.get_stats()
+    with pytest.raises(rt.OpError):
+        s.run(["busy"], target_nodes=["bad"])
+        pytest.fail("a step whose node returned None for an output succeeded [EXEC-4]")
+    assert seen and seen[-1] == (1, 0), (
+        f"while 'busy' ran, {seen[-1][1] if seen else '?'} bytes of bad's output were still "
+        f"in use {FREED_WITHIN_S:.0f} s after bad had placed it ({seen[-1][0] if seen else '?'} "
+        f"allocations): a failed kernel's outputs must be freed when it fails [EXEC-6]")
+    assert alloc.get_stats().bytes_in_use == before.bytes_in_use, (
+        "the failed step left buffers allocated [EXEC-6]")
 
 
 @pytest.mark.clause("EXEC-8")
