@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 
 import numpy as np
@@ -62,6 +63,10 @@ def test_construction_validates_and_new_session_uses_the_context(rt, ctx) -> Non
     (_, _, _, session, device_mgr), = log.snapshot()
     assert session is s and device_mgr is ctx.device_mgr, \
         "new_session() must use the context's registry and device_mgr [SESS-1]"
+    direct = rt.DirectSession(ctx.device_mgr, step_graph(rt, Log()), registry=ctx.registry)
+    direct.close()
+    assert s.device_mgr is ctx.device_mgr and direct.device_mgr is ctx.device_mgr, (
+        "a session's device_mgr must be the device manager it was made with [SESS-1]")
 
 
 @pytest.mark.clause("SESS-1")
@@ -230,6 +235,36 @@ def test_other_spellings_of_names_are_unknown(rt, ctx, args) -> None:
         f"run{args!r}: an action ran before the bad name was rejected [SESS-2]"
 
 
+def names_the_argument(error: BaseException, argument: str) -> bool:
+    """The message names ``argument`` as a word of its own."""
+    return re.search(rf"(?<![A-Za-z0-9_]){argument}(?![A-Za-z0-9_])", str(error)) is not None
+
+
+WRONG_TYPES = [
+    ((3, FEED), "fetches"), ((["out", 3], FEED), "fetches"),
+    ((["out"], FEED, 5), "target_nodes"), ((["out"], FEED, ["double", None]), "target_nodes"),
+    ((["out"], [("x", FEED["x"])]), "feed_dict"), ((["out"], {1: FEED["x"]}), "feed_dict"),
+]
+
+
+@pytest.mark.clause("SESS-2")
+@pytest.mark.parametrize("args,argument", WRONG_TYPES,
+                         ids=["fetches-int", "fetches-item", "targets-int", "targets-item",
+                              "feed_dict-list", "feed_dict-key"])
+def test_arguments_of_the_wrong_type_are_type_errors_naming_them(rt, ctx, args,
+                                                                   argument) -> None:
+    log = Log()
+    ctx.registry.register(PRE, 0, recording_action(rt, "pre", log))
+    s = ctx.new_session(step_graph(rt, Log()))
+    with pytest.raises(TypeError) as info:
+        s.run(*args)
+        pytest.fail(f"run{args!r} did not raise TypeError [SESS-2]")
+    assert names_the_argument(info.value, argument), (
+        f"run{args!r}: the TypeError {str(info.value)!r} does not name {argument} [SESS-2]")
+    assert log.snapshot() == [], \
+        f"run{args!r}: an action ran before the argument was refused [SESS-2]"
+
+
 @pytest.mark.clause("SESS-2")
 def test_output_index_may_have_leading_zeros(rt, ctx) -> None:
     s = ctx.new_session(step_graph(rt, Log()))
@@ -284,6 +319,28 @@ def test_graph_id_is_stable_per_signature(rt, ctx) -> None:
             f"a session made after another was closed reused its graph_id {c} [SESS-3]")
         seen.add(c)
     s2.close()
+
+
+@pytest.mark.clause("SESS-3")
+def test_graph_id_names_a_signature_without_running_it(rt, ctx) -> None:
+    log, steps = Log(), Log()
+    ctx.registry.register(PRE, 0, recording_action(rt, "pre", log))
+    s = ctx.new_session(step_graph(rt, steps))
+    gid = s.graph_id(["out", "double"], FEED)
+    assert s.graph_id(["double", "out"], ["x:0"]) == gid, (
+        "graph_id with the fed names as a sequence gave another graph_id [SESS-3]")
+    assert log.snapshot() == [] and kinds(steps) == [], (
+        f"graph_id ran actions {kinds(log)} or nodes {kinds(steps)} [SESS-3]")
+    s.run(["out", "double"], FEED)
+    ((_, ran, *_),) = log.snapshot()
+    assert ran == gid, f"graph_id() gave {gid}, the run of that signature {ran} [SESS-3]"
+    for args, argument in [a for a in WRONG_TYPES if a[1] != "feed_dict"]:
+        with pytest.raises(TypeError) as info:
+            s.graph_id(*args)
+            pytest.fail(f"graph_id{args!r} did not raise TypeError [SESS-3]")
+        assert names_the_argument(info.value, argument), (
+            f"graph_id{args!r}: the TypeError {str(info.value)!r} does not name {argument} "
+            f"[SESS-3]")
 
 
 # -- SESS-4, SESS-5 --------------------------------------------------------------------------
