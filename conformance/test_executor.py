@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -246,6 +247,8 @@ def test_kernel_values(rt, ctx, device: str) -> None:
     add("sum_all", "Sum", ["ba"])
     add("mean0", "Mean", ["ba"], axis=0)
     add("sum1k", "Sum", ["ba"], axis=1, keep_dims=True)
+    add("sum_list", "Sum", ["ba"], axis=[0, 1])           # a list is the tuple of its ints
+    add("mean_list", "Mean", ["ba"], axis=[1], keep_dims=True)
     add("add", "Add", ["ba", "bias"])
     add("relu", "Relu", ["ba"])
     add("relu_grad", "ReluGrad", ["mm", "ba"])
@@ -253,16 +256,20 @@ def test_kernel_values(rt, ctx, device: str) -> None:
     add("xent", "SoftmaxCrossEntropyWithLogits", ["ba", "labels"])
     add("ident", "Identity", ["relu"])
     s = ctx.new_session(g)
-    names = ["mm", "mm_ta", "mm_tb", "ba", "bag", "sum_all", "mean0", "sum1k", "add", "relu",
-             "relu_grad", "xent:0", "xent:1", "ident", "bias"]
-    out = dict(zip(names, s.run(names, {"a": a, "b": b, "labels": labels})))
+    names = ["mm", "mm_ta", "mm_tb", "ba", "bag", "sum_all", "mean0", "sum1k", "sum_list",
+             "mean_list", "add", "relu", "relu_grad", "xent:0", "xent:1", "ident", "bias"]
+    try:
+        out = dict(zip(names, s.run(names, {"a": a, "b": b, "labels": labels})))
+    except rt.OpError as exc:
+        pytest.fail(f"a step of valid kernel inputs on {device} failed: {exc} [EXEC-4]")
     mm = a.astype(np.float64) @ b
     ba = mm + bias
     loss, backprop = _softmax_xent(ba.astype(np.float32), labels)
     expected = {
         "mm": mm, "mm_ta": a.T.astype(np.float64) @ a, "mm_tb": a.astype(np.float64) @ a.T,
         "ba": ba, "bag": ba.sum(axis=0), "sum_all": ba.sum(), "mean0": ba.mean(axis=0),
-        "sum1k": ba.sum(axis=1, keepdims=True), "add": ba + bias, "relu": np.maximum(ba, 0),
+        "sum1k": ba.sum(axis=1, keepdims=True), "sum_list": ba.sum(axis=(0, 1)),
+        "mean_list": ba.mean(axis=1, keepdims=True), "add": ba + bias, "relu": np.maximum(ba, 0),
         "relu_grad": mm * (ba > 0), "xent:0": loss, "xent:1": backprop,
         "ident": np.maximum(ba, 0), "bias": bias,
     }
@@ -739,6 +746,52 @@ def test_a_failed_step_frees_buffers_whose_consumers_never_ran(rt, ctx, device: 
             f"after the failed step {alloc.get_stats().bytes_in_use - before} bytes are still "
             f"in use on {device}: a's buffer, held for 'later' which never ran [EXEC-6]")
     assert log.snapshot() == [], "the consumer of a failed node ran [EXEC-6]"
+
+
+FREED_WITHIN_S = 10.0   # real time, generous for a loaded machine: only a runtime that keeps
+                        # the buffer until the step ends waits it out
+
+
+@pytest.mark.clause("EXEC-6")
+@pytest.mark.parametrize("device", [CPU, GPU])
+def test_a_failed_kernels_outputs_are_freed_when_it_fails(rt, ctx, device: str) -> None:
+    """'bad', a PyFunc of two outputs, places output 0 (4 000 bytes) and fails: its func
+    returns None for output 1 (EXEC-4). 'busy', running since before, goes on while the step
+    aborts (EXEC-9) and watches the allocator: bad's buffer must be freed when bad fails, not
+    when the step ends after busy has returned."""
+    alloc = allocator_of(ctx, device)
+    busy_started = threading.Event()
+    seen: list[tuple[int, int]] = []
+
+    def bad():
+        busy_started.wait(FREED_WITHIN_S)
+        return np.ones(1000, np.float32), None
+
+    def busy():
+        busy_started.set()
+        limit = time.monotonic() + FREED_WITHIN_S
+        while True:
+            stats = alloc.get_stats()
+            seen.append((stats.num_allocs - before.num_allocs,
+                         stats.bytes_in_use - before.bytes_in_use))
+            if seen[-1] == (1, 0) or time.monotonic() > limit:   # placed, then freed
+                return np.float32(0)
+            time.sleep(0.001)
+
+    g = rt.Graph()
+    g.add_node("bad", "PyFunc", device=device, num_outputs=2, func=bad)
+    g.add_node("busy", "PyFunc", device=device, func=busy)
+    s = ctx.new_session(g)
+    before = alloc.get_stats()
+    with pytest.raises(rt.OpError):
+        s.run(["busy"], target_nodes=["bad"])
+        pytest.fail("a step whose node returned None for an output succeeded [EXEC-4]")
+    assert seen and seen[-1] == (1, 0), (
+        f"while 'busy' ran, {seen[-1][1] if seen else '?'} bytes of bad's output were still "
+        f"in use {FREED_WITHIN_S:.0f} s after bad had placed it ({seen[-1][0] if seen else '?'} "
+        f"allocations): a failed kernel's outputs must be freed when it fails [EXEC-6]")
+    assert alloc.get_stats().bytes_in_use == before.bytes_in_use, (
+        "the failed step left buffers allocated [EXEC-6]")
 
 
 @pytest.mark.clause("EXEC-8")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 
 import numpy as np
@@ -62,6 +63,44 @@ def test_construction_validates_and_new_session_uses_the_context(rt, ctx) -> Non
     (_, _, _, session, device_mgr), = log.snapshot()
     assert session is s and device_mgr is ctx.device_mgr, \
         "new_session() must use the context's registry and device_mgr [SESS-1]"
+    direct = rt.DirectSession(ctx.device_mgr, step_graph(rt, Log()), registry=ctx.registry)
+    direct.close()
+    assert s.device_mgr is ctx.device_mgr and direct.device_mgr is ctx.device_mgr, (
+        "a session's device_mgr must be the device manager it was made with [SESS-1]")
+
+
+@pytest.mark.clause("SESS-1")
+def test_without_registry_and_clock_the_global_registry_and_the_real_clock_serve(rt,
+                                                                                ctx) -> None:
+    """``DirectSession(device_mgr, graph)``: its runs run the actions of ``global_registry()``
+    and time the step on the real clock, so a step whose node computes 2 000 µs (EXEC-12)
+    reports at least that much to POST (real time only adds to it: no upper bound)."""
+    log = Log()
+    action = recording_action(rt, "global-post", log)
+    glob = rt.global_registry()
+    g = rt.Graph()
+    g.add_node("x", "Placeholder", device=CPU, dtype="float32")
+    g.add_node("slow", "Identity", ["x"], device=CPU, cost_us=2000)
+    glob.register(POST, 9_001, action)
+    s = rt.DirectSession(ctx.device_mgr, g)
+    try:
+        (out,) = s.run(["slow"], FEED)
+    except Exception as exc:  # noqa: BLE001 - any error: the defaults did not serve
+        pytest.fail(f"a session made without registry and clock could not run: {exc!r} "
+                    f"[SESS-1]")
+    finally:
+        glob.unregister(POST, 9_001, action)
+    s.close()
+    np.testing.assert_array_equal(out, FEED["x"], err_msg="run(['slow']) [SESS-1]")
+    runs = [e for e in log.snapshot() if e[3] is s]
+    assert len(runs) == 1, (
+        f"a session made with registry=None ran the global registry's POST action "
+        f"{len(runs)} time(s) in one run, expected once [SESS-1]")
+    ((_, _, duration_us, _, device_mgr),) = runs
+    assert device_mgr is ctx.device_mgr and duration_us >= 2000, (
+        f"with clock=None the step of a 2000 us node lasted {duration_us} us on the clock "
+        f"(device_mgr given: {device_mgr is ctx.device_mgr}): the real clock must time it "
+        f"[SESS-1]")
 
 
 @pytest.mark.clause("SESS-2")
@@ -94,7 +133,9 @@ class _NoArray:
 @pytest.mark.parametrize("feed", ["xent:1", "xent:0", "xent", "two"])
 def test_only_output_0_of_a_single_output_node_is_fed(rt, ctx, feed) -> None:
     """feed_dict names "name" or "name:0" of a single-output node: an output of a node with
-    two outputs is no feed, whichever of them."""
+    two outputs is no feed, whichever of them, and the run is refused before any action."""
+    log = Log()
+    ctx.registry.register(PRE, 0, recording_action(rt, "pre", log))
     g = rt.Graph()
     g.add_node("l", "Placeholder", device=CPU, dtype="float32")
     g.add_node("y", "Placeholder", device=CPU, dtype="float32")
@@ -106,6 +147,8 @@ def test_only_output_0_of_a_single_output_node_is_fed(rt, ctx, feed) -> None:
     with pytest.raises(rt.InvalidArgumentError):
         s.run(["out"], {"l": value, "y": value, feed: np.ones(2, np.float32)})
         pytest.fail(f"feeding {feed!r}, an output of a two-output node, was accepted [SESS-2]")
+    assert log.snapshot() == [], (
+        f"feeding {feed!r}: a PRE action ran before the feed was refused [SESS-2]")
 
 
 @pytest.mark.clause("SESS-2")
@@ -192,6 +235,36 @@ def test_other_spellings_of_names_are_unknown(rt, ctx, args) -> None:
         f"run{args!r}: an action ran before the bad name was rejected [SESS-2]"
 
 
+def names_the_argument(error: BaseException, argument: str) -> bool:
+    """The message names ``argument`` as a word of its own."""
+    return re.search(rf"(?<![A-Za-z0-9_]){argument}(?![A-Za-z0-9_])", str(error)) is not None
+
+
+WRONG_TYPES = [
+    ((3, FEED), "fetches"), ((["out", 3], FEED), "fetches"),
+    ((["out"], FEED, 5), "target_nodes"), ((["out"], FEED, ["double", None]), "target_nodes"),
+    ((["out"], [("x", FEED["x"])]), "feed_dict"), ((["out"], {1: FEED["x"]}), "feed_dict"),
+]
+
+
+@pytest.mark.clause("SESS-2")
+@pytest.mark.parametrize("args,argument", WRONG_TYPES,
+                         ids=["fetches-int", "fetches-item", "targets-int", "targets-item",
+                              "feed_dict-list", "feed_dict-key"])
+def test_arguments_of_the_wrong_type_are_type_errors_naming_them(rt, ctx, args,
+                                                                   argument) -> None:
+    log = Log()
+    ctx.registry.register(PRE, 0, recording_action(rt, "pre", log))
+    s = ctx.new_session(step_graph(rt, Log()))
+    with pytest.raises(TypeError) as info:
+        s.run(*args)
+        pytest.fail(f"run{args!r} did not raise TypeError [SESS-2]")
+    assert names_the_argument(info.value, argument), (
+        f"run{args!r}: the TypeError {str(info.value)!r} does not name {argument} [SESS-2]")
+    assert log.snapshot() == [], \
+        f"run{args!r}: an action ran before the argument was refused [SESS-2]"
+
+
 @pytest.mark.clause("SESS-2")
 def test_output_index_may_have_leading_zeros(rt, ctx) -> None:
     s = ctx.new_session(step_graph(rt, Log()))
@@ -246,6 +319,28 @@ def test_graph_id_is_stable_per_signature(rt, ctx) -> None:
             f"a session made after another was closed reused its graph_id {c} [SESS-3]")
         seen.add(c)
     s2.close()
+
+
+@pytest.mark.clause("SESS-3")
+def test_graph_id_names_a_signature_without_running_it(rt, ctx) -> None:
+    log, steps = Log(), Log()
+    ctx.registry.register(PRE, 0, recording_action(rt, "pre", log))
+    s = ctx.new_session(step_graph(rt, steps))
+    gid = s.graph_id(["out", "double"], FEED)
+    assert s.graph_id(["double", "out"], ["x:0"]) == gid, (
+        "graph_id with the fed names as a sequence gave another graph_id [SESS-3]")
+    assert log.snapshot() == [] and kinds(steps) == [], (
+        f"graph_id ran actions {kinds(log)} or nodes {kinds(steps)} [SESS-3]")
+    s.run(["out", "double"], FEED)
+    ((_, ran, *_),) = log.snapshot()
+    assert ran == gid, f"graph_id() gave {gid}, the run of that signature {ran} [SESS-3]"
+    for args, argument in [a for a in WRONG_TYPES if a[1] != "feed_dict"]:
+        with pytest.raises(TypeError) as info:
+            s.graph_id(*args)
+            pytest.fail(f"graph_id{args!r} did not raise TypeError [SESS-3]")
+        assert names_the_argument(info.value, argument), (
+            f"graph_id{args!r}: the TypeError {str(info.value)!r} does not name {argument} "
+            f"[SESS-3]")
 
 
 # -- SESS-4, SESS-5 --------------------------------------------------------------------------
