@@ -211,6 +211,27 @@ def test_malformed_reviewed_entries_are_refused(tmp_path: Path, body: str, error
         eq.load(path)
 
 
+@pytest.mark.parametrize("text, error", [
+    ("[[mutant]]\nkey = \"k\"\nkey = \"j\"\n", "Cannot overwrite"),
+    ("not toml at all\n", "after a key"),
+    ("mutant = 1\n", "array of tables"),
+    ("mutant = [1, 2]\n", "array of tables"),
+])
+def test_a_reviewed_list_that_is_no_toml_is_a_usage_error(
+        tmp_path: Path, text: str, error: str, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import mutation.__main__ as cli
+    path = tmp_path / "eq.toml"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(eq.ReviewedListError, match=error):
+        eq.load(path)
+    original = eq.load
+    monkeypatch.setattr(eq, "load", lambda p=path: original(p))
+    assert cli.main(["check"]) == 2
+    err = capsys.readouterr().err
+    assert error in err and "Traceback" not in err and str(path) in err
+
+
 def test_a_key_listed_twice_is_refused(tmp_path: Path) -> None:
     entry = ('[[mutant]]\nkey = "k"\nline = "x"\nchange = "c"\nmutated = "y"\n'
              'kind = "equivalent"\nreason = "r"\n')

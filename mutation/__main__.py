@@ -546,7 +546,7 @@ def main(argv: list[str] | None = None) -> int:
     previous = {sig: signal.signal(sig, _stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         return args.func(args)
-    except UsageError as exc:
+    except (UsageError, eq.ReviewedListError) as exc:
         print(f"{parser.prog} {args.command}: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

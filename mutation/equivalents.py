@@ -38,7 +38,7 @@ from pathlib import Path
 
 from .operators import Mutant
 
-__all__ = ["Equivalent", "EQUIVALENTS_PATH", "KINDS", "load", "problems",
+__all__ = ["Equivalent", "EQUIVALENTS_PATH", "KINDS", "ReviewedListError", "load", "problems",
            "unspecified_reason_problems"]
 
 EQUIVALENTS_PATH = Path(__file__).resolve().parent / "equivalents.toml"
@@ -56,24 +56,36 @@ class Equivalent:
     reason: str
 
 
+class ReviewedListError(ValueError):
+    """A reviewed list that cannot be used; one line naming the file and why."""
+
+
 def load(path: Path = EQUIVALENTS_PATH) -> dict[str, Equivalent]:
-    """The entries by key; ``ValueError`` for a malformed file or a duplicate key."""
-    data = tomllib.loads(path.read_text(encoding="utf-8"))
+    """The entries by key; ``ReviewedListError`` (a ``ValueError``) for a file that is no
+    TOML, a malformed entry or a duplicate key."""
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ReviewedListError(f"{path}: {exc}") from None
     unknown = set(data) - {"mutant"}
     if unknown:
-        raise ValueError(f"{path.name}: unknown tables {sorted(unknown)}")
+        raise ReviewedListError(f"{path}: unknown tables {sorted(unknown)}")
+    entries = data.get("mutant", [])
+    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+        raise ReviewedListError(f"{path}: 'mutant' must be an array of tables "
+                                f"([[mutant]] entries)")
     out: dict[str, Equivalent] = {}
-    for i, entry in enumerate(data.get("mutant", [])):
+    for i, entry in enumerate(entries):
         missing = [f for f in _FIELDS if not isinstance(entry.get(f), str) or not entry[f].strip()]
         extra = set(entry) - set(_FIELDS)
         if missing or extra:
-            raise ValueError(f"{path.name}: entry {i + 1} ({entry.get('key')!r}): missing or "
+            raise ReviewedListError(f"{path}: entry {i + 1} ({entry.get('key')!r}): missing or "
                              f"empty {missing}, unknown {sorted(extra)}")
         if entry["kind"] not in KINDS:
-            raise ValueError(f"{path.name}: entry {i + 1} ({entry['key']}): kind "
+            raise ReviewedListError(f"{path}: entry {i + 1} ({entry['key']}): kind "
                              f"{entry['kind']!r} is not one of {KINDS}")
         if entry["key"] in out:
-            raise ValueError(f"{path.name}: {entry['key']} is listed twice")
+            raise ReviewedListError(f"{path}: {entry['key']} is listed twice")
         out[entry["key"]] = Equivalent(**{f: entry[f] for f in _FIELDS})
     return out
 
