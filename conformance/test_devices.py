@@ -12,6 +12,7 @@ import threading
 import pytest
 
 from conformance import spec
+from conformance.checks import raises
 from conformance.control_helpers import (MiB, bus_id, control_env, gpus,  # noqa: F401
                                          pool_bytes, runtimes)
 from fixtures.threads import antman_threads, no_thread_leak  # noqa: F401
@@ -94,6 +95,14 @@ def test_lookup_index_and_type_spellings(rt, runtimes, name, expected) -> None:
     found = ctx.device_mgr.lookup_device(name)
     assert found.name == PREFIX + expected, \
         f"lookup_device({name!r}) = {found.name}, expected {PREFIX + expected} [DEVICE-2]"
+
+
+@pytest.mark.clause("DEVICE-2")
+@pytest.mark.parametrize("name", [None, 0, b"GPU:0", ("GPU", 0)], ids=repr)
+def test_lookup_of_a_name_that_is_not_a_str_is_a_key_error(rt, runtimes, name) -> None:
+    ctx = runtimes(num_gpus=2)
+    with raises(KeyError, "DEVICE-2", f"lookup_device({name!r})"):
+        ctx.device_mgr.lookup_device(name)
 
 
 @pytest.mark.clause("DEVICE-2")
@@ -596,3 +605,57 @@ def test_every_method_of_the_cpu_allocator_takes_its_lock(rt, monkeypatch, runti
         f"{method} ran {len(held)} line(s), none with the CPU allocator's lock held: a "
         f"concurrent allocation or free can be lost or seen half made, two allocations can "
         f"get the same pointer, and the statistics stop adding up [DEVICE-6]")
+
+
+@pytest.mark.clause("DEVICE-6")
+def test_cpu_allocator_name_sizes_and_alignment(rt, runtimes) -> None:
+    a = runtimes().device_mgr.lookup_device("CPU:0").get_allocator()
+    assert isinstance(a.name, str) and a.name, f"the CPU allocator's name {a.name!r} [DEVICE-6]"
+    size = MiB + 1
+    p = a.allocate_raw(64, size)
+    got = (a.requested_size(p), a.allocated_size(p))
+    a.deallocate_raw(p)
+    assert got[0] == size and got[1] >= size, (
+        f"an allocation of {size} bytes has (requested_size, allocated_size) {got}: expected "
+        f"{size} and at least {size} [DEVICE-6]")
+    held = []
+    for alignment in (1, 64, 128, 4096, 64, 256):
+        held.append(a.allocate_raw(alignment, 3 * alignment + 1))   # odd sizes: no luck
+        assert held[-1] % alignment == 0, (
+            f"allocate_raw({alignment}, {3 * alignment + 1}) returned {held[-1]:#x}, not a "
+            f"multiple of {alignment} (allocations before it: "
+            f"{[hex(q) for q in held[:-1]]}) [DEVICE-6]")
+    for q in held:
+        a.deallocate_raw(q)
+
+
+#: Run in a new process: the id of the CPU allocator's first allocation (DEVICE-6, API-3).
+FIRST_ID_PROBE = r"""
+import importlib, json, sys
+rt = importlib.import_module(sys.argv[1])
+with rt.create_runtime(backend="sim", num_gpus=0, config_file=None, status_file=None) as ctx:
+    a = ctx.device_mgr.lookup_device("CPU:0").get_allocator()
+    p = a.allocate_raw(64, 16)
+    print(json.dumps({"id": a.allocation_id(p)}))
+    a.deallocate_raw(p)
+"""
+
+
+@pytest.mark.clause("DEVICE-6")
+def test_the_first_cpu_allocation_of_a_process_has_an_id_above_0(rt) -> None:
+    """Every other test runs in a process that has allocated before: only a new process sees
+    the first id a runtime hands out."""
+    env = {k: v for k, v in os.environ.items() if k != "ANTMAN_DEVICE"}
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(spec.ROOT), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))])
+    try:
+        done = subprocess.run([sys.executable, "-c", FIRST_ID_PROBE, rt.__name__], env=env,
+                              capture_output=True, text=True, timeout=PROBE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"a new process's first CPU allocation took over {PROBE_TIMEOUT_S} s "
+                    f"[DEVICE-6]")
+    assert done.returncode == 0, (f"a new process's first CPU allocation failed: "
+                                  f"{done.stderr[-2000:]} [DEVICE-6]")
+    first = json.loads(done.stdout.strip().splitlines()[-1])["id"]
+    assert first > 0, (f"the first CPU allocation of a new process has allocation_id {first}, "
+                       f"expected an id greater than 0 [DEVICE-6]")
