@@ -19,7 +19,7 @@ import pytest
 
 from conformance.execution_helpers import (GPU, OP_MANAGER_PREFIX, POST, manager_threads,
                                            sim_runtime, wait_until)
-from conformance.preconditions import precondition
+from conformance.preconditions import precondition, precondition_holds
 from fixtures.config_writer import ConfigWriter, config_document
 
 pytestmark = pytest.mark.capability("workload", "executor")
@@ -213,6 +213,50 @@ def test_workload_command_line_refuses_bad_values(rt, option: str, value: str) -
         f"expected a usage error (exit status 2) [E2E-1]")
 
 
+@pytest.mark.clause("E2E-1")
+def test_workload_command_line_defaults(rt) -> None:
+    """Without ``--target-bytes`` or size options the command line trains
+    ``MLPWorkload(ctx)``: the constructor's defaults, the same sizes as in process."""
+    proc = _workload_cli(rt, "--steps", "0")
+    assert proc.returncode == 0, f"--steps 0: {proc.stderr[-2000:]} [E2E-1]"
+    first = json.loads(proc.stdout.splitlines()[0])
+    with sim_runtime(rt) as ctx:
+        wl = rt.MLPWorkload(ctx)
+        want = (wl.param_bytes, wl.step_bytes)
+        wl.close()
+    got = (first["param_bytes"], first["step_bytes"])
+    assert got == want, (f"the command line without size options trains a workload of "
+                         f"(param_bytes, step_bytes) {got}; MLPWorkload(ctx) has {want} [E2E-1]")
+
+
+@pytest.mark.clause("E2E-1")
+def test_workload_command_line_figures_are_the_device_bfcs_under_vmem(rt) -> None:
+    """A GPU of 24 KiB is too small for a step of the default workload: with VMem on and a
+    planned memory of ten times the GPU (TF_RO_PLANNED_GPU=1000, VMEM-5, VMEM-6) the step's
+    last buffers go to host memory. The device figures stay the device BFC's: its peak is at
+    most its limit, whatever the host side held (the VMem allocator's own peak adds it)."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("GPU_CONFIG_FILE", "GPU_STATUS_FILE", "TF_FORCE_GPU_ALLOW_GROWTH",
+                        "TF_CUDA_HOST_MEM_LIMIT_IN_MB", "TF_GPU_ALLOCATOR")}
+    env.update(ANTMAN_DEVICE="sim", TF_GPU_VMEM="true", TF_RO_PLANNED_GPU="1000")
+    proc = subprocess.run([sys.executable, "-m", f"{rt.__name__}.workload", "--backend", "sim",
+                           "--steps", "2", "--gpu-memory", "24K"],
+                          capture_output=True, text=True, timeout=60, env=env)
+    assert proc.returncode == 0, f"workload CLI on a 24 KiB GPU: {proc.stderr[-2000:]} [E2E-1]"
+    steps = [json.loads(line) for line in proc.stdout.splitlines()[1:]]
+    precondition_holds("VMEM-5", any(s.get("host_peak_bytes_in_use") for s in steps),
+                       f"a step of the default workload on a 24 KiB GPU with VMem on and "
+                       f"TF_RO_PLANNED_GPU=1000 used host memory: {steps}")
+    for s in steps:
+        figures = {k: s.get(k) for k in ("device_bytes_in_use", "device_peak_bytes_in_use",
+                                         "device_bytes_limit", "host_peak_bytes_in_use")}
+        assert figures["device_bytes_limit"] == 24 * 1024 \
+            and figures["device_peak_bytes_in_use"] <= figures["device_bytes_limit"], (
+            f"step {s['step']}: figures {figures}: the device figures must be the device "
+            f"BFC's under VMem (a peak within its 24 KiB limit), not the VMem allocator's "
+            f"[E2E-1]")
+
+
 def training_graph(wl) -> tuple[str, str, list[tuple[str, str]]]:
     """(x placeholder, y placeholder, [(weight, bias) per layer]) found by walking the graph:
     x -> MatMul(h, w) -> BiasAdd(., b) [-> Relu] ... -> SoftmaxCrossEntropyWithLogits(., y)."""
@@ -381,6 +425,42 @@ def test_sized_for_at_the_smallest_size_and_one_byte_below(rt) -> None:
                 wl = rt.MLPWorkload.sized_for(ctx, bad, **sizes)
                 pytest.fail(f"sized_for({bad!r}) built hidden={wl.hidden} needing "
                             f"{wl.param_bytes + wl.step_bytes} bytes [E2E-1]")
+
+
+@pytest.mark.clause("E2E-1")
+def test_sized_for_has_no_width_bound_of_its_own(rt) -> None:
+    """One input, two classes, a batch of one: about 52 bytes per unit of width, so 96 MiB
+    holds a hidden layer of about two million units, beyond any round bound (2**20) an
+    implementation might search below."""
+    sizes = dict(layers=2, batch=1, input_dim=1, classes=2)
+    budget = 96 * MiB
+    with sim_runtime(rt) as ctx:
+        wl = rt.MLPWorkload.sized_for(ctx, budget, **sizes)
+        hidden, fits = wl.hidden, wl.param_bytes + wl.step_bytes
+        wl.close()
+        assert fits <= budget, f"sized_for({budget}) overshoots: {fits} bytes [E2E-1]"
+        wider = rt.MLPWorkload(ctx, hidden=hidden + 1, **sizes)
+        wider_need = wider.param_bytes + wider.step_bytes
+        wider.close()
+        assert wider_need > budget, (
+            f"sized_for({budget}, {sizes}) built hidden={hidden}, yet hidden={hidden + 1} "
+            f"needs {wider_need} bytes, within the budget: not the widest [E2E-1]")
+        exact = rt.MLPWorkload.sized_for(ctx, fits, **sizes)     # a budget that fits exactly
+        again = exact.hidden
+        exact.close()
+    assert again == hidden, (
+        f"sized_for({fits}, {sizes}) built hidden={again}; hidden={hidden} needs exactly "
+        f"{fits} bytes [E2E-1]")
+
+
+@pytest.mark.clause("E2E-1")
+def test_sized_for_one_layer_has_the_default_width(rt) -> None:
+    with sim_runtime(rt) as ctx:
+        wl = rt.MLPWorkload.sized_for(ctx, 8 * MiB, layers=1)
+        hidden = wl.hidden
+        wl.close()
+    assert hidden == 64, (f"sized_for(8 MiB, layers=1) built hidden={hidden}: with one layer "
+                          f"no tensor has the hidden width, and hidden is 64 [E2E-1]")
 
 
 @pytest.mark.clause("E2E-1")

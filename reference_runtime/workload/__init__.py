@@ -98,10 +98,13 @@ class MLPWorkload:
     @classmethod
     def sized_for(cls, target: Any, device_bytes: int, *, layers: int = 3, batch: int = 256,
                   input_dim: int = 256, classes: int = 10, **kw: Any) -> "MLPWorkload":
-        """A workload whose variables plus one step's buffers take about ``device_bytes``."""
+        """The widest workload whose variables plus one step's buffers fit ``device_bytes``.
+
+        The width has no bound of its own: a large GPU gets a wide layer. With ``layers=1``
+        no tensor has the hidden width, so ``hidden`` is the constructor's default, 64.
+        """
         if isinstance(device_bytes, bool) or not isinstance(device_bytes, int):
             raise ValueError(f"device_bytes must be an int, got {device_bytes!r}")
-        lo, hi = 1, 1 << 20
 
         def need(h: int) -> int:
             probe = cls.__new__(cls)
@@ -112,13 +115,19 @@ class MLPWorkload:
         if need(1) > device_bytes:
             raise ValueError(f"device_bytes {device_bytes} is below what hidden=1 needs "
                              f"({need(1)} bytes)")
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if need(mid) <= device_bytes:
-                lo = mid
-            else:
-                hi = mid - 1
-        return cls(target, batch=batch, input_dim=input_dim, hidden=lo, layers=layers,
+        if layers == 1:
+            width = 64                          # the constructor's default
+        else:
+            # The widest fitting width, one bit at a time from above: need(h) grows by at
+            # least 4 bytes (a bias) per unit of h, so no width from device_bytes up fits.
+            # The loop ends after that many bits whatever need() gives (sizes that the
+            # constructor then refuses, naming them, included).
+            width, step = 1, 1 << device_bytes.bit_length()
+            while step:
+                if need(width + step) <= device_bytes:
+                    width += step
+                step >>= 1
+        return cls(target, batch=batch, input_dim=input_dim, hidden=width, layers=layers,
                    classes=classes, **kw)
 
     # -- data and graph -----------------------------------------------------------------------
