@@ -159,6 +159,20 @@ def test_invalid_knobs_fall_back_to_their_defaults(worker, step_ms: str) -> None
                          f"{tail[-600:]!r} [WORKER-3]")
 
 
+@pytest.mark.clause("WORKER-3")
+def test_valid_and_empty_knobs_write_no_line(worker) -> None:
+    """``ANTMAN_WORKER_SEED=0`` is valid (the smallest seed) and an empty
+    ``ANTMAN_WORKER_MAX_STEPS`` is unset (0: training until stopped): neither is reported."""
+    w = worker(ANTMAN_WORKER_SEED="0", ANTMAN_WORKER_MAX_STEPS="")
+    steps = w.steps(3)
+    assert [r["step"] for r in steps] == [0, 1, 2], \
+        f"a worker with an empty MAX_STEPS wrote steps {[r['step'] for r in steps]} [WORKER-3]"
+    tail = w.stderr_tail(1 << 20)
+    named = [k for k in ("ANTMAN_WORKER_SEED", "ANTMAN_WORKER_MAX_STEPS") if k in tail]
+    assert not named, (f"standard error names {named}, set to 0 (valid) and empty (unset): "
+                       f"{tail[-600:]!r} [WORKER-3]")
+
+
 @pytest.mark.clause("WORKER-4")
 def test_stdin_eof_stops_the_worker_with_status_0(worker) -> None:
     w = worker()
