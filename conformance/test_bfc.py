@@ -837,6 +837,30 @@ def test_retry_deadline_on_virtual_clock(rt):
 
 
 @pytest.mark.clause("BFC-12")
+@pytest.mark.capability("virtual_clock")   # holds the retry in its wait
+def test_only_the_final_attempt_reports_the_failure(rt, caplog):
+    """The two attempts before the wait are quiet (TF's ``dump_log_on_failure`` is false
+    until the final attempt): a retry that a free will soon satisfy logs nothing."""
+    clock = VirtualClock(clause="BFC-12")
+    bfc, sim = make(rt, MiB, growth=False, clock=clock, timeout_us=T_10S)
+    p = bfc.allocate_raw(256, MiB)                       # the whole pool
+    caplog.set_level(logging.WARNING)
+    caplog.clear()
+    t, out = _run(lambda: bfc.allocate_raw(256, 1000), "antman-test-quiet-retry")
+    try:
+        clock.wait_for_waiters(1, clause="BFC-12")
+        logged = runtime_records(caplog, rt, logging.WARNING)
+        assert not logged, (
+            f"the attempts before the retry's wait logged {logged}: only the final attempt "
+            f"may report the failure [BFC-12]")
+    finally:
+        clock.advance(2 * T_10S)
+        t.join(5)
+    assert not t.is_alive() and out == [None], f"after the deadline: {out} [BFC-12]"
+    bfc.deallocate_raw(p)
+
+
+@pytest.mark.clause("BFC-12")
 @pytest.mark.capability("virtual_clock")   # observes the retry's waits
 @pytest.mark.parametrize("kind", ["BFCAllocator", "GPUBFCAllocator"])
 def test_default_retry_timeout_is_10_s(rt, tf_env, kind):
