@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 
 import pytest
 
-from conformance.control_helpers import joined, run_in_thread
+from conformance.control_helpers import joined, run_in_thread, runtime_records
+from conformance.preconditions import precondition
 from fixtures.oom import assert_bfc_valid
 from fixtures.virtual_clock import VirtualClock
 
@@ -123,6 +125,29 @@ def test_shrink_stops_once_the_target_is_met(rt):
     assert state(bfc) == (6 * MiB, 6 * MiB, 6 * MiB, 256), (
         f"pool exactly at the target: next must be RoundedBytes(1) = 256, got {state(bfc)} "
         f"[ADJ-4]")
+
+
+@pytest.mark.clause("ADJ-2")
+@pytest.mark.parametrize("new_limit", [6 * MiB, 4 * MiB], ids=["pool-equals-target",
+                                                             "pool-below-target"])
+def test_a_shrink_that_reaches_its_target_logs_nothing(rt, caplog, new_limit):
+    """AntMan logs only a shrink that falls short; one whose remaining pool equals the
+    target exactly (R1 released: 7 - 1 = 6 MiB) has reached it."""
+    bfc, sim, a, b, c = three_regions(rt)
+    caplog.set_level(logging.WARNING)
+    caplog.clear()
+    got = rt.GPUAdjustableAllocator().adjust_memory_limit(new_limit, bfc)
+    with precondition("ADJ-3", f"the shrink to {new_limit} releases free regions until the "
+                               f"pool is at most the target"):
+        pool = bfc.memory_map().total_region_allocated_bytes
+        assert pool <= new_limit, (
+            f"pool {pool} after adjust_memory_limit({new_limit}) of R1 1 MiB (free), R2 "
+            f"2 MiB (in use), R3 4 MiB (free) [ADJ-3]")
+    assert got == new_limit, f"adjust_memory_limit({new_limit}) returned {got} [ADJ-2]"
+    logged = runtime_records(caplog, rt, logging.WARNING)
+    assert not logged, (
+        f"adjust_memory_limit({new_limit}) reached its target (pool "
+        f"{bfc.memory_map().total_region_allocated_bytes}) and logged {logged} [ADJ-2]")
 
 
 @pytest.mark.clause("ADJ-3")

@@ -6,6 +6,7 @@ never read back from the implementation under test.
 
 from __future__ import annotations
 
+import logging
 import random
 import struct
 import threading
@@ -13,7 +14,8 @@ import time
 
 import pytest
 
-from conformance.control_helpers import joined, run_in_thread
+from conformance.checks import raises
+from conformance.control_helpers import joined, run_in_thread, runtime_records
 from conformance.preconditions import precondition
 from fixtures.oom import FaultInjectingSubAllocator, assert_bfc_valid
 from fixtures.virtual_clock import VirtualClock
@@ -835,6 +837,30 @@ def test_retry_deadline_on_virtual_clock(rt):
 
 
 @pytest.mark.clause("BFC-12")
+@pytest.mark.capability("virtual_clock")   # holds the retry in its wait
+def test_only_the_final_attempt_reports_the_failure(rt, caplog):
+    """The two attempts before the wait are quiet (TF's ``dump_log_on_failure`` is false
+    until the final attempt): a retry that a free will soon satisfy logs nothing."""
+    clock = VirtualClock(clause="BFC-12")
+    bfc, sim = make(rt, MiB, growth=False, clock=clock, timeout_us=T_10S)
+    p = bfc.allocate_raw(256, MiB)                       # the whole pool
+    caplog.set_level(logging.WARNING)
+    caplog.clear()
+    t, out = _run(lambda: bfc.allocate_raw(256, 1000), "antman-test-quiet-retry")
+    try:
+        clock.wait_for_waiters(1, clause="BFC-12")
+        logged = runtime_records(caplog, rt, logging.WARNING)
+        assert not logged, (
+            f"the attempts before the retry's wait logged {logged}: only the final attempt "
+            f"may report the failure [BFC-12]")
+    finally:
+        clock.advance(2 * T_10S)
+        t.join(5)
+    assert not t.is_alive() and out == [None], f"after the deadline: {out} [BFC-12]"
+    bfc.deallocate_raw(p)
+
+
+@pytest.mark.clause("BFC-12")
 @pytest.mark.capability("virtual_clock")   # observes the retry's waits
 @pytest.mark.parametrize("kind", ["BFCAllocator", "GPUBFCAllocator"])
 def test_default_retry_timeout_is_10_s(rt, tf_env, kind):
@@ -1343,6 +1369,38 @@ def test_allocator_stats_and_attributes_defaults(rt):
     assert got == (0, 0, 0, 0, None, 0, 0, None), f"AllocatorStats() = {got} [API-3]"
     assert rt.AllocationAttributes().no_retry_on_failure is False, \
         "AllocationAttributes() must retry by default [API-3]"
+    b = rt.BinDebugInfo()
+    got = (b.total_bytes_in_use, b.total_bytes_in_bin, b.total_requested_bytes_in_use,
+           b.total_chunks_in_use, b.total_chunks_in_bin)
+    assert got == (0, 0, 0, 0, 0), f"BinDebugInfo() = {got}, expected every field 0 [API-3]"
+
+
+_INTERFACE_METHODS = {
+    "name": property(lambda self: "probe"),
+    "allocate_raw": lambda self, alignment, num_bytes, attributes=None: None,
+    "deallocate_raw": lambda self, ptr: None,
+    "alloc": lambda self, alignment, num_bytes: None,
+    "free": lambda self, ptr, num_bytes: None,
+}
+
+
+@pytest.mark.clause("API-3")
+@pytest.mark.parametrize("base,methods", [
+    ("Allocator", ("name", "allocate_raw", "deallocate_raw")),
+    ("SubAllocator", ("alloc", "free"))], ids=["Allocator", "SubAllocator"])
+def test_allocator_interfaces_are_abstract(rt, base, methods):
+    """TF's Allocator (Name, AllocateRaw, DeallocateRaw) and SubAllocator (Alloc, Free) have
+    pure virtual methods: a subclass that forgets one cannot be made, instead of failing (or
+    answering None) at its first use."""
+    interface = getattr(rt, base)
+    whole = type(f"Whole{base}", (interface,), {m: _INTERFACE_METHODS[m] for m in methods})
+    whole()     # every method defined: it can be made
+    for missing in methods:
+        partial = type(f"{base}Without_{missing}", (interface,),
+                       {m: _INTERFACE_METHODS[m] for m in methods if m != missing})
+        with raises(TypeError, "API-3",
+                    f"instantiating a subclass of {base} that does not define {missing}"):
+            partial()
 
 
 @pytest.mark.clause("API-3")
@@ -1357,6 +1415,97 @@ def test_simulated_memories_never_collide(rt):
     spans.sort()
     for (a0, a1), (b0, b1) in zip(spans, spans[1:]):
         assert a1 < b0, f"regions [{a0:#x}, {a1:#x}) and [{b0:#x}, {b1:#x}) touch [API-3]"
+
+
+@pytest.mark.clause("API-3")
+def test_device_regions_never_overlap_host_regions_however_many_instances(rt):
+    """A process may make very many simulated memories (a long stateful campaign makes a
+    device and a host memory per example): up to 2^17 device memories, one region each, made
+    while host memories hold theirs, never hand out an address inside a host region, so a
+    host fallback pointer can never be taken for a device one (VMEM-7). The loop ends early
+    once the regions, having wrapped around below the first one, reach it again: the next
+    instances would repeat the addresses already checked."""
+    hosts = [rt.SimulatedHostMemory(MiB) for _ in range(4)]
+    host_regions = [(p, p + 4 * KiB) for p in (h.alloc(256, 4 * KiB) for h in hosts)]
+    lowest, highest = min(r[0] for r in host_regions), max(r[1] for r in host_regions)
+    device_kind = rt.SimulatedDeviceMemory
+    first, wrapped = None, False
+    for i in range(1 << 17):
+        p = device_kind(MiB).alloc(256, 4 * KiB)
+        if first is None:
+            first = p
+        elif p < first:
+            wrapped = True
+        elif wrapped:
+            break
+        if p < highest and p + 4 * KiB > lowest:
+            for h0, h1 in host_regions:
+                assert p + 4 * KiB <= h0 or h1 <= p, (
+                    f"device memory number {i + 1} of this test handed out [{p:#x}, "
+                    f"+{4 * KiB}) over the live host region [{h0:#x}, {h1:#x}) [API-3]")
+
+
+@pytest.mark.clause("API-3")
+@pytest.mark.parametrize("kind", ["SimulatedDeviceMemory", "SimulatedHostMemory"])
+def test_a_region_in_a_freed_hole_keeps_apart_from_its_neighbour(rt, kind):
+    """Terabyte regions (addresses cost nothing) until a request no longer fits after the
+    last one and must go into the room a freed region left: requests a little larger than
+    that room (by a page, by 256 bytes) are refused or placed elsewhere, never over or
+    against the next region; one that fits leaves a gap."""
+    tib = 1 << 40
+    memory = getattr(rt, kind)(64 * tib)
+    a = memory.alloc(256, 6 * tib)
+    b = memory.alloc(256, 6 * tib)
+    assert a is not None and b is not None, f"{kind}: two 6 TiB regions of 64 TiB [API-3]"
+    memory.free(a, 6 * tib)
+    live = {b: 6 * tib}
+    for size in (6 * tib + 4 * KiB, 6 * tib + 256, 6 * tib):
+        ptr = memory.alloc(256, size)
+        if ptr is None:
+            continue
+        for other, other_size in live.items():
+            assert ptr + size < other or other + other_size < ptr, (
+                f"{kind}.alloc(256, {size}) returned [{ptr:#x}, +{size}), over or against "
+                f"the live region [{other:#x}, +{other_size}) [API-3]")
+        live[ptr] = size
+    assert memory.live_regions == live, f"{kind}.live_regions {memory.live_regions} [API-3]"
+
+
+@pytest.mark.clause("API-3")
+@pytest.mark.parametrize("kind", ["SimulatedDeviceMemory", "SimulatedHostMemory"])
+def test_a_zero_byte_alloc_returns_none(rt, kind):
+    """cudaMalloc of 0 bytes gives no memory: the null pointer, which TF reads as a failure."""
+    memory = getattr(rt, kind)(MiB)
+    assert memory.alloc(256, 0) is None, f"{kind}.alloc(256, 0) returned a region [API-3]"
+    assert (memory.alloc_calls, memory.bytes_in_use, memory.live_regions) == ([0], 0, {}), (
+        f"{kind} after alloc(256, 0): alloc_calls {memory.alloc_calls}, bytes_in_use "
+        f"{memory.bytes_in_use}, live_regions {memory.live_regions} [API-3]")
+
+
+@pytest.mark.clause("API-3")
+@pytest.mark.parametrize("bad", [-1, True, 1024.0, "1024", None])
+@pytest.mark.parametrize("kind", ["SimulatedDeviceMemory", "SimulatedHostMemory"])
+def test_a_bad_capacity_names_itself(rt, kind, bad):
+    memory_kind = getattr(rt, kind)
+    errors: list[str] = []
+    with raises(ValueError, "API-3", f"{kind}({bad!r})"):
+        try:
+            memory_kind(bad)
+        except ValueError as exc:
+            errors.append(str(exc))
+            raise
+    assert "capacity_bytes" in errors[0], (
+        f"{kind}({bad!r}): the ValueError {errors[0]!r} does not name capacity_bytes [API-3]")
+    memory = memory_kind(MiB)
+    with raises(ValueError, "API-3", f"{kind}.capacity = {bad!r}"):
+        try:
+            memory.capacity = bad
+        except ValueError as exc:
+            errors.append(str(exc))
+            raise
+    assert "capacity" in errors[1] and memory.capacity == MiB, (
+        f"{kind}.capacity = {bad!r}: the ValueError {errors[1]!r} must name capacity, and the "
+        f"capacity stay {MiB} (it is {memory.capacity}) [API-3]")
 
 
 # --- argument edges and the retry deadline to the microsecond -----------------------------

@@ -560,6 +560,35 @@ def test_a_buffer_is_freed_when_its_last_consumer_has_run(rt, ctx) -> None:
     assert alloc.get_stats().bytes_in_use == base, "step buffers left after run [EXEC-6]"
 
 
+@pytest.mark.clause("EXEC-6")
+def test_a_forwarded_buffer_is_freed_when_the_forwards_last_consumer_has_run(rt, ctx) -> None:
+    """Identity forwards its input's buffer (EXEC-5): the buffer then has the consumers of
+    both nodes, and is freed once the last of them has run, not at the end of the step."""
+    alloc = allocator_of(ctx, CPU)
+    seen: list[int] = []
+
+    def probe(x):
+        seen.append(alloc.get_stats().bytes_in_use)
+        return x[:1]
+
+    g = rt.Graph()
+    g.add_node("a", "Placeholder", device=CPU, dtype="float32")
+    g.add_node("b", "Relu", ["a"], device=CPU)
+    g.add_node("i", "Identity", ["b"], device=CPU)
+    g.add_node("c", "Relu", ["i"], device=CPU)
+    g.add_node("p", "PyFunc", ["c"], device=CPU, func=probe)
+    s = ctx.new_session(g)
+    feed = {"a": np.ones(1000, np.float32)}
+    s.run(["p"], feed)
+    base = alloc.get_stats().bytes_in_use
+    s.run(["p"], feed)
+    assert seen[-1] - base == 4000, (
+        f"while 'p' ran, {seen[-1] - base} bytes of the step were in use; only its input "
+        f"'c' (4000 bytes) may be: the buffer of 'b', forwarded by 'i', had no consumer left "
+        f"[EXEC-6]")
+    assert alloc.get_stats().bytes_in_use == base, "step buffers left after run [EXEC-6]"
+
+
 @pytest.mark.clause("EXEC-5")
 @pytest.mark.parametrize("value,count,largest", [
     (np.bool_(True), 1, 1), (np.uint8(7), 1, 1), (np.zeros(0, np.float32), 0, 0),

@@ -402,6 +402,51 @@ def test_unknown_pointers_raise_clear_errors(rt, tf_env):
         "[VMEM-7]")
 
 
+class TerseHostAllocator:
+    """A host allocator that owns no pointer and says so without naming it: whatever names
+    the pointer in a VMem allocator's error must come from the VMem allocator itself."""
+
+    name = "terse_host"
+
+    def __init__(self, rt) -> None:
+        self.rt = rt
+
+    def allocate_raw(self, alignment, num_bytes, attributes=None):
+        return None
+
+    def _unknown(self, ptr):
+        raise self.rt.InvalidPointerError("unknown pointer")
+
+    deallocate_raw = requested_size = allocated_size = allocation_id = _unknown
+
+    def tracks_allocation_sizes(self):
+        return True
+
+    def get_stats(self):
+        return None
+
+    def clear_stats(self):
+        pass
+
+
+@pytest.mark.clause("VMEM-7")
+def test_unknown_pointer_errors_name_the_pointer_themselves(rt, tf_env):
+    device = rt.BFCAllocator(rt.SimulatedDeviceMemory(MiB), MiB, False, "GPU_0_bfc",
+                             retry_timeout_us=0)
+    vmem = rt.GPUVMemAllocator(device, TerseHostAllocator(rt))
+    ptr = 0xDEAD00
+    for name in ("deallocate_raw", "requested_size", "allocated_size", "allocation_id"):
+        errors: list[str] = []
+        try:
+            getattr(vmem, name)(ptr)
+        except rt.InvalidPointerError as exc:
+            errors.append(str(exc))
+        assert errors, f"vmem.{name}({ptr:#x}) of a pointer nobody owns did not raise [VMEM-7]"
+        assert f"{ptr:#x}" in errors[0] or str(ptr) in errors[0], (
+            f"vmem.{name}({ptr:#x}) raised {errors[0]!r}, which does not name the pointer "
+            f"(the host allocator's own error does not either) [VMEM-7]")
+
+
 @pytest.mark.clause("VMEM-7")
 def test_address_reused_during_a_free_is_routed_to_the_device(rt, tf_env, monkeypatch):
     """A device pointer is forgotten before the device allocator may hand its address out
