@@ -131,7 +131,6 @@ class GPUStatistics(SessionRunAction):
         self._last_write: int | None = None
         self._last_error: str | None = None
         self._swept = False                  # stale temporaries removed (first dump)
-        self.dumps = 0
 
     # -- the action --------------------------------------------------------------------
     def run_action(self, options: SessionRunActionOptions) -> None:
@@ -259,7 +258,6 @@ class GPUStatistics(SessionRunAction):
             self._last_error = reason
             return False
         self._last_error = None
-        self.dumps += 1
         return True
 
     @property

@@ -170,8 +170,3 @@ class StepAllocations:
             self._live.clear()
         for buf in left:
             buf.release()
-
-    @property
-    def live(self) -> int:
-        with self._lock:
-            return len(self._live)
