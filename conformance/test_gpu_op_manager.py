@@ -25,12 +25,13 @@ pytestmark = pytest.mark.capability("executor", "gpu_op_manager", "resource_mana
 class Managed:
     """A runtime on a virtual clock with a GPUResourceManagement action (no config file)."""
 
-    def __init__(self, rt, clock, **runtime_kw) -> None:
+    def __init__(self, rt, clock, rm_class=None, **runtime_kw) -> None:
         self.rt = rt
         self.clock = clock
         self._cm = sim_runtime(rt, clock=clock, **runtime_kw)
         self.ctx = self._cm.__enter__()
-        self.rm = rt.GPUResourceManagement(None, clock=clock, registry=self.ctx.registry)
+        self.rm = (rm_class or rt.GPUResourceManagement)(None, clock=clock,
+                                                         registry=self.ctx.registry)
         self.post = Log()
         self.ctx.registry.register(POST, 1, recording_action(rt, "post", self.post))
 
@@ -184,6 +185,109 @@ def test_a_failed_step_counts_the_ops_it_queued(rt, managed) -> None:
                       f"ops, expected 2 (the ops it queued) [OPM-5]")
     assert [e[0] for e in log.snapshot()] == ["op0"], \
         f"ops launched {log.snapshot()}, expected op0 only [OPM-5]"
+
+
+REFUSAL = "queued-op count refused by the RM action"
+
+
+def refusing_resource_management(rt):
+    """A GPUResourceManagement subclass whose ``set_executor_queued_op_num`` raises while
+    ``refuse`` is set: a user's RM action that breaks RM-15, so that the work ending a managed
+    step raises (OPM-5)."""
+
+    class RefusingQueuedOpCount(rt.GPUResourceManagement):
+        refuse = True
+
+        def set_executor_queued_op_num(self, key, n) -> None:
+            if self.refuse:
+                raise RuntimeError(REFUSAL)
+            super().set_executor_queued_op_num(key, n)
+
+    return RefusingQueuedOpCount
+
+
+@pytest.fixture
+def refusing(rt, auto_clock):
+    m = Managed(rt, auto_clock, rm_class=refusing_resource_management(rt))
+    yield m
+    m.close()
+
+
+def queued_op_between_cpu_nodes(rt, m: Managed, log: Log, tail=None):
+    """CPU root -> op0, an asynchronous GPU op -> CPU tail (running ``tail`` if given): the
+    root's thread queues op0, and the step ends on the CPU tail, off the manager thread, so
+    that the step queues one op and finishes however a runtime counts its queued ops."""
+    g = rt.Graph()
+    g.add_node("root", "PyFunc", device=CPU, func=probe(log, "root", m.clock, m.rm))
+    g.add_node("op0", "PyFunc", ["root"], device=GPU, is_async=True,
+               func=probe(log, "op0", m.clock, m.rm))
+    g.add_node("tail", "PyFunc", ["op0"], device=CPU,
+               func=tail or probe(log, "tail", m.clock, m.rm))
+    return g
+
+
+@pytest.mark.clause("OPM-5")
+def test_a_failing_queued_op_count_fails_the_step(rt, refusing) -> None:
+    """The step itself succeeds; the RM action's set_executor_queued_op_num raises when it
+    finishes. run must raise an UnknownError naming that exception, end the step as a failed
+    one (buffers freed, manager joined, no POST action), and leave the session usable."""
+    m = refusing
+    log = Log()
+    s = m.ctx.new_session(queued_op_between_cpu_nodes(rt, m, log))
+    alloc = m.ctx.device_mgr.lookup_device(GPU).get_allocator()
+    before = alloc.get_stats().bytes_in_use
+    m.throttle(50, 1000)
+    runner, out = run_in_thread(lambda: s.run(["tail"]), "test-managed-run")
+    runner.join(10)
+    assert not runner.is_alive(), \
+        "run() hung after the RM action's set_executor_queued_op_num raised [OPM-5]"
+    error = out.get("error")
+    got = f"raised {error!r}" if "result" not in out else f"returned {out['result']!r}"
+    assert isinstance(error, rt.UnknownError) and REFUSAL in str(error), (
+        f"the RM action's set_executor_queued_op_num raised RuntimeError({REFUSAL!r}) as the "
+        f"managed step finished: run {got}, expected an UnknownError whose message contains "
+        f"that text [OPM-5]")
+    assert [e[0] for e in log.snapshot()] == ["root", "op0", "tail"], \
+        f"nodes run {log.snapshot()}, expected root, op0 and tail [OPM-5]"
+    assert alloc.get_stats().bytes_in_use == before, (
+        f"{alloc.get_stats().bytes_in_use - before} bytes still in use on {GPU} after the step "
+        f"whose queued-op count failed [OPM-5]")
+    assert manager_threads() == [], \
+        f"run() raised with manager threads alive: {manager_threads()} [OPM-5]"
+    assert m.post.snapshot() == [], \
+        f"POST actions ran after the step failed: {m.post.snapshot()} [OPM-5]"
+    m.rm.refuse = False
+    log.clear()
+    m.throttle(50, 1000)
+    ran = [e[0] for e in log.snapshot()] if len(s.run(["tail"])) == 1 else None
+    assert ran == ["root", "op0", "tail"], \
+        f"the next run of the session returned no fetch or ran {ran} [OPM-5]"
+    assert len(m.post.snapshot()) == 1, \
+        f"POST actions of the next run: {m.post.snapshot()}, expected one [OPM-5]"
+
+
+@pytest.mark.clause("OPM-5")
+def test_a_failed_steps_first_error_outranks_a_failing_queued_op_count(rt, refusing) -> None:
+    """The step's last node fails, then set_executor_queued_op_num raises as the step
+    finishes: run raises the step's first error, not the later one."""
+    m = refusing
+    log = Log()
+
+    def fail(x):
+        raise rt.InvalidArgumentError("planned failure of tail")
+
+    s = m.ctx.new_session(queued_op_between_cpu_nodes(rt, m, log, tail=fail))
+    m.throttle(50, 1000)
+    runner, out = run_in_thread(lambda: s.run(["tail"]), "test-managed-run")
+    runner.join(10)
+    assert not runner.is_alive(), \
+        "run() hung after the RM action's set_executor_queued_op_num raised [OPM-5]"
+    error = out.get("error")
+    assert isinstance(error, rt.InvalidArgumentError) and "planned failure" in str(error), (
+        f"a step failed at its tail, then set_executor_queued_op_num raised: run raised "
+        f"{error!r}, expected the step's first error, tail's InvalidArgumentError [OPM-5]")
+    assert manager_threads() == [], \
+        f"run() raised with manager threads alive: {manager_threads()} [OPM-5]"
 
 
 @pytest.mark.clause("OPM-3", "OPM-4")
