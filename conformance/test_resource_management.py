@@ -23,6 +23,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from conformance.checks import names_identifier
 from conformance.control_helpers import (MiB, bus_id, bytes_limit, control_env,  # noqa: F401
                                          device_bfc, gpus, joined, listener, poll,
                                          pool_bytes, run_in_thread, runtime_records, runtimes,
@@ -1551,7 +1552,7 @@ def test_idle_amounts_must_be_integers(rt, control_env, bad, method, argument) -
         args = ("k", bad) if method == "set_executor_queued_op_num" else (bad,)
         with pytest.raises(ValueError) as info:
             getattr(rm, method)(*args)
-        assert argument in str(info.value), (
+        assert names_identifier(info.value, argument), (
             f"{method}({bad!r}): the ValueError {info.value!r} does not name {argument!r} "
             f"[RM-14]")
         state = (rm.get_estimated_idle_time(), rm.in_step_idle, rm.total_time_slot,
