@@ -477,6 +477,9 @@ def test_directory_at_path(rt, listener, vclock, config_writer, caplog) -> None:
     warnings = runtime_records(caplog, rt, containing=str(config_writer.path))
     assert len(warnings) == 1, \
         f"a directory at the path logged {len(warnings)} warnings, expected 1 [FL-9]"
+    message = warnings[0].getMessage().replace(str(config_writer.path), "<path>")  # its name
+    assert "directory" in message.lower(), \
+        f"the warning for a directory at the path does not say it is one: {message!r} [FL-9]"
     assert listener.is_running(), "[FL-9]"
     config_writer.delete()
     text = config_writer.write(perf=30)
@@ -485,14 +488,21 @@ def test_directory_at_path(rt, listener, vclock, config_writer, caplog) -> None:
 
 
 @pytest.mark.clause("FL-9")
-def test_fifo_is_never_opened(rt, listener, vclock, tmp_path) -> None:
+def test_fifo_is_never_opened(rt, listener, vclock, tmp_path, caplog) -> None:
     if not hasattr(os, "mkfifo"):
         pytest.skip("no FIFOs on this platform")
+    caplog.set_level(logging.WARNING)
     path = tmp_path / "fifo"
     os.mkfifo(path)
     cb = register(listener, vclock, path)        # would block for ever if it opened the FIFO
     poll(vclock, 2)
     assert cb.calls == [], "a FIFO was delivered [FL-9]"
+    warnings = runtime_records(caplog, rt, containing=str(path))
+    assert len(warnings) == 1, \
+        f"a FIFO at the path logged {len(warnings)} warnings, expected 1 [FL-9]"
+    message = warnings[0].getMessage().replace(str(path), "<path>").lower()   # its name
+    assert "fifo" in message or "pipe" in message, (
+        f"the warning for a FIFO at the path does not say it is one: {message!r} [FL-9]")
 
 
 @pytest.mark.clause("FL-9")
