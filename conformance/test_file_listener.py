@@ -270,7 +270,7 @@ def test_raising_handler_is_logged_and_the_rest_run(rt, listener, vclock, tmp_pa
     assert after.contents == ["x"], "a raising handler stopped the next handler [FL-6]"
     errors = runtime_records(caplog, rt, logging.ERROR)
     assert len(errors) == 1 and str(path) in errors[0].getMessage() \
-        and "bad" in errors[0].getMessage(), \
+        and names_identifier(errors[0].getMessage(), "bad"), \
         f"a raising handler logged {[r.getMessage() for r in errors]} [FL-6]"
     write_text(path, "y")
     poll(vclock)
@@ -300,7 +300,7 @@ def test_handler_raising_an_exit_exception_does_not_end_the_monitor(
     assert raised == ["x"], f"the handler was not called with the change: {raised} [FL-6]"
     errors = runtime_records(caplog, rt, logging.ERROR)
     assert len(errors) == 1 and str(path) in errors[0].getMessage() \
-        and "exits" in errors[0].getMessage(), (
+        and names_identifier(errors[0].getMessage(), "exits"), (
         f"a handler raising {exit_exception.__name__} on the monitor thread logged "
         f"{[r.getMessage() for r in errors]}, expected one error naming the path and the "
         f"handler [FL-6]")
