@@ -7,6 +7,7 @@ import threading
 
 import pytest
 
+from conformance.checks import names_identifier
 from conformance.control_helpers import joined, run_in_thread, runtime_records
 from conformance.preconditions import precondition
 from fixtures.oom import assert_bfc_valid
@@ -469,7 +470,7 @@ def test_a_bad_limit_names_its_argument_and_changes_nothing(rt, caplog, method, 
     with pytest.raises(ValueError) as info:
         getattr(adj, method)(bad, bfc)
         pytest.fail(f"{method}({bad!r}, bfc) did not raise ValueError [ADJ-6]")
-    assert argument in str(info.value), (
+    assert names_identifier(info.value, argument), (
         f"{method}({bad!r}, bfc): the ValueError {str(info.value)!r} does not name "
         f"{argument!r} [ADJ-6]")
     assert _whole_state(bfc, sim) == before, f"a refused {method}({bad!r}) changed the allocator [ADJ-6]"
@@ -534,17 +535,23 @@ def test_a_bad_bfc_names_its_argument_and_a_bad_limit_comes_first(rt, bad):
         with pytest.raises(TypeError) as info:
             getattr(adj, method)(MiB, bad)
             pytest.fail(f"{method}(1 MiB, {bad!r}) did not raise TypeError [ADJ-6]")
-        assert "bfc" in str(info.value), (
+        assert names_identifier(info.value, "bfc"), (
             f"{method}(1 MiB, {bad!r}): the TypeError {str(info.value)!r} does not name "
             f"'bfc' [ADJ-6]")
+        assert names_identifier(info.value, method), (
+            f"{method}(1 MiB, {bad!r}): the TypeError {str(info.value)!r} does not name the "
+            f"method called (as a whole word) [ADJ-6]")
         with pytest.raises(ValueError):
             getattr(adj, method)(-1, bad)
             pytest.fail(f"{method}(-1, {bad!r}) did not raise the limit's ValueError [ADJ-6]")
     with pytest.raises(TypeError) as info:
         adj.get_mem_pool_stats(bad)
-    assert "bfc" in str(info.value), (
+    assert names_identifier(info.value, "bfc"), (
         f"get_mem_pool_stats({bad!r}): the TypeError {str(info.value)!r} does not name 'bfc' "
         f"[ADJ-6]")
+    assert names_identifier(info.value, "get_mem_pool_stats"), (
+        f"get_mem_pool_stats({bad!r}): the TypeError {str(info.value)!r} does not name the "
+        f"method called (as a whole word) [ADJ-6]")
     assert sim.free_calls == [], "[ADJ-6]"
 
 

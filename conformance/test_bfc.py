@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import logging
 import random
+import re
 import struct
 import threading
 import time
 
 import pytest
 
-from conformance.checks import raises
+from conformance.checks import names_identifier, raises
 from conformance.control_helpers import joined, run_in_thread, runtime_records
 from conformance.preconditions import precondition
 from fixtures.oom import FaultInjectingSubAllocator, assert_bfc_valid
@@ -150,7 +151,7 @@ def test_bad_sizes_raise_value_error(rt, bad):
     before = (bfc.memory_map(), bfc.get_stats())
     with pytest.raises(ValueError) as info:
         bfc.allocate_raw(256, bad)
-    assert "GPU_0_bfc" in str(info.value), (
+    assert names_identifier(info.value, "GPU_0_bfc"), (
         f"allocate_raw(256, {bad!r}) error {info.value!r} does not name the allocator [BFC-1]")
     assert (bfc.memory_map(), bfc.get_stats()) == before, (
         f"allocate_raw(256, {bad!r}) changed the allocator's state [BFC-1]")
@@ -380,6 +381,11 @@ def test_adjacent_regions_never_merge(rt):
 
 # --- BFC-6 -------------------------------------------------------------------------------
 
+# How a message says a pointer was already freed (BFC-6): a double free, or the word freed.
+ALREADY_FREED = re.compile(r"double[- ]free|(?<![A-Za-z0-9_])freed(?![A-Za-z0-9_])",
+                           re.IGNORECASE)
+
+
 @pytest.mark.clause("BFC-6")
 def test_invalid_pointers_raise_and_change_nothing(rt):
     bfc, _ = make(rt, MiB, growth=False)
@@ -387,15 +393,24 @@ def test_invalid_pointers_raise_and_change_nothing(rt):
     q = bfc.allocate_raw(256, 256)
     bfc.deallocate_raw(q)
     before = (bfc.memory_map(), bfc.get_stats())
-    bad = [0x1234, p + 256, p + 1, p + MiB * 7, -1, float(p), str(p)]
+    bad = [0x1234, p + 256, p + 1, p + MiB * 7, -1, float(p), str(p)]  # never a chunk's start
     for ptr in bad:
         for name in ("deallocate_raw", "requested_size", "allocated_size", "allocation_id"):
             with pytest.raises(rt.InvalidPointerError) as info:
                 getattr(bfc, name)(ptr)
-            assert "GPU_0_bfc" in str(info.value), (
+            assert names_identifier(info.value, "GPU_0_bfc"), (
                 f"{name}({ptr!r}) error {info.value!r} does not name the allocator [BFC-6]")
-    with pytest.raises(rt.InvalidPointerError):
+            assert names_identifier(info.value, name), (
+                f"{name}({ptr!r}) error {info.value!r} does not name the method called "
+                f"(as a whole word) [BFC-6]")
+            assert not ALREADY_FREED.search(str(info.value)), (
+                f"{name}({ptr!r}) error {info.value!r} reports a pointer this allocator never "
+                f"handed out as already freed (a double free) [BFC-6]")
+    with pytest.raises(rt.InvalidPointerError) as info:
         bfc.deallocate_raw(q)   # double free (q's chunk merged with the free tail)
+    assert ALREADY_FREED.search(str(info.value)), (
+        f"double free error {info.value!r} does not say the pointer was already freed "
+        f"('double free' or 'freed') [BFC-6]")
     assert (bfc.memory_map(), bfc.get_stats()) == before, (
         "an invalid pointer changed state [BFC-6]")
     assert issubclass(rt.InvalidPointerError, ValueError), "[BFC-6]"
@@ -412,6 +427,11 @@ def test_double_free_of_an_unmerged_chunk(rt):
         bfc.deallocate_raw(p)
     assert f"{p:#x}" in str(info.value) or str(p) in str(info.value), (
         f"double free error {info.value!r} does not name the pointer [BFC-6]")
+    assert names_identifier(info.value, "deallocate_raw"), (
+        f"double free error {info.value!r} does not name the method called [BFC-6]")
+    assert ALREADY_FREED.search(str(info.value)), (
+        f"double free error {info.value!r} does not say the pointer was already freed "
+        f"('double free' or 'freed') [BFC-6]")
     assert (bfc.memory_map(), bfc.get_stats()) == before, "a double free changed state [BFC-6]"
 
 
@@ -1494,7 +1514,7 @@ def test_a_bad_capacity_names_itself(rt, kind, bad):
         except ValueError as exc:
             errors.append(str(exc))
             raise
-    assert "capacity_bytes" in errors[0], (
+    assert names_identifier(errors[0], "capacity_bytes"), (
         f"{kind}({bad!r}): the ValueError {errors[0]!r} does not name capacity_bytes [API-3]")
     memory = memory_kind(MiB)
     with raises(ValueError, "API-3", f"{kind}.capacity = {bad!r}"):
@@ -1503,7 +1523,7 @@ def test_a_bad_capacity_names_itself(rt, kind, bad):
         except ValueError as exc:
             errors.append(str(exc))
             raise
-    assert "capacity" in errors[1] and memory.capacity == MiB, (
+    assert names_identifier(errors[1], "capacity") and memory.capacity == MiB, (
         f"{kind}.capacity = {bad!r}: the ValueError {errors[1]!r} must name capacity, and the "
         f"capacity stay {MiB} (it is {memory.capacity}) [API-3]")
 
@@ -1523,7 +1543,7 @@ def test_bad_size_arguments_name_themselves(rt, bad, argument):
                 rt.BFCAllocator(rt.SimulatedDeviceMemory(MiB), total, True, "GPU_0_bfc", **kw)
             else:
                 rt.GPUBFCAllocator(rt.SimulatedDeviceMemory(MiB), total, "GPU_0_bfc", **kw)
-        assert argument in str(info.value), (
+        assert names_identifier(info.value, argument), (
             f"{kind}({argument}={bad!r}): the ValueError {info.value!r} does not name the "
             f"argument [BFC-7]")
 

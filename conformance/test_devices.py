@@ -12,7 +12,7 @@ import threading
 import pytest
 
 from conformance import spec
-from conformance.checks import raises
+from conformance.checks import names_identifier, raises
 from conformance.control_helpers import (MiB, bus_id, control_env, gpus,  # noqa: F401
                                          pool_bytes, runtimes)
 from fixtures.threads import antman_threads, no_thread_leak  # noqa: F401
@@ -541,9 +541,9 @@ def test_create_runtime_arguments_name_themselves(rt, control_env, argument, bad
         ctx = rt.create_runtime(backend=backend, config_file=None,
                                 status_file=None, **{argument: bad})
         ctx.close()
-    assert argument in str(info.value), (
+    assert names_identifier(info.value, argument), (
         f"create_runtime({argument}={bad!r}): the ValueError {info.value!r} does not name the "
-        f"argument [DEVICE-8]")
+        f"argument (as a whole word) [DEVICE-8]")
     started = sorted(t.name for t in set(antman_threads()) - before if t.is_alive())
     assert not started, f"create_runtime({argument}={bad!r}) left threads {started} [DEVICE-8]"
 

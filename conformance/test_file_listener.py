@@ -12,6 +12,7 @@ import threading
 
 import pytest
 
+from conformance.checks import names_identifier
 from conformance.control_helpers import (joined, listener, poll, run_in_thread,  # noqa: F401
                                          runtime_records, vclock, wait_for_poller,
                                          write_text)
@@ -269,7 +270,7 @@ def test_raising_handler_is_logged_and_the_rest_run(rt, listener, vclock, tmp_pa
     assert after.contents == ["x"], "a raising handler stopped the next handler [FL-6]"
     errors = runtime_records(caplog, rt, logging.ERROR)
     assert len(errors) == 1 and str(path) in errors[0].getMessage() \
-        and "bad" in errors[0].getMessage(), \
+        and names_identifier(errors[0].getMessage(), "bad"), \
         f"a raising handler logged {[r.getMessage() for r in errors]} [FL-6]"
     write_text(path, "y")
     poll(vclock)
@@ -299,7 +300,7 @@ def test_handler_raising_an_exit_exception_does_not_end_the_monitor(
     assert raised == ["x"], f"the handler was not called with the change: {raised} [FL-6]"
     errors = runtime_records(caplog, rt, logging.ERROR)
     assert len(errors) == 1 and str(path) in errors[0].getMessage() \
-        and "exits" in errors[0].getMessage(), (
+        and names_identifier(errors[0].getMessage(), "exits"), (
         f"a handler raising {exit_exception.__name__} on the monitor thread logged "
         f"{[r.getMessage() for r in errors]}, expected one error naming the path and the "
         f"handler [FL-6]")
@@ -476,6 +477,9 @@ def test_directory_at_path(rt, listener, vclock, config_writer, caplog) -> None:
     warnings = runtime_records(caplog, rt, containing=str(config_writer.path))
     assert len(warnings) == 1, \
         f"a directory at the path logged {len(warnings)} warnings, expected 1 [FL-9]"
+    message = warnings[0].getMessage().replace(str(config_writer.path), "<path>")  # its name
+    assert "directory" in message.lower(), \
+        f"the warning for a directory at the path does not say it is one: {message!r} [FL-9]"
     assert listener.is_running(), "[FL-9]"
     config_writer.delete()
     text = config_writer.write(perf=30)
@@ -484,14 +488,21 @@ def test_directory_at_path(rt, listener, vclock, config_writer, caplog) -> None:
 
 
 @pytest.mark.clause("FL-9")
-def test_fifo_is_never_opened(rt, listener, vclock, tmp_path) -> None:
+def test_fifo_is_never_opened(rt, listener, vclock, tmp_path, caplog) -> None:
     if not hasattr(os, "mkfifo"):
         pytest.skip("no FIFOs on this platform")
+    caplog.set_level(logging.WARNING)
     path = tmp_path / "fifo"
     os.mkfifo(path)
     cb = register(listener, vclock, path)        # would block for ever if it opened the FIFO
     poll(vclock, 2)
     assert cb.calls == [], "a FIFO was delivered [FL-9]"
+    warnings = runtime_records(caplog, rt, containing=str(path))
+    assert len(warnings) == 1, \
+        f"a FIFO at the path logged {len(warnings)} warnings, expected 1 [FL-9]"
+    message = warnings[0].getMessage().replace(str(path), "<path>").lower()   # its name
+    assert "fifo" in message or "pipe" in message, (
+        f"the warning for a FIFO at the path does not say it is one: {message!r} [FL-9]")
 
 
 @pytest.mark.clause("FL-9")
@@ -732,7 +743,7 @@ def test_content_check_interval_to_the_microsecond(rt, listener, vclock, tmp_pat
 def test_bad_max_file_bytes_is_rejected(rt, bad) -> None:
     with pytest.raises(ValueError) as info:
         rt.FileListener(max_file_bytes=bad)
-    assert "max_file_bytes" in str(info.value), \
+    assert names_identifier(info.value, "max_file_bytes"), \
         f"max_file_bytes={bad!r}: the ValueError {info.value!r} does not name the argument [FL-9]"
 
 
@@ -756,7 +767,7 @@ def test_max_file_bytes_zero_delivers_only_an_empty_file(rt, no_thread_leak, vcl
 def test_bad_content_check_interval_is_rejected(rt, bad) -> None:
     with pytest.raises(ValueError) as info:
         rt.FileListener(content_check_interval_s=bad)
-    assert "content_check_interval_s" in str(info.value), (
+    assert names_identifier(info.value, "content_check_interval_s"), (
         f"content_check_interval_s={bad!r}: the ValueError {info.value!r} does not name the "
         f"argument [FL-3]")
 
@@ -766,7 +777,7 @@ def test_bad_content_check_interval_is_rejected(rt, bad) -> None:
 def test_bad_poll_interval_names_the_argument(rt, bad) -> None:
     with pytest.raises(ValueError) as info:
         rt.FileListener(poll_interval_s=bad)
-    assert "poll_interval_s" in str(info.value), (
+    assert names_identifier(info.value, "poll_interval_s"), (
         f"poll_interval_s={bad!r}: the ValueError {info.value!r} does not name the argument "
         f"[FL-2]")
 

@@ -23,6 +23,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from conformance.checks import names_identifier
 from conformance.control_helpers import (MiB, bus_id, bytes_limit, control_env,  # noqa: F401
                                          device_bfc, gpus, joined, listener, poll,
                                          pool_bytes, run_in_thread, runtime_records, runtimes,
@@ -1320,8 +1321,15 @@ def test_adjustment_finds_the_gpu_by_bus_id(rt, runtimes, caplog) -> None:
     caplog.set_level(logging.ERROR)
     assert adj.adjust_mem_limit("ff:00.0", MiB, ctx.device_mgr) is False, "[RM-17]"
     assert adj.adjust_mem_limit(bus_id(rt, g0), MiB, None) is False, "[RM-17]"
-    assert len(runtime_records(caplog, rt, logging.ERROR)) == 2, \
-        "a GPU not found did not log one error per call [RM-17]"
+    errors = runtime_records(caplog, rt, logging.ERROR)
+    assert len(errors) == 2, "a GPU not found did not log one error per call [RM-17]"
+    not_found, no_manager = (e.getMessage() for e in errors)
+    assert "ff:00.0" in not_found and bus_id(rt, g0) in no_manager, (
+        f"the errors of a GPU not found do not name its bus id: {not_found!r}, "
+        f"{no_manager!r} [RM-17]")
+    assert names_identifier(no_manager, "device_mgr") or "device manager" in no_manager.lower(), (
+        f"the error of a lookup without a device manager does not say so: {no_manager!r} "
+        f"[RM-17]")
     assert adj.adjust_mem_limit(bus_id(rt, g0), MiB, ctx.device_mgr) is True, \
         "a failed lookup was remembered [RM-17]"
 
@@ -1551,7 +1559,7 @@ def test_idle_amounts_must_be_integers(rt, control_env, bad, method, argument) -
         args = ("k", bad) if method == "set_executor_queued_op_num" else (bad,)
         with pytest.raises(ValueError) as info:
             getattr(rm, method)(*args)
-        assert argument in str(info.value), (
+        assert names_identifier(info.value, argument), (
             f"{method}({bad!r}): the ValueError {info.value!r} does not name {argument!r} "
             f"[RM-14]")
         state = (rm.get_estimated_idle_time(), rm.in_step_idle, rm.total_time_slot,

@@ -7,6 +7,7 @@ import threading
 
 import pytest
 
+from conformance.checks import names_identifier
 from conformance.control_helpers import runtime_records
 from conformance.preconditions import precondition
 from fixtures.env_toggles import BAD_BOOL_VALUES, BAD_INT64_VALUES
@@ -395,7 +396,7 @@ def test_unknown_pointers_raise_clear_errors(rt, tf_env):
                 continue   # a freed chunk may still answer queries (BFC-15)
             with pytest.raises(rt.InvalidPointerError) as info:
                 getattr(s.vmem, name)(ptr)
-            assert "GPUVMem_0_bfc" in str(info.value), (
+            assert names_identifier(info.value, "GPUVMem_0_bfc"), (
                 f"{name}({ptr:#x}) error {info.value!r} does not name the VMem allocator "
                 f"[VMEM-7]")
     assert s.device.get_stats().bytes_in_use == 0 and s.host.get_stats().bytes_in_use == 0, (
@@ -662,13 +663,13 @@ def test_ids_and_sizes_must_be_integers(rt, tf_env, vmem_on, argument, bad):
     host_sim = rt.SimulatedHostMemory(GiB)
     with pytest.raises(ValueError) as info:
         rt.maybe_create_gpu_vmem_allocator(gpu, host_sub_allocator=host_sim, **{argument: bad})
-    assert argument in str(info.value), (
+    assert names_identifier(info.value, argument), (
         f"maybe_create_gpu_vmem_allocator({argument}={bad!r}) with TF_GPU_VMEM={vmem_on}: the "
         f"ValueError {info.value!r} does not name the argument [VMEM-1]")
     host = rt.BFCAllocator(host_sim, MiB, True, "GPUHost_0_bfc")
     with pytest.raises(ValueError) as info:
         rt.GPUVMemAllocator(gpu, host, **{argument: bad})
-    assert argument in str(info.value), (
+    assert names_identifier(info.value, argument), (
         f"GPUVMemAllocator({argument}={bad!r}): the ValueError {info.value!r} does not name "
         f"the argument [VMEM-1]")
     assert host_sim.alloc_calls == [], f"rejected, yet called the host {host_sim.alloc_calls} [VMEM-1]"
