@@ -416,6 +416,44 @@ def test_the_warning_counts_the_reasons_it_does_not_name(rt, managed, vclock, ca
             f"it does not name: {msg[:600]} [RM-5]")
 
 
+#: A rejected part -> (the document, the words that name its path, the words that describe
+#: its value): each JSON type the part does not take, and a number out of range (RM-5).
+DESCRIBED = {
+    "perf_true": ('{"perfControl": true}', ("perfControl",), ("boolean", "true")),
+    "perf_false": ('{"perfControl": false}', ("perfControl",), ("boolean", "false")),
+    "perf_string": ('{"perfControl": "forty"}', ("perfControl",), ("string",)),
+    "perf_array": ('{"perfControl": [40, 41]}', ("perfControl",), ("array",)),
+    "perf_object": ('{"perfControl": {"value": 40}}', ("perfControl",), ("object",)),
+    "perf_number": ('{"perfControl": 101}', ("perfControl",), ("101",)),
+    "info_true": ('{"gpuConfigInfo": true}', ("gpuConfigInfo",), ("boolean", "true")),
+    "info_array": ('{"gpuConfigInfo": [1]}', ("gpuConfigInfo",), ("array",)),
+    "entry_null": ('{"gpuConfigInfo": {"%s": null}}' % BUS, (BUS,), ("null",)),
+    "entry_false": ('{"gpuConfigInfo": {"%s": false}}' % BUS, (BUS,), ("boolean", "false")),
+    "mem_true": ('{"gpuConfigInfo": {"%s": {"maxDeviceMem": true}}}' % BUS,
+                 (BUS, "maxDeviceMem"), ("boolean", "true")),
+    "mem_array": ('{"gpuConfigInfo": {"%s": {"maxDeviceMem": []}}}' % BUS,
+                  (BUS, "maxDeviceMem"), ("array",)),
+}
+
+
+@pytest.mark.clause("RM-5")
+@pytest.mark.parametrize("kind", sorted(DESCRIBED))
+def test_the_warning_describes_the_rejected_value(rt, managed, caplog, kind) -> None:
+    rm, writer = managed
+    doc, path, words = DESCRIBED[kind]
+    caplog.set_level(logging.WARNING)
+    ok = rm.parse_manage_info_from_json(doc)
+    recs = runtime_records(caplog, rt, containing=str(writer.path))
+    assert ok is False and len(recs) == 1, (
+        f"{doc}: returned {ok} and logged {[r.getMessage()[:160] for r in recs]}, expected "
+        f"False and one warning naming {writer.path} [RM-5]")
+    reason = recs[0].getMessage().replace(str(writer.path), "")
+    missing = [w for w in path + words if not names_identifier(reason, w)]
+    assert not missing, (f"the warning for {doc} does not name {missing} (the path of the "
+                         f"rejected part and its value's type or literal): {reason[:400]} "
+                         f"[RM-5]")
+
+
 @pytest.mark.clause("RM-5")
 def test_torn_write_then_completion(rt, managed, vclock, caplog) -> None:
     rm, writer = managed
