@@ -63,10 +63,6 @@ class GpuOpManager:
                                         daemon=True)
         self._thread.start()
 
-    @property
-    def thread(self) -> threading.Thread:
-        return self._thread
-
     def enqueue(self, op: QueuedOp) -> None:
         """Queue ``op`` behind the ops already queued (FIFO)."""
         with self._cv:
