@@ -138,7 +138,8 @@ def test_the_manager_thread_waits_for_its_first_op_under_its_condition(rt, manag
     that reads the queue, whether it holds the condition, and ``c0`` runs only once the first
     such line has run. When that line ran without the condition, ``c0`` fails the step
     instead of queueing ``g``: the test fails at once on the clause, where the step would
-    otherwise wait for ever for a launch."""
+    otherwise wait for ever for a launch (a ``g`` queued and never launched, a lost wake-up,
+    fails after PROMPT_S, and close() ends the step)."""
     from fixtures.interleave import self_holds
     module = getattr(rt, "gpu_op_manager", None)
     run_code = getattr(getattr(getattr(module, "GpuOpManager", None), "_run", None),
@@ -178,12 +179,13 @@ def test_the_manager_thread_waits_for_its_first_op_under_its_condition(rt, manag
     managed.throttle(50, 1000)
     threading.settrace(tracer)
     try:
-        s.run(["tail"])
-        out: dict = {}
-    except Exception as exc:                # noqa: BLE001 - reported below
-        out = {"error": exc}
+        runner, out = run_in_thread(lambda: s.run(["tail"]), "test-managed-run")
+        runner.join(PROMPT_S)
+        in_time = not runner.is_alive()
     finally:
         threading.settrace(None)  # type: ignore[arg-type]
+        s.close()                           # ends a step whose queued op nobody launches
+        runner.join(PROMPT_S)
     if not seen:
         pytest.skip("the check follows the reference's design (GpuOpManager._run reading "
                     "_queue); this runtime ran no such line")
@@ -191,8 +193,10 @@ def test_the_manager_thread_waits_for_its_first_op_under_its_condition(rt, manag
         f"{seen.count(False)} of {len(seen)} check(s) of the queue by the manager thread ran "
         f"without the op manager's condition held: the thread can miss the op queued "
         f"meanwhile, or fail at its wait, and the queued op is never launched [OPM-3]")
-    assert "error" not in out and [e[0] for e in log.snapshot()] == ["g"], \
-        f"run() failed or g did not run once: {out}, {log.snapshot()} [OPM-3]"
+    assert in_time and "error" not in out and [e[0] for e in log.snapshot()] == ["g"], (
+        f"run() {'failed' if in_time else f'had not returned after {PROMPT_S} s'} "
+        f"({out.get('error')!r}), ops launched {[e[0] for e in log.snapshot()]}: the op "
+        f"that c0 queued while the manager thread waited must be launched [OPM-3]")
 
 
 # -- OPM-4 -----------------------------------------------------------------------------------
