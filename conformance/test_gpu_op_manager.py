@@ -7,6 +7,7 @@ the sum of the slots before it.
 from __future__ import annotations
 
 import contextlib
+import linecache
 import threading
 import time
 
@@ -122,6 +123,81 @@ def assert_queued_launches(log: Log, names: list[str], t0: int, slot_us: int,
     cpu_thread = next(e[3] for e in events if e[0] == cpu_tag)
     assert cpu_thread.startswith(INTER_OP_PREFIX), \
         f"the CPU node {cpu_tag!r} ran on {cpu_thread}, not the runner [OPM-2]"
+
+
+# -- OPM-3: the manager thread's wait for an op (first in the module: a manager thread that
+# dies at its first wait hangs every managed step after it, so this test must fail first) ----
+
+@pytest.mark.clause("OPM-3")
+def test_the_manager_thread_waits_for_its_first_op_under_its_condition(rt, managed) -> None:
+    """A managed step whose root is the CPU node ``c0``, whose consumer is the GPU op ``g``
+    (followed by a CPU node: the step ends off the manager thread): the manager thread starts
+    with an empty queue and blocks until ``c0`` queues ``g``, checking the queue with its
+    condition held (a thread that checks it without the condition can miss the op queued
+    meanwhile, or die at its wait, and nothing launches ``g``).
+    Forced, not hoped for: a trace of the manager thread records, at each line of its loop
+    that reads the queue, whether it holds the condition, and ``c0`` runs only once the first
+    such line has run. When that line ran without the condition, ``c0`` fails the step
+    instead of queueing ``g``: the test fails at once on the clause, where the step would
+    otherwise wait for ever for a launch (a ``g`` queued and never launched, a lost wake-up,
+    fails after PROMPT_S, and close() ends the step)."""
+    from fixtures.interleave import self_holds
+    module = getattr(rt, "gpu_op_manager", None)
+    run_code = getattr(getattr(getattr(module, "GpuOpManager", None), "_run", None),
+                       "__code__", None)
+    if run_code is None:
+        pytest.skip("the check follows the reference's design (GpuOpManager._run checking "
+                    "_queue under a condition _cv); this runtime has no such function")
+    holds = self_holds("_cv")
+    seen: list[bool] = []                   # held, at each line of _run reading the queue
+    checked = threading.Event()
+
+    def lines(frame, event, arg):
+        if event == "line" and "_queue" in linecache.getline(frame.f_code.co_filename,
+                                                             frame.f_lineno):
+            seen.append(holds(frame))
+            checked.set()
+        return lines
+
+    def tracer(frame, event, arg):
+        if event == "call" and frame.f_code is run_code:
+            return lines
+        return None
+
+    def c0():
+        checked.wait(PROMPT_S)
+        if not all(seen):
+            raise RuntimeError("the manager thread checked its queue without its condition")
+        return np.float32(1)
+
+    log = Log()
+    g = rt.Graph()
+    g.add_node("c0", "PyFunc", device=CPU, func=c0)
+    g.add_node("g", "PyFunc", ["c0"], device=GPU,
+               func=probe(log, "g", managed.clock, managed.rm))
+    g.add_node("tail", "PyFunc", ["g"], device=CPU, func=lambda x: x)   # ends off the manager
+    s = managed.ctx.new_session(g)
+    managed.throttle(50, 1000)
+    threading.settrace(tracer)
+    try:
+        runner, out = run_in_thread(lambda: s.run(["tail"]), "test-managed-run")
+        runner.join(PROMPT_S)
+        in_time = not runner.is_alive()
+    finally:
+        threading.settrace(None)  # type: ignore[arg-type]
+        s.close()                           # ends a step whose queued op nobody launches
+        runner.join(PROMPT_S)
+    if not seen:
+        pytest.skip("the check follows the reference's design (GpuOpManager._run reading "
+                    "_queue); this runtime ran no such line")
+    assert all(seen), (
+        f"{seen.count(False)} of {len(seen)} check(s) of the queue by the manager thread ran "
+        f"without the op manager's condition held: the thread can miss the op queued "
+        f"meanwhile, or fail at its wait, and the queued op is never launched [OPM-3]")
+    assert in_time and "error" not in out and [e[0] for e in log.snapshot()] == ["g"], (
+        f"run() {'failed' if in_time else f'had not returned after {PROMPT_S} s'} "
+        f"({out.get('error')!r}), ops launched {[e[0] for e in log.snapshot()]}: the op "
+        f"that c0 queued while the manager thread waited must be launched [OPM-3]")
 
 
 # -- OPM-4 -----------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from conformance.control_helpers import joined, perf_in_force
 from conformance.execution_helpers import (CPU, GPU, INTER_OP_PREFIX, POST, PRE, Log,
                                            antman_threads, py_func, recording_action,
                                            run_in_thread, sim_runtime, wait_until)
-from conformance.preconditions import precondition
+from conformance.preconditions import precondition, precondition_holds
 
 pytestmark = pytest.mark.capability("executor", "session_run_actions")
 
@@ -563,6 +563,69 @@ def test_close_cancels_a_running_step(rt, ctx) -> None:
         f"the running step must fail with CancelledError, got {result} [SESS-8]"
     assert log.snapshot() == [], "a node started after close() cancelled the step [EXEC-9]"
     assert "error" not in closed, f"close() raised {closed.get('error')!r} [SESS-8]"
+
+
+@pytest.mark.clause("SESS-8")
+@pytest.mark.capability("virtual_clock")
+def test_close_goes_on_when_a_step_it_cancelled_ends_at_once(rt, virtual_clock) -> None:
+    """close() cancels the running steps one by one: a step in simulated compute time ends at
+    once when cancelled (SESS-9), so its run may return, and the step leave the session's
+    steps in flight, before close() goes on to the next step. close() must not fail for it.
+    Forced, not hoped for: a trace of close()'s thread holds it, at the return of the first
+    ``cancel`` that close() calls, until the cancelled run has returned; close() then goes on
+    with that run gone (a close() walking the live set of steps in flight, not a copy,
+    fails: the set changed size during the walk)."""
+    import sys
+    with sim_runtime(rt, clock=virtual_clock) as c:
+        g = rt.Graph()
+        g.add_node("slow", "PyFunc", device=CPU, cost_us=10 ** 9,
+                   func=lambda: np.float32(1.0))
+        s = c.new_session(g)
+        runner, result = run_in_thread(lambda: s.run(["slow"]), "test-session-run")
+        wait_until(lambda: any(n.startswith(INTER_OP_PREFIX)
+                               for n in virtual_clock.waiting_threads()),
+                   "the node to wait out its simulated compute time [EXEC-12]")
+        held: list[bool] = []             # whether the run had returned when close() went on
+
+        def hold_after_cancel(frame, event, arg):
+            if event == "return":
+                runner.join(10)
+                held.append(not runner.is_alive())
+                if not held[-1]:          # the compute time goes on: end it, so close() can
+                    virtual_clock.advance(10 ** 9)      # return (the precondition fails)
+            return hold_after_cancel
+
+        def tracer(frame, event, arg):
+            caller = frame.f_back
+            if (event == "call" and not held and frame.f_code.co_name == "cancel"
+                    and caller is not None and caller.f_code.co_name == "close"):
+                return hold_after_cancel
+            return None
+
+        previous = sys.gettrace()
+        sys.settrace(tracer)
+        try:
+            s.close()
+            closed: dict = {}
+        except Exception as exc:          # noqa: BLE001 - reported below
+            closed = {"error": exc}
+        finally:
+            sys.settrace(previous)
+        runner.join(10)
+    if not held:
+        pytest.skip("the race is forced at the return of a function named cancel called by "
+                    "close() (the reference's design); this runtime's close() called none")
+    precondition_holds("SESS-9", held == [True], "the cancelled step, in simulated compute "
+                       "time, ended at once and its run returned")
+    assert "error" not in closed, (
+        f"close() raised {closed['error']!r} when the run of the step it had just cancelled "
+        f"returned before close() went on: close() must cancel every running step whatever "
+        f"becomes of the steps it cancelled meanwhile [SESS-8]")
+    assert not runner.is_alive(), "the cancelled run did not return [SESS-8]"
+    assert isinstance(result.get("error"), rt.CancelledError), \
+        f"the running step must fail with CancelledError, got {result} [SESS-8]"
+    assert s.closed and virtual_clock.now_us() == 0, \
+        f"closed={s.closed}, clock at {virtual_clock.now_us()} µs [SESS-8]"
 
 
 @pytest.mark.clause("SESS-8")
