@@ -694,6 +694,8 @@ def test_run_passes_generator_and_mode_to_the_campaign_and_report(
     data = cli.read_report(tmp_path / "latest-mutmut-seed-7")
     assert (data["campaign"]["generator"], data["campaign"]["mode"]) == ("mutmut", "whole-suite")
     assert data["summary"]["kill_rate_ci95"] == [0.0945, 0.9055]
+    from mutation.journal import fingerprint
+    assert data["suite"]["code_fingerprint"] == fingerprint({})     # what ran, without git
     text = (tmp_path / "latest-mutmut-seed-7" / "mutation.md").read_text(encoding="utf-8")
     assert "Mutant source `mutmut`" in text and "whole conformance suite" in text
     assert cli.main(["rescore", str(tmp_path / "latest-mutmut-seed-7"), "--into",

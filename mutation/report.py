@@ -122,12 +122,21 @@ def _git(*args: str) -> str:
         return ""
 
 
+def code_fingerprint() -> str:
+    """SHA-256 of the runtime, the suite, its fixtures and the harness (``journal``)."""
+    from .journal import fingerprint
+    return fingerprint({})
+
+
 def to_json(result: CampaignResult) -> dict[str, Any]:
     c = result.campaign
     return {
         "schema": "antman-mutation-report/1",
         "generated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "suite": {"commit": _git("rev-parse", "HEAD") or None,
+                  # the code itself (journal.fingerprint of no settings): it names what ran
+                  # even where the copy's git metadata does not (a copied working tree)
+                  "code_fingerprint": code_fingerprint(),
                   "uncommitted_changes": bool(_git("status", "--porcelain", "--",
                                                    "reference_runtime", "conformance",
                                                    "fixtures", "SPEC.md", "mutation"))},
@@ -191,8 +200,10 @@ def to_markdown(data: dict[str, Any]) -> str:
            f"earlier run of this campaign on the same code (its journal) and not run again; "
            f"wall time {data['wall_s']} s is this run's"] if data.get("resumed") else []),
         f"- suite commit {data['suite']['commit'] or 'unknown'}"
-        f"{' with uncommitted changes' if data['suite']['uncommitted_changes'] else ''}; "
-        f"generated {data['generated']}",
+        f"{' with uncommitted changes' if data['suite']['uncommitted_changes'] else ''}"
+        + (f" (code fingerprint {data['suite']['code_fingerprint'][:16]})"
+           if data["suite"].get("code_fingerprint") else "")
+        + f"; generated {data['generated']}",
         f"- options: one pytest process per run, {c['jobs']} at a time, stop at the first "
         f"failure, per-test limit {c['test_timeout_s']} s, wall limit {c['mutant_timeout_s']} s "
         f"per run, Hypothesis seed {c['hypothesis_seed']}, survivors confirmed on the rest of "

@@ -42,7 +42,7 @@ OBSERVERS: dict[str, tuple[str, ...]] = {
     "allocator_retry.py": ("test_bfc.py", "test_vmem.py", "test_memory_stateful.py"),
     "bfc_allocator.py": _MEMORY + ("test_executor.py", "test_resource_management.py",
                                    "test_statistics.py", "test_end_to_end.py", "test_gpu.py"),
-    "sim_memory.py": _MEMORY + ("test_devices.py", "test_executor.py"),
+    "sim_memory.py": _MEMORY + ("test_devices.py", "test_executor.py", "test_api.py"),
     "env.py": ("test_env.py", "test_vmem.py", "test_devices.py",
                "test_resource_management.py"),
     "gpu_bfc_allocator.py": ("test_env.py", "test_bfc.py", "test_devices.py"),
@@ -82,7 +82,8 @@ OBSERVERS: dict[str, tuple[str, ...]] = {
                          "test_clock.py", "test_executor.py", "test_end_to_end.py",
                          "test_gpu.py"),
     # Execution.
-    "direct_session.py": _EXECUTION + ("test_session_run_actions.py",),
+    "direct_session.py": _EXECUTION + ("test_session_run_actions.py",
+                                       "test_session_interrupt.py"),
     "executor.py": ("test_executor.py", "test_gpu_op_manager.py", "test_session.py",
                     "test_end_to_end.py"),
     "gpu_op_manager.py": ("test_gpu_op_manager.py", "test_executor.py", "test_end_to_end.py"),
