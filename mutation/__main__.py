@@ -392,8 +392,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         finally:
             journal.close()
     data["commit"] = report._git("rev-parse", "HEAD")
+    data["code_fingerprint"] = report.code_fingerprint()
     data["generated"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    header = (f"Suite commit {data['commit']}; generated {data['generated']}; "
+    header = (f"Suite commit {data['commit']} (code fingerprint "
+              f"{data['code_fingerprint'][:16]}); generated {data['generated']}; "
               f"{os.cpu_count()} CPUs; load average {data['load_before'][0]:.2f} before, "
               f"{data['load_after'][0]:.2f} after.")
     folder = inside(out, f"{time.strftime('%Y%m%d-%H%M%S')}-sweep")
