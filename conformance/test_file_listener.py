@@ -17,6 +17,7 @@ from conformance.control_helpers import (joined, listener, poll, run_in_thread, 
                                          runtime_records, vclock, wait_for_poller,
                                          write_text)
 from conformance.execution_helpers import wait_until
+from conformance.preconditions import precondition_holds
 from fixtures.threads import antman_threads, no_thread_leak  # noqa: F401
 
 pytestmark = pytest.mark.capability("file_listener", "virtual_clock")
@@ -581,9 +582,17 @@ def test_size_limit_holds_for_content_beyond_the_size_stat_gives(rt, vclock, tmp
     path = tmp_path / "c.json"
     os.symlink(target, path)
     caplog.set_level(logging.WARNING)
+    control = tmp_path / "control.json"
+    control.write_text("{}", encoding="utf-8")
     for limit in (len(content) - 1, len(content)):
         caplog.clear()
         with rt.FileListener(clock=vclock, max_file_bytes=limit) as fl:
+            # What is delivered at registration is FL-5's: a small regular file first.
+            seen = Calls()
+            fl.register_file_listener(str(control), "control", seen)
+            precondition_holds("FL-5", seen.contents == ["{}"],
+                               "a small regular file's content is delivered at registration")
+            caplog.clear()
             cb = Calls()
             fl.register_file_listener(str(path), "h", cb)
         if limit < len(content):

@@ -319,7 +319,9 @@ def test_graph_id_is_stable_per_signature(rt, ctx) -> None:
 @pytest.mark.clause("SESS-3")
 def test_graph_id_names_a_signature_without_running_it(rt, ctx) -> None:
     log, steps = Log(), Log()
-    ctx.registry.register(PRE, 0, recording_action(rt, "pre", log))
+    # A POST action reads the run's graph_id: what PRE actions see is SESS-4's (AntMan gives
+    # them 0, D-SESS-1), not this clause's.
+    ctx.registry.register(POST, 0, recording_action(rt, "post", log))
     s = ctx.new_session(step_graph(rt, steps))
     gid = s.graph_id(["out", "double"], FEED)
     assert s.graph_id(["double", "out"], ["x:0"]) == gid, (

@@ -668,7 +668,8 @@ DEVIATIONS: tuple[Deviation, ...] = (
               modules=("conformance/test_gpu_op_manager.py",),
               also={c: "a managed step whose last op completes on the manager thread fails "
                        "with the abort, so every test that runs such a step fails (untagged)"
-                    for c in ("OPM-1", "OPM-2", "OPM-3", "OPM-4", "OPM-5", "OPM-8", "EXEC-13")}),
+                    for c in ("OPM-1", "OPM-2", "OPM-3", "OPM-4", "OPM-5", "OPM-7", "OPM-8",
+                              "EXEC-13")}),
     Deviation("D-OPM-5", ("OPM-1",),
               "a manager thread is started for every ExecutorState whenever E > 0, CPU "
               "partitions and un-throttled steps included",

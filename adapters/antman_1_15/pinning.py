@@ -290,8 +290,11 @@ def document(results: dict[str, Run], previous: dict[str, Any] | None) -> dict[s
                   # (the machine decides whether they fail), but recognised when they do
                   "unstable": {n: _described(every[n]) for n in slow}}
     else:
-        all_on = (previous or {}).get("all_on", {"modules": [], "failures": {},
-                                                 "timed_out": []})
+        all_on = dict((previous or {}).get("all_on", {"modules": [], "failures": {},
+                                                      "timed_out": []}))
+        # the switches just run change which of the kept all-on failures no switch explains
+        pinned = {n for dev in deviations.values() for n in dev["failures"]}
+        all_on["only_together"] = sorted(set(all_on.get("failures", {})) - pinned)
     return {"generated_by": COMMAND, "runtime": RUNTIME, "hypothesis_seed": HYPOTHESIS_SEED,
             "per_test_timeout_s": PER_TEST_TIMEOUT_S, "all_on": all_on,
             "deviations": deviations}
