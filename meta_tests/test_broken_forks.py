@@ -59,6 +59,10 @@ PER_TEST_TIMEOUT_S = 45          # a deadlocked fork's test ends as TIMEOUT, not
 RUN_TIMEOUT_S = 450              # a whole conformance subprocess (its watchdog reports by ~200 s)
 RUN_BUDGET_S = 150               # its own budget: it reports before RUN_TIMEOUT_S, even when a
                                  # hang holds the interpreter (budget + test limit + 30 s grace)
+#: The reference's run over every fork's modules is most of the suite in one process (about
+#: 110 s alone on a 2-core machine, more beside the other meta-tests): its own bounds.
+REFERENCE_RUN_BUDGET_S = 420
+REFERENCE_RUN_TIMEOUT_S = 520    # budget + test limit + 30 s grace, and some
 EXIT_GRACE_S = 5                 # from the report to the end of the process
 WATCHDOG_REPORT_S = 60           # from a killed process to its watchdog's report: the journal's
                                  # watchdog (reports/journal.py) writes it after the kill
@@ -116,12 +120,14 @@ def certify(runtime: str, modules: tuple[str, ...], report_dir: Path) -> RunResu
     the kill: it is waited for up to ``WATCHDOG_REPORT_S``.
     """
     report_dir.mkdir(parents=True, exist_ok=True)
+    budget_s, timeout_s = ((REFERENCE_RUN_BUDGET_S, REFERENCE_RUN_TIMEOUT_S)
+                           if runtime == REFERENCE else (RUN_BUDGET_S, RUN_TIMEOUT_S))
     # --tb=short: a long traceback shows repr() of the test's arguments, and the repr of a
     # deadlocked runtime object (one taking the lock a stuck thread holds) never returns.
     cmd = [sys.executable, "-m", "pytest", *modules, "--runtime", runtime,
            "-p", "no:cacheprovider", "-q", "--tb=short", "--report-dir", str(report_dir),
            f"--timeout={PER_TEST_TIMEOUT_S}", f"--hypothesis-seed={HYPOTHESIS_SEED}",
-           f"--run-budget-s={RUN_BUDGET_S}"]
+           f"--run-budget-s={budget_s}"]
     log_path = report_dir.with_name(report_dir.name + ".log")
     start = time.monotonic()
     reported_at: float | None = None
@@ -138,7 +144,7 @@ def certify(runtime: str, modules: tuple[str, ...], report_dir: Path) -> RunResu
             now = time.monotonic()
             if reported_at is None and report_files(report_dir):
                 reported_at = now
-            if now - start > RUN_TIMEOUT_S or (
+            if now - start > timeout_s or (
                     reported_at is not None and now - reported_at > EXIT_GRACE_S):
                 hung = True
                 proc.kill()
@@ -277,6 +283,7 @@ def test_the_ci_sample_covers_every_area() -> None:
     assert len(SAMPLE) == len(areas)
 
 
+@pytest.mark.timeout(REFERENCE_RUN_TIMEOUT_S + 80)   # waits for that run, bounded above
 def test_reference_passes_the_selection(fork_runs: ForkRuns) -> None:
     run = fork_runs.result(REFERENCE, union_of_modules())
     assert not run.problems, run.describe()

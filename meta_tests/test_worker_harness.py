@@ -45,6 +45,7 @@ MAX_STEPS = "test_max_steps_writes_exactly_n_steps_then_exits_0"
 STDIN = "test_stdin_eof_stops_the_worker_with_status_0"
 STATS = "test_statistics_file_is_valid_and_updated"
 KNOBS = "test_invalid_knobs_fall_back_to_their_defaults"
+VALID_KNOBS = "test_valid_and_empty_knobs_write_no_line"
 
 #: fake -> (outcome of every test, {test: other outcome}, text every non-PASS message has)
 EXPECTED: dict[str, tuple[str, dict[str, str], str]] = {
@@ -54,7 +55,7 @@ EXPECTED: dict[str, tuple[str, dict[str, str], str]] = {
     "garbage": ("FAIL", {}, "not JSON"),
     "missing_field": ("FAIL", {}, "device_limit"),
     "crash_on_config": ("CRASH", {HELLO: "PASS", MAX_STEPS: "PASS", STDIN: "PASS",
-                                  STATS: "FAIL", KNOBS: "PASS"}, ""),
+                                  STATS: "FAIL", KNOBS: "PASS", VALID_KNOBS: "PASS"}, ""),
 }
 SUBSET = f"{HELLO} or {MAX_STEPS} or {STDIN}"
 
