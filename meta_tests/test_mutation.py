@@ -783,3 +783,33 @@ def test_index_lists_every_report_and_keeps_the_intro(tmp_path: Path,
     assert "Unreadable reports (left out): broken" in text
     assert main(["index", str(tmp_path / "README.md")]) == 2
     assert "is not a folder" in capsys.readouterr().err
+
+
+def test_sweep_confirms_outside_the_map_and_reports_the_gap(monkeypatch: pytest.MonkeyPatch,
+                                                             tmp_path: Path) -> None:
+    """A sweep run the map's modules pass goes on through the rest of the suite (the campaign's
+    confirmation), so a test outside the map counts as a kill and its module is reported as
+    the map's gap, in sweep.json and in the table."""
+    from mutation import sweep
+    pop = population()
+    kind, mutant = next((k, m) for k, m in sweep.select(pop) if k == "lock")
+    seen: dict[str, object] = {}
+
+    def fake_campaign(population, equivalents, campaign, **kw):
+        seen["confirm"] = campaign.confirm
+        results = [result(mutant.key, "killed", module=mutant.module, how="test",
+                          test="conformance.test_session::t", clause="API-9",
+                          map_gap="conformance/test_session.py")] * 2
+        results.append(result(mutant.key, "killed", module=mutant.module, how="test",
+                              test="conformance.test_devices::t", clause="DEVICE-1"))
+        return CampaignResult(campaign, len(results), {}, results, None, 0.0, 1.0,
+                              (0.0,) * 3, (0.0,) * 3)
+
+    monkeypatch.setattr(sweep, "run_campaign", fake_campaign)
+    data = sweep.run_sweep(pop, {}, [(kind, mutant)], repeat=3, jobs=1, options=Options(),
+                           work_dir=tmp_path, baseline_run=None)
+    assert seen["confirm"] is True
+    row = data["mutants"][0]
+    assert (row["verdict"], row["killed"], row["runs"]) == ("caught", 3, 3)
+    assert row["map_gaps"] == ["conformance/test_session.py"]
+    assert "| conformance/test_session.py |" in sweep.to_markdown(data, "h")

@@ -1,5 +1,7 @@
 """The synchronisation sweep: every lock, notify and snapshot of the reference removed in
-turn, each such mutant run ``repeat`` times against the conformance modules of its map.
+turn, each such mutant run ``repeat`` times against the conformance modules of its map, and
+each run its map's modules pass against the rest of the suite (as a campaign confirms a
+survivor), so a test outside the map still counts and the map's gap is reported.
 
 A race that a test only hopes for kills its mutant now and then; a race the test forces kills
 it every time. So the sweep's verdict on a mutant is the number of its runs that killed it,
@@ -73,6 +75,7 @@ class SweepEntry:
     errors: int = 0
     clauses: tuple[str, ...] = ()       # the clauses of the killing tests, as seen
     tests: tuple[str, ...] = ()
+    map_gaps: tuple[str, ...] = ()      # conformance modules outside the map that killed it
     listed: str | None = None
     reason: str | None = None
 
@@ -99,8 +102,9 @@ def run_sweep(population: Population, equivalents: dict[str, Equivalent],
               work_dir: Path, baseline_run: Run | None,
               progress: Callable[[int, int, MutantResult], None] | None = None,
               journal: Journal | None = None) -> dict[str, Any]:
-    """Run every chosen mutant not on the reviewed list ``repeat`` times (no confirmation
-    outside the map) and return the sweep's data (``sweep.json``)."""
+    """Run every chosen mutant not on the reviewed list ``repeat`` times (a run the map's
+    modules pass goes on through the rest of the suite) and return the sweep's data
+    (``sweep.json``)."""
     entries = {m.key: SweepEntry(kind, m.key, f"{m.module}:{m.line}", m.describe())
                for kind, m in chosen}
     for key, entry in entries.items():
@@ -110,7 +114,7 @@ def run_sweep(population: Population, equivalents: dict[str, Equivalent],
     keys = run_keys(chosen, equivalents, repeat)
     start = time.time()
     result = run_campaign(population, {}, Campaign(seed="sweep", sample=len(keys),
-                                                    options=options, jobs=jobs, confirm=False,
+                                                    options=options, jobs=jobs, confirm=True,
                                                     keys=keys),
                           work_dir=work_dir, baseline_run=baseline_run, progress=progress,
                           journal=journal)
@@ -123,6 +127,8 @@ def run_sweep(population: Population, equivalents: dict[str, Equivalent],
                 e.clauses += (r.clause,)
             if r.test and r.test not in e.tests:
                 e.tests += (r.test,)
+            if r.map_gap and r.map_gap not in e.map_gaps:
+                e.map_gaps += (r.map_gap,)
         elif r.outcome == "error":
             e.errors += 1
     rows = sorted(entries.values(), key=lambda e: (KINDS.index(e.kind), e.where, e.key))
@@ -136,16 +142,19 @@ def run_sweep(population: Population, equivalents: dict[str, Equivalent],
         "baseline": baseline_run.to_json() if baseline_run is not None else None,
         "counts": counts,
         "mutants": [{**vars(e), "clauses": list(e.clauses), "tests": list(e.tests),
-                     "verdict": e.verdict} for e in rows],
+                     "map_gaps": list(e.map_gaps), "verdict": e.verdict} for e in rows],
     }
 
 
 def to_markdown(data: dict[str, Any], header: str) -> str:
     lines = ["# Synchronisation sweep: every lock, notify and snapshot removed in turn",
              "", header, "",
-             f"Each mutant ran {data['repeat']} times against its map's conformance modules "
+             f"Each mutant ran {data['repeat']} times against its map's conformance modules, "
+             f"and a run those passed against the rest of the suite "
              f"({data['jobs']} at once, one core each; {data['wall_s']} s wall). *caught*: "
-             f"every run killed it; *flaky*: some did; *missed*: none did.", "",
+             f"every run killed it; *flaky*: some did; *missed*: none did. *map gap*: a "
+             f"module outside the mutant's map killed it (mutation/targets.py should list "
+             f"it).", "",
              "| kind | caught | flaky | missed | error | reviewed |", "|---|---|---|---|---|---|"]
     for kind in KINDS:
         c = data["counts"].get(kind, {})
@@ -153,11 +162,12 @@ def to_markdown(data: dict[str, Any], header: str) -> str:
                        if k not in ("caught", "flaky", "missed", "error"))
         lines.append(f"| {kind} | {c.get('caught', 0)} | {c.get('flaky', 0)} | "
                      f"{c.get('missed', 0)} | {c.get('error', 0)} | {reviewed} |")
-    lines += ["", "| kind | where | change | killed/runs | verdict | clauses |",
-              "|---|---|---|---|---|---|"]
+    lines += ["", "| kind | where | change | killed/runs | verdict | clauses | map gap |",
+              "|---|---|---|---|---|---|---|"]
     for m in data["mutants"]:
         ratio = f"{m['killed']}/{m['runs']}" if not m["listed"] else "not run"
         verdict = m["verdict"] + (f": {m['reason']}" if m["listed"] else "")
         lines.append(f"| {m['kind']} | {m['where']} | `{table_cell(m['change'][:100])}` | {ratio} | "
-                     f"{table_cell(verdict)} | {', '.join(m['clauses'])} |")
+                     f"{table_cell(verdict)} | {', '.join(m['clauses'])} | "
+                     f"{table_cell(', '.join(m.get('map_gaps', ())))} |")
     return "\n".join(lines) + "\n"

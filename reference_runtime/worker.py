@@ -86,17 +86,18 @@ def read_knobs(env: dict[str, str] | None = None) -> Knobs:
 
 
 class _Output:
-    """Standard output as the protocol's record stream: one JSON object per line, flushed."""
+    """Standard output as the protocol's record stream: one JSON object per line, flushed.
+
+    One thread writes at a time: the main thread the hello record, before the training
+    thread starts, which then writes every step record; so no lock.
+    """
 
     def __init__(self, stream: TextIO) -> None:
         self._stream = stream
-        self._lock = threading.Lock()
 
     def write(self, record: dict[str, Any]) -> None:
-        line = json.dumps(record, allow_nan=False, separators=(",", ":"))
-        with self._lock:
-            self._stream.write(line + "\n")
-            self._stream.flush()
+        self._stream.write(json.dumps(record, allow_nan=False, separators=(",", ":")) + "\n")
+        self._stream.flush()
 
 
 def _allocators(device: Any) -> tuple[Any, Any]:
@@ -214,7 +215,8 @@ def main(argv: list[str] | None = None) -> int:
     knobs = read_knobs()
     out = _Output(sys.stdout)
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    for signum in (signal.SIGTERM, signal.SIGINT):   # Ctrl-C stops it as SIGTERM does
+        signal.signal(signum, lambda *_: stop.set())
     threading.Thread(target=_watch_stdin, args=(stop,), daemon=True,
                      name="antman-worker-stdin").start()
 
@@ -229,11 +231,9 @@ def main(argv: list[str] | None = None) -> int:
                                    args=(ctx, workload, knobs, out, stop, failure))
         trainer.start()
         while trainer.is_alive() and not stop.wait(0.05):
-            pass
-        stop.set()
-        trainer.join(STOP_JOIN_S)            # the next step boundary
-    finally:
-        stop.set()
+            pass                             # ends once stopped (a signal, the end of
+        trainer.join(STOP_JOIN_S)            # standard input) or trained: the next step
+    finally:                                 # boundary
         ctx.close()                          # wakes a suspended or throttled step
     trainer.join(CLOSE_JOIN_S)
     sys.stdout.flush()
