@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import types
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -178,6 +179,15 @@ def run_in_thread(fn: Callable[[], Any], name: str = "test-step") -> tuple[threa
 def joined(thread: threading.Thread, timeout_s: float = JOIN_TIMEOUT_S) -> bool:
     thread.join(timeout_s)
     return not thread.is_alive()
+
+
+def not_joined(threads: list[threading.Thread], timeout_s: float = JOIN_TIMEOUT_S) -> list[str]:
+    """The names of ``threads`` still alive after joining them all within one shared bound
+    (a bound each would make a test of many stuck threads wait many times over)."""
+    deadline = time.monotonic() + timeout_s
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    return [t.name for t in threads if t.is_alive()]
 
 
 def write_text(path: Path, text: str) -> None:

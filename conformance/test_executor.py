@@ -57,6 +57,8 @@ def test_graph_nodes_is_a_copy(rt) -> None:
     g.add_node("a", "Placeholder", dtype="float32")
     g.add_node("b", "Identity", ["a"])
     nodes = g.nodes
+    assert isinstance(nodes, list), \
+        f"Graph.nodes returned a {type(nodes).__name__}, not a new list [EXEC-1]"
     nodes.pop()
     nodes.clear()
     assert [n.name for n in g.nodes] == ["a", "b"], \

@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 from conformance.checks import names_identifier
 from conformance.control_helpers import (MiB, bus_id, bytes_limit, control_env,  # noqa: F401
-                                         device_bfc, gpus, joined, listener, poll,
+                                         device_bfc, gpus, joined, listener, not_joined, poll,
                                          pool_bytes, run_in_thread, runtime_records, runtimes,
                                          perf_in_force, vclock, wait_for_poller)
 from conformance.preconditions import precondition
@@ -1065,7 +1065,7 @@ def test_waking_many_suspended_steps_while_they_leave(rt, control_env, tmp_path)
                 sys.setswitchinterval(old_interval)
             assert ok is True, (f"round {r}: waking {n} suspended steps raised {ok!r} (the set "
                                 f"of suspended steps changed while it was walked) [RM-12]")
-            left = [t.name for t, _ in steps if not joined(t)]
+            left = not_joined([t for t, _ in steps])
             assert not left, f"round {r}: steps still suspended after the wake: {left} [RM-12]"
             assert all("error" not in out for _, out in steps), \
                 f"round {r}: a suspended step raised [RM-12]"
