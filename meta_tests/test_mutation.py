@@ -813,3 +813,30 @@ def test_sweep_confirms_outside_the_map_and_reports_the_gap(monkeypatch: pytest.
     assert (row["verdict"], row["killed"], row["runs"]) == ("caught", 3, 3)
     assert row["map_gaps"] == ["conformance/test_session.py"]
     assert "| conformance/test_session.py |" in sweep.to_markdown(data, "h")
+
+
+def test_an_untagged_kill_is_blamed_on_the_tests_only_clause(tmp_path: Path) -> None:
+    """As the certification report blames an untagged failure: a kill whose message names no
+    clause is the test's only clause; a test marked with several clauses names none."""
+    from mutation.marks import marked_clauses
+    from mutation.runner import first_failure
+    case = ('<testcase classname="conformance.{m}" name="{t}"><{kind} message="{msg}"/>'
+            '</testcase>')
+    cases = {
+        ("test_resource_management", "test_bad_input_keeps_the_job_running", "error",
+         "RuntimeError: dictionary changed size during iteration"): "RM-5",
+        ("test_session", "test_the_context_keeps_its_sessions_under_its_lock[close]",
+         "failure", "AssertionError: boom [SESS-1]"): "SESS-1",
+        ("test_executor", "test_a_run_of_a_deep_graph_of_diamonds_ends", "failure",
+         "Failed: Timeout (&gt;45.0s) from pytest-timeout."): None,
+        ("test_nowhere", "test_x", "failure", "no tag"): None,
+    }
+    assert marked_clauses("conformance.test_executor::test_a_run_of_a_deep_graph_of_diamonds_ends"
+                          ) == ("SESS-3", "EXEC-10")
+    for (module, test, kind, msg), clause in cases.items():
+        junit = tmp_path / "junit.xml"
+        junit.write_text("<testsuites><testsuite>"
+                         + case.format(m=module, t=test, kind=kind, msg=msg)
+                         + "</testsuite></testsuites>")
+        assert first_failure(junit) == (f"conformance.{module}::{test}",
+                                        msg.replace("&gt;", ">"), clause), test

@@ -56,6 +56,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterator
 
+from .marks import only_clause
 from .operators import Mutant, compiles
 from .targets import ROOT, RUNTIME_DIR
 
@@ -88,7 +89,7 @@ class Run:
     how: str = ""                       # for killed: "test", "timeout", "import"
     test: str | None = None             # the first failing test
     message: str | None = None          # its message, first line
-    clause: str | None = None           # the [CLAUSE-ID] tag of that message
+    clause: str | None = None           # that message's [CLAUSE-ID] tag, else the test's only clause
     note: str = ""
     log: str = ""                       # the last lines of its output (kept for errors)
     skipped: list[str] = field(default_factory=list)   # skipped tests (kept for a baseline)
@@ -209,7 +210,8 @@ def _kill(proc: subprocess.Popen):
 
 
 def first_failure(junit: Path) -> tuple[str, str, str | None] | None:
-    """``(test, message, clause)`` of the first failed or errored test of a JUnit file."""
+    """``(test, message, clause)`` of the first failed or errored test of a JUnit file; the
+    clause is the message's tag or, when it names none, the test's only clause (marks)."""
     try:
         tree = ET.parse(junit)
     except ET.ParseError:
@@ -222,7 +224,7 @@ def first_failure(junit: Path) -> tuple[str, str, str | None] | None:
                 message = child.get("message") or (child.text or "")
                 tag = _CLAUSE_TAG.search(message) or _CLAUSE_TAG.search(child.text or "")
                 first = message.strip().splitlines()[0] if message.strip() else ""
-                return test, first[:300], tag.group(1) if tag else None
+                return test, first[:300], tag.group(1) if tag else only_clause(test)
     return None
 
 
