@@ -57,7 +57,7 @@ import ast
 import re
 
 from .operators import Mutant, _Generator, _is_docstring, _assigned_names, _SKIPPED_FUNCTIONS
-from .operators import _is_logging_call
+from .operators import _is_logging_call, sub_expressions
 from .operators import _SKIPPED_TARGETS
 
 __all__ = ["MUTMUT_OPERATORS", "mutmut_mutants_of_source"]
@@ -174,18 +174,8 @@ class _MutmutGenerator(_Generator):
             self.constant(node)
         elif isinstance(node, ast.Lambda):
             self.lambda_body(node)
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.expr):
-                self.expression(child)
-            elif isinstance(child, ast.comprehension):
-                self.expression(child.iter)
-                for cond in child.ifs:
-                    self.expression(cond)
-            elif isinstance(child, ast.keyword):
-                self.expression(child.value)
-            elif isinstance(child, ast.arguments):
-                for default in child.defaults + [d for d in child.kw_defaults if d is not None]:
-                    self.expression(default)
+        for child in sub_expressions(node, defaults=True):
+            self.expression(child)
 
     # -- the operators -------------------------------------------------------------------
     def compare(self, node: ast.Compare) -> None:

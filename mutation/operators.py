@@ -167,6 +167,23 @@ class _Source:
         return bisect.bisect_right(self.line_starts, offset)
 
 
+def sub_expressions(node: ast.AST, *, defaults: bool = False) -> Iterator[ast.expr]:
+    """The expressions directly inside ``node`` that a generator visits, in order: its child
+    expressions, a comprehension's iterable and conditions, a keyword argument's value and,
+    with ``defaults``, the default values of a lambda's arguments."""
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, ast.expr):
+            yield child
+        elif isinstance(child, ast.comprehension):
+            yield child.iter
+            yield from child.ifs
+        elif isinstance(child, ast.keyword):
+            yield child.value
+        elif defaults and isinstance(child, ast.arguments):
+            yield from child.defaults
+            yield from (d for d in child.kw_defaults if d is not None)
+
+
 def _is_logging_call(node: ast.AST) -> bool:
     if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
         return False
@@ -322,15 +339,8 @@ class _Generator:
             self.constant(node)
         elif isinstance(node, ast.Call):
             self.call(node)
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.expr):
-                self.expression(child)
-            elif isinstance(child, ast.comprehension):
-                self.expression(child.iter)
-                for cond in child.ifs:
-                    self.expression(cond)
-            elif isinstance(child, ast.keyword):
-                self.expression(child.value)
+        for child in sub_expressions(node):
+            self.expression(child)
 
     # -- the operators -----------------------------------------------------------------
     def add(self, operator: str, start: int, end: int, replacement: str) -> None:
