@@ -36,7 +36,6 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -51,6 +50,7 @@ if str(ROOT) not in sys.path:                      # run as a script
     sys.path.insert(0, str(ROOT))
 
 from meta_tests.broken_forks import ForkDeclaration, declarations  # noqa: E402
+from reports.child_run import report_files, run_certification  # noqa: E402
 from reports.writer import validation_errors  # noqa: E402
 
 REFERENCE = "reference_runtime"
@@ -129,35 +129,13 @@ def certify(runtime: str, modules: tuple[str, ...], report_dir: Path) -> RunResu
            f"--timeout={PER_TEST_TIMEOUT_S}", f"--hypothesis-seed={HYPOTHESIS_SEED}",
            f"--run-budget-s={budget_s}"]
     log_path = report_dir.with_name(report_dir.name + ".log")
-    start = time.monotonic()
-    reported_at: float | None = None
-    hung = False
     with open(log_path, "w+", encoding="utf-8") as log:
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=subprocess_env(), stdout=log,
-                                stderr=subprocess.STDOUT, text=True)
-        while True:
-            try:
-                proc.wait(timeout=0.5)
-                break
-            except subprocess.TimeoutExpired:
-                pass
-            now = time.monotonic()
-            if reported_at is None and report_files(report_dir):
-                reported_at = now
-            if now - start > timeout_s or (
-                    reported_at is not None and now - reported_at > EXIT_GRACE_S):
-                hung = True
-                proc.kill()
-                proc.wait()
-                break
-        if proc.returncode is not None and proc.returncode < 0 and not hung:
-            waited_until = time.monotonic() + WATCHDOG_REPORT_S
-            while not report_files(report_dir) and time.monotonic() < waited_until:
-                time.sleep(0.5)
-        log.seek(0)
-        output = log.read()
-    result = RunResult(runtime, modules, proc.returncode, time.monotonic() - start, output,
-                       hung_at_exit=hung)
+        child = run_certification(cmd, cwd=ROOT, env=subprocess_env(), report_dir=report_dir,
+                                  log=log, timeout_s=timeout_s, grace_s=EXIT_GRACE_S,
+                                  report_wait_s=WATCHDOG_REPORT_S)
+    output = child.output
+    result = RunResult(runtime, modules, child.returncode, child.wall_s, output,
+                       hung_at_exit=child.killed is not None)
     found = report_files(report_dir)
     if len(found) != 1:
         result.problems.append(f"expected one certification.json under {report_dir}, found "
@@ -169,12 +147,6 @@ def certify(runtime: str, modules: tuple[str, ...], report_dir: Path) -> RunResu
         result.problems.append(f"certification.json invalid against the schema at "
                                f"{error[:300]}")
     return result
-
-
-def report_files(report_dir: Path) -> list[Path]:
-    """The run folders' certification.json (not through the ``latest`` link)."""
-    return sorted(p for p in report_dir.glob("*/certification.json")
-                  if not p.parent.is_symlink())
 
 
 def union_of_modules() -> tuple[str, ...]:

@@ -22,10 +22,8 @@ import concurrent.futures
 import json
 import os
 import re
-import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
@@ -36,6 +34,7 @@ if str(ROOT) not in sys.path:
 
 from adapters.antman_1_15.deviations import (BY_ID, DEVIATIONS, OFF_ENV_VAR,  # noqa: E402
                                              Deviation)
+from reports.child_run import report_files, run_certification  # noqa: E402
 
 __all__ = ["RUNTIME", "DATA_PATH", "Run", "certify", "failures_of", "message_pattern",
            "spec_entries", "generate", "load"]
@@ -86,42 +85,19 @@ def certify(modules: Iterable[str], off: Iterable[str], report_dir: Path,
            f"--timeout={PER_TEST_TIMEOUT_S}", f"--hypothesis-seed={HYPOTHESIS_SEED}"]
     if workers:
         cmd += ["-n", str(workers)]
-    start = time.monotonic()
-    reported_at = None
     with tempfile.TemporaryFile("w+", encoding="utf-8") as log:
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=_env(off), stdout=log,
-                                stderr=subprocess.STDOUT, text=True)
-        while True:
-            try:
-                proc.wait(timeout=0.5)
-                break
-            except subprocess.TimeoutExpired:
-                pass
-            now = time.monotonic()
-            if reported_at is None and _reports(report_dir):
-                reported_at = now
-            if now - start > RUN_TIMEOUT_S or (reported_at is not None
-                                               and now - reported_at > EXIT_GRACE_S):
-                proc.kill()
-                proc.wait()
-                run.problems.append("killed: " + ("did not exit after its report"
-                                                  if reported_at else "ran too long"))
-                break
-        log.seek(0)
-        run.output = log.read()
-    run.returncode, run.wall_s = proc.returncode, time.monotonic() - start
-    found = _reports(report_dir)
+        child = run_certification(cmd, cwd=ROOT, env=_env(off), report_dir=report_dir,
+                                  log=log, timeout_s=RUN_TIMEOUT_S, grace_s=EXIT_GRACE_S)
+    if child.killed:
+        run.problems.append(f"killed: {child.killed}")
+    run.output, run.returncode, run.wall_s = child.output, child.returncode, child.wall_s
+    found = report_files(report_dir)
     if len(found) != 1:
         run.problems.append(f"expected one certification.json, found {len(found)}; output "
                             f"tail:\n{run.output[-3000:]}")
     else:
         run.report = json.loads(found[0].read_text(encoding="utf-8"))
     return run
-
-
-def _reports(report_dir: Path) -> list[Path]:
-    return sorted(p for p in report_dir.glob("*/certification.json")
-                  if not p.parent.is_symlink())
 
 
 def failures_of(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -337,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.source is not None:
         results = {}
         for ident in [d.id for d in DEVIATIONS] + ["*"]:
-            found = _reports(args.source / ("all-on" if ident == "*" else ident))
+            found = report_files(args.source / ("all-on" if ident == "*" else ident))
             if found and (not only or ident in only or (ident == "*" and "all-on" in only)):
                 results[ident] = Run((), (), report=json.loads(found[-1].read_text("utf-8")))
         doc = document(results, previous)
