@@ -31,6 +31,7 @@ from typing import Any
 import pytest
 
 from conformance import spec
+from meta_tests.tensorflow_runs import latest_run_folder, require_tensorflow
 from meta_tests.test_worker_harness import clean_env
 from reports.writer import validation_errors
 
@@ -39,6 +40,7 @@ RUN_TIMEOUT_S = 600
 pytestmark = [pytest.mark.tensorflow, pytest.mark.timeout(RUN_TIMEOUT_S + 60)]
 
 ROOT = spec.ROOT
+TOX_ENV = "certify-tf"
 REPORT_DIR_ENV = "ANTMAN_TF_REPORT_DIR"
 WORKER_CMD = [sys.executable, "-m", "conformance.workers.tf_worker"]
 WORKER_RUN_TIMEOUT_S = 120
@@ -75,34 +77,15 @@ def tensorflow_version() -> str | None:
     return None
 
 
-def require_tensorflow() -> None:
-    if importlib.util.find_spec("tensorflow") is not None:
-        return
-    message = (f"tensorflow is not importable by {sys.executable}; "
-               f"`tox -e certify-tf` installs it (extra 'tensorflow')")
-    if os.environ.get(REPORT_DIR_ENV):
-        pytest.fail(message)
-    pytest.skip(message)
-
-
-def _run_folder(report_dir: Path) -> Path:
-    latest = report_dir / "latest"
-    if latest.is_symlink() or latest.is_dir():
-        return latest.resolve()
-    if latest.is_file():
-        return (report_dir / latest.read_text(encoding="utf-8").strip()).resolve()
-    found = sorted(report_dir.glob("*/certification.json"), key=lambda p: p.stat().st_mtime)
-    assert found, f"no certification.json under {report_dir}"
-    return found[-1].parent
 
 
 @pytest.fixture(scope="module")
 def run_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The folder of the certification run of stock TensorFlow (preceding, or run here)."""
-    require_tensorflow()
+    require_tensorflow(TOX_ENV, REPORT_DIR_ENV)
     given = os.environ.get(REPORT_DIR_ENV)
     if given:
-        folder = _run_folder(Path(given))
+        folder = latest_run_folder(Path(given))
         assert (folder / "certification.json").is_file(), (
             f"{REPORT_DIR_ENV}={given}: no certification.json in {folder}; did the "
             f"certification command of certify-tf run?")
@@ -121,7 +104,7 @@ def run_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert proc.returncode == 1, (f"certification of stock TensorFlow: pytest exit status "
                                   f"{proc.returncode}, expected 1 (tests failed):\n"
                                   f"{proc.stdout[-3000:]}{proc.stderr[-2000:]}")
-    return _run_folder(report_dir)
+    return latest_run_folder(report_dir)
 
 
 @pytest.fixture(scope="module")
@@ -236,7 +219,7 @@ def test_every_non_pass_names_its_reason(report: dict[str, Any],
 
 def test_tf_worker_trains_and_speaks_the_protocol(tmp_path: Path) -> None:
     """Run the worker directly: a hello, then TRAIN_STEPS steps whose loss falls, exit 0."""
-    require_tensorflow()
+    require_tensorflow(TOX_ENV, REPORT_DIR_ENV)
     config, status = tmp_path / "sche2pai.json", tmp_path / "pai2sche.json"
     config.write_text('{"name": "antman-conformance", "perfControl": 100}', encoding="utf-8")
     env = clean_env(GPU_CONFIG_FILE=str(config), GPU_STATUS_FILE=str(status),

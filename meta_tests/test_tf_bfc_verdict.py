@@ -19,7 +19,6 @@ read; otherwise this module runs them itself in subprocesses. Marked ``tensorflo
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -34,6 +33,7 @@ import pytest
 
 from conformance import spec
 from reports import mustpass as mp
+from meta_tests.tensorflow_runs import latest_run_folder, require_tensorflow
 from meta_tests.test_tensorflow_verdict import tensorflow_version
 from meta_tests.test_worker_harness import clean_env
 
@@ -41,6 +41,7 @@ RUN_TIMEOUT_S = 1500
 pytestmark = [pytest.mark.tensorflow, pytest.mark.timeout(2 * RUN_TIMEOUT_S + 120)]
 
 ROOT = spec.ROOT
+TOX_ENV = "certify-tf-bfc"
 REPORT_DIR_ENV = "ANTMAN_TF_BFC_REPORT_DIR"
 PINNED_TENSORFLOW = "2.21.0"
 RUNTIMES = {"shipped": "adapters.tensorflow_bfc",
@@ -181,25 +182,6 @@ def function_of(nodeid: str) -> str:
     return nodeid.split("::")[-1].split("[")[0]
 
 
-def require_tensorflow() -> None:
-    if importlib.util.find_spec("tensorflow") is not None:
-        return
-    message = (f"tensorflow is not importable by {sys.executable}; "
-               f"`tox -e certify-tf-bfc` installs it (extra 'tensorflow')")
-    if os.environ.get(REPORT_DIR_ENV):
-        pytest.fail(message)
-    pytest.skip(message)
-
-
-def _latest(report_dir: Path) -> Path:
-    latest = report_dir / "latest"
-    if latest.is_symlink() or latest.is_dir():
-        return latest.resolve()
-    if latest.is_file():
-        return (report_dir / latest.read_text(encoding="utf-8").strip()).resolve()
-    found = sorted(report_dir.glob("*/certification.json"), key=lambda p: p.stat().st_mtime)
-    assert found, f"no certification.json under {report_dir}"
-    return found[-1].parent
 
 
 def _junit_failures(folder: Path, report: dict[str, Any]) -> dict[str, str]:
@@ -234,14 +216,14 @@ def _certify(name: str, report_dir: Path) -> None:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Run]:
-    require_tensorflow()
+    require_tensorflow(TOX_ENV, REPORT_DIR_ENV)
     given = os.environ.get(REPORT_DIR_ENV)
     base = Path(given) if given else tmp_path_factory.mktemp("tf-bfc-certification")
     out = {}
     for name in RUNTIMES:
         if not given:
             _certify(name, base / name)
-        folder = _latest(base / name)
+        folder = latest_run_folder(base / name)
         assert (folder / "certification.json").is_file(), (
             f"{REPORT_DIR_ENV}={given}: no certification.json in {folder}; did the "
             f"certification commands of certify-tf-bfc run?")
