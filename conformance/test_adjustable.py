@@ -231,6 +231,44 @@ def test_next_region_size_after_shrink(rt, gap):
             f"region after the reset: {sim.alloc_calls[calls:]}, expected {size} [BFC-8]")
 
 
+class HugeSub:
+    """A sub-allocator that hands out regions of any size (addresses cost nothing)."""
+
+    def __init__(self) -> None:
+        self.next = 1 << 12
+        self.frees: list[tuple[int, int]] = []
+
+    def alloc(self, alignment: int, num_bytes: int) -> int:
+        ptr = self.next
+        self.next += num_bytes + 4096
+        return ptr
+
+    def free(self, ptr: int, num_bytes: int) -> None:
+        self.frees.append((ptr, num_bytes))
+
+
+@pytest.mark.clause("ADJ-4")
+@pytest.mark.parametrize("target", [0, 1000, MiB - 256, MiB])
+def test_next_region_size_wraps_in_64_bits(rt, target):
+    """A pool of 2^64 - 256 bytes in use (limit 2^64 - 1) and a shrink to a small target:
+    it falls short, and ``target - pool_after`` in size_t is ``target + 256``, so the next
+    region size is that, rounded up and capped at 1 MiB, not 1 MiB whatever the target."""
+    pool = 2**64 - 256
+    bfc = rt.BFCAllocator(HugeSub(), 2**64 - 1, False, "GPU_0_bfc", retry_timeout_us=0)
+    assert bfc.allocate_raw(256, pool, rt.AllocationAttributes(no_retry_on_failure=True)) \
+        is not None and bfc.memory_map().total_region_allocated_bytes == pool, (
+        f"a request of 2^64 - 256 bytes under a limit of 2^64 - 1: pool "
+        f"{bfc.memory_map().total_region_allocated_bytes} [BFC-8]")
+    got = rt.GPUAdjustableAllocator().free_empty_memory(target, bfc)
+    assert got == pool, f"free_empty_memory({target}) returned {got}, expected {pool} [ADJ-3]"
+    expected = next_after_shrink(target, pool)
+    assert expected == min(rounded(target + 256), MiB), "[ADJ-4]"
+    assert bfc.memory_map().next_region_size == expected, (
+        f"next after free_empty_memory({target}) with 2^64 - 256 bytes in use: "
+        f"{bfc.memory_map().next_region_size}, expected {expected} ({target} - (2^64 - 256) "
+        f"in 64-bit unsigned arithmetic, rounded up, capped at 1 MiB) [ADJ-4]")
+
+
 @pytest.mark.clause("ADJ-3")
 def test_free_empty_memory_at_or_above_the_pool(rt):
     bfc, sim, a, b, c = three_regions(rt)

@@ -6,15 +6,20 @@ never read back from the implementation under test.
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import random
 import re
 import struct
+import subprocess
+import sys
 import threading
 import time
 
 import pytest
 
+from conformance import spec
 from conformance.checks import names_identifier, raises
 from conformance.control_helpers import joined, run_in_thread, runtime_records
 from conformance.preconditions import precondition
@@ -710,6 +715,58 @@ def test_gc_only_after_extend_fails(rt):
         f"GC ran although Extend could succeed: released {sim.free_calls} [BFC-8]")
 
 
+class DescendingSub(RecordingSub):
+    """A sub-allocator whose each new region lies below the previous ones (with a gap)."""
+
+    def alloc(self, alignment: int, num_bytes: int) -> int | None:
+        self.calls.append((alignment, num_bytes))
+        self.next -= num_bytes + 4096
+        return self.next
+
+
+@pytest.mark.clause("BFC-11")
+def test_a_released_region_leaves_the_other_free_chunks_of_its_bin(rt):
+    """The region that garbage collection releases is not the first chunk of its bin: a
+    free chunk of the same size at a lower address (regions here come at lower and lower
+    addresses) stays free and is the best fit of the next request."""
+    sub = DescendingSub(base=1 << 44)
+    bfc = rt.BFCAllocator(sub, 4 * MiB + 512 * KiB, True, "GPU_0_bfc", True,
+                          retry_timeout_us=0)
+    a = bfc.allocate_raw(256, MiB)        # R0 = 1 MiB, whole; next 2 MiB
+    b = bfc.allocate_raw(256, MiB)        # R1 = 2 MiB below R0, split: free K = b + 1 MiB
+    bfc.deallocate_raw(a)                 # R0 fully free: bin of 1 MiB = [K, R0]
+    assert b + MiB < a, f"regions at {a:#x} then {b:#x}: the second is not below [BFC-11]"
+    p = bfc.allocate_raw(256, 2 * MiB, no_retry(rt))
+    # Extend fails (available 1.5 MiB); F = 1 MiB; 2 MiB <= 4.5 - 3 + 1 → release R0; Extend:
+    # region min(4 MiB, 2.5 MiB), whole.
+    assert p is not None and sub.frees == [(a, MiB)], (
+        f"allocate_raw(256, 2 MiB): {p}, released {sub.frees}, expected R0 released [BFC-11]")
+    try:
+        q = bfc.allocate_raw(256, MiB, no_retry(rt))
+    except Exception as exc:   # a bin still listing a released chunk, say
+        pytest.fail(f"after R0 was released, allocate_raw(256, 1 MiB) raised {exc!r} [BFC-11]")
+    assert q == b + MiB, (
+        f"after R0 was released, allocate_raw(256, 1 MiB) returned {q and hex(q)}, expected "
+        f"the free chunk {b + MiB:#x} of R1, which must stay in its bin [BFC-11]")
+    assert_bfc_valid(bfc)
+
+
+@pytest.mark.clause("BFC-11")
+def test_nothing_to_release_makes_no_second_extend(rt):
+    """F == 0 (the only region holds a chunk in use): garbage collection releases nothing,
+    so the failed extension is not tried again (one sub-allocator call after the backpedal)."""
+    bfc, sim = make(rt, GiB, gc=True)
+    assert bfc.allocate_raw(256, 256) is not None, "[BFC-11]"       # region 1 MiB, in use
+    sim.fail = True
+    assert bfc.allocate_raw(256, 2 * MiB, no_retry(rt)) is None, "[BFC-11]"   # the backpedal
+    n = len(sim.alloc_calls)
+    assert bfc.allocate_raw(256, 2 * MiB, no_retry(rt)) is None, "[BFC-11]"
+    assert sim.alloc_calls[n:] == [2 * MiB] and sim.free_calls == [], (
+        f"with no free region the refused extension made calls {sim.alloc_calls[n:]} and "
+        f"released {sim.free_calls}, expected one call of {2 * MiB} and nothing released "
+        f"[BFC-11]")
+
+
 # --- BFC-12 ------------------------------------------------------------------------------
 
 def _refusing(rt, clock, timeout_us):
@@ -730,6 +787,62 @@ def test_no_retry_makes_one_attempt(rt):
     assert sim.alloc_calls[n:] == [2 * MiB] and clock.records == [], (
         f"no_retry_on_failure: calls {sim.alloc_calls[n:]}, waits {clock.records}, expected "
         f"one attempt and no wait [BFC-12]")
+
+
+#: Run in a new process (the count of no-retry warnings is the process's): 12 no-retry
+#: failures, alternately of two allocators with a limit of 0; prints, per failure, the
+#: (level, message) of every record the runtime's loggers received during it.
+NO_RETRY_PROBE = r"""
+import importlib, json, logging, sys
+rt = importlib.import_module(sys.argv[1])
+records = []
+class Keep(logging.Handler):
+    def emit(self, record):
+        records.append(record)
+top = logging.getLogger(sys.argv[1].split(".")[0])
+top.addHandler(Keep())
+top.setLevel(logging.DEBUG)
+allocators = [rt.BFCAllocator(rt.SimulatedDeviceMemory(1 << 20), 0, True, name,
+                              retry_timeout_us=0) for name in ("GPU_7_bfc", "GPU_8_bfc")]
+out = []
+for i in range(12):
+    before = len(records)
+    got = allocators[i % 2].allocate_raw(256, 256,
+                                         rt.AllocationAttributes(no_retry_on_failure=True))
+    out.append({"result": got,
+                "records": [[r.levelno, r.getMessage()] for r in records[before:]]})
+print(json.dumps(out))
+"""
+PROBE_TIMEOUT_S = 60
+
+
+@pytest.mark.clause("BFC-12")
+def test_the_first_10_no_retry_failures_of_a_process_log_a_warning(rt):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(spec.ROOT), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))])
+    try:
+        done = subprocess.run([sys.executable, "-c", NO_RETRY_PROBE, rt.__name__], env=env,
+                              capture_output=True, text=True, timeout=PROBE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"12 no-retry failures in a new process took over {PROBE_TIMEOUT_S} s "
+                    f"[BFC-12]")
+    assert done.returncode == 0, \
+        f"12 no-retry failures in a new process: {done.stderr[-2000:]} [BFC-12]"
+    failures = json.loads(done.stdout.strip().splitlines()[-1])
+    for i, failure in enumerate(failures):
+        name = ("GPU_7_bfc", "GPU_8_bfc")[i % 2]
+        warnings = [m for level, m in failure["records"] if level == logging.WARNING]
+        if i < 10:
+            assert failure["result"] is None and len(warnings) == 1 \
+                and names_identifier(warnings[0], name), (
+                f"no-retry failure {i + 1} of the process ({name}, limit 0) returned "
+                f"{failure['result']} and logged the warnings {warnings}: expected None and "
+                f"one warning naming {name} [BFC-12]")
+        else:
+            assert failure["result"] is None and warnings == [], (
+                f"no-retry failure {i + 1} of the process ({name}) logged {warnings}: only "
+                f"the first 10 of a process log a warning [BFC-12]")
 
 
 @pytest.mark.clause("BFC-12")
@@ -1043,6 +1156,39 @@ def test_allocation_ids_and_sizes(rt):
     assert q == ptrs[1] and bfc.allocation_id(q) == 6, (
         f"re-allocation of a freed chunk: id {bfc.allocation_id(q)}, expected 6 (never "
         f"reused) [BFC-15]")
+
+
+@pytest.mark.clause("BFC-15")
+def test_chunks_never_handed_out_ask_for_nothing(rt):
+    """The free rest of a split was never asked for: requested size 0 and allocation id -1,
+    in the queries as in the memory map, while a freed chunk keeps its stale size."""
+    bfc, _ = make(rt, 64 * MiB)
+    a = bfc.allocate_raw(256, 100)                 # region of 1 MiB split: rest at a + 256
+    b = bfc.allocate_raw(256, 2 * MiB)             # region of 2 MiB, whole (no split)
+    bfc.deallocate_raw(b)
+    rest = a + 256
+    assert (bfc.requested_size(rest), bfc.allocation_id(rest)) == (0, -1), (
+        f"the free rest of a split: requested_size {bfc.requested_size(rest)}, allocation_id "
+        f"{bfc.allocation_id(rest)}, expected 0 and -1 [BFC-15]")
+    assert bfc.requested_size(b) == 2 * MiB, \
+        f"a freed chunk's requested_size {bfc.requested_size(b)}, expected the stale 2 MiB [BFC-15]"
+    rest_chunks = [c for r in bfc.memory_map().regions for c in r.chunks if c.ptr == rest]
+    assert [(c.requested_size, c.allocation_id) for c in rest_chunks] == [(0, -1)], (
+        f"memory_map of the free rest of a split: {rest_chunks}, expected requested_size 0 "
+        f"and allocation_id -1 [BFC-15]")
+    # A split after a merge: TF recycles the merged chunk's slot (which asked for 1000) for
+    # the rest; the rest was still never handed out.
+    x = bfc.allocate_raw(256, 100)                 # x at rest, 256
+    y = bfc.allocate_raw(256, 1000)                # x + 256, 1024
+    z = bfc.allocate_raw(256, 300)                 # x + 1280, 512
+    bfc.deallocate_raw(x)
+    bfc.deallocate_raw(y)                          # merges into x: one free chunk of 1280
+    assert bfc.allocate_raw(256, 256) == x, "best fit of 256 bytes [BFC-3]"
+    assert (bfc.requested_size(x + 256), bfc.allocation_id(x + 256)) == (0, -1), (
+        f"the free rest of a split made after a merge: requested_size "
+        f"{bfc.requested_size(x + 256)}, allocation_id {bfc.allocation_id(x + 256)}, expected "
+        f"0 and -1 [BFC-15]")
+    assert z is not None, "[BFC-15]"
 
 
 # --- BFC-16 ------------------------------------------------------------------------------
@@ -1480,6 +1626,31 @@ def test_a_region_in_a_freed_hole_keeps_apart_from_its_neighbour(rt, kind):
     memory.free(a, 6 * tib)
     live = {b: 6 * tib}
     for size in (6 * tib + 4 * KiB, 6 * tib + 256, 6 * tib):
+        ptr = memory.alloc(256, size)
+        if ptr is None:
+            continue
+        for other, other_size in live.items():
+            assert ptr + size < other or other + other_size < ptr, (
+                f"{kind}.alloc(256, {size}) returned [{ptr:#x}, +{size}), over or against "
+                f"the live region [{other:#x}, +{other_size}) [API-3]")
+        live[ptr] = size
+    assert memory.live_regions == live, f"{kind}.live_regions {memory.live_regions} [API-3]"
+
+
+@pytest.mark.clause("API-3")
+@pytest.mark.parametrize("kind", ["SimulatedDeviceMemory", "SimulatedHostMemory"])
+def test_a_region_after_one_placed_in_a_freed_tail_keeps_apart(rt, kind):
+    """A terabyte region placed after the last one, freed; a request a page larger no longer
+    fits after where that region ended, so it goes into the room the freed one left and ends
+    exactly there; the next small requests never touch or overlap it."""
+    tib = 1 << 40
+    memory = getattr(rt, kind)(64 * tib)
+    a = memory.alloc(256, 256)
+    x = memory.alloc(256, 8 * tib)
+    assert a is not None and x is not None, f"{kind}: 256 bytes then 8 TiB of 64 TiB [API-3]"
+    memory.free(x, 8 * tib)
+    live = {a: 256}
+    for size in (8 * tib + 4 * KiB, 256, 256):
         ptr = memory.alloc(256, size)
         if ptr is None:
             continue

@@ -479,6 +479,60 @@ def test_close_joins_the_listener_with_handlers_of_its_own(rt, no_thread_leak, c
 
 
 @pytest.mark.clause("DEVICE-8")
+def test_a_session_whose_close_fails_does_not_cut_the_teardown_short(
+        rt, no_thread_leak, control_env, tmp_path) -> None:
+    """The first of two sessions fails to close: the other is closed all the same, the
+    actions are unregistered, the listener stopped, and close() raises that failure."""
+    cfg, status = tmp_path / "cfg.json", tmp_path / "status.json"
+    cfg.write_text('{"perfControl": 100}')
+    registry = rt.SessionRunActionRegistry()
+    ctx = rt.create_runtime(num_gpus=1, gpu_memory_bytes=16 * MiB, config_file=str(cfg),
+                            status_file=str(status), registry=registry, poll_interval_s=0.05)
+    graph = rt.Graph()
+    graph.add_node("c", "Const", value=1.0)
+    failing, other = ctx.new_session(graph), ctx.new_session(graph)
+
+    class CloseFailed(Exception):
+        pass
+
+    def failing_close() -> None:
+        raise CloseFailed("injected: this session cannot close")
+
+    failing.close = failing_close
+    errors: list[BaseException] = []
+    try:
+        ctx.close()
+    except Exception as exc:       # noqa: BLE001 - which error it is is checked below
+        errors.append(exc)
+    assert len(errors) == 1 and isinstance(errors[0], CloseFailed), (
+        f"close() with a session whose close raises raised {errors!r}, expected that "
+        f"session's error [DEVICE-8]")
+    assert other.closed and not ctx.file_listener.is_running() \
+        and registry.actions(rt.Grouping.POST_SESSION_RUN) == [], (
+        f"after a session failed to close: other session closed {other.closed}, listener "
+        f"running {ctx.file_listener.is_running()}, actions left "
+        f"{registry.actions(rt.Grouping.POST_SESSION_RUN)} [DEVICE-8]")
+
+
+@pytest.mark.clause("DEVICE-8")
+def test_a_failed_create_runtime_leaves_no_action_registered(rt, no_thread_leak, control_env,
+                                                             tmp_path) -> None:
+    """Both actions are built and registered before the devices: when the devices cannot
+    be built (more GPUs than the backend has), neither stays in the caller's registry."""
+    cfg, status = tmp_path / "cfg.json", tmp_path / "status.json"
+    cfg.write_text('{"perfControl": 100}')
+    registry = rt.SessionRunActionRegistry()
+    with pytest.raises(ValueError):
+        rt.create_runtime(num_gpus=2, backend=rt.SimBackend(1, 16 * MiB), config_file=str(cfg),
+                          status_file=str(status), registry=registry)
+        pytest.fail("create_runtime(num_gpus=2) over one GPU built a runtime [DEVICE-8]")
+    left = registry.actions(rt.Grouping.POST_SESSION_RUN)
+    assert left == [], (
+        f"a create_runtime that raised left {[(phase, a.name) for phase, a in left]} "
+        f"registered [DEVICE-8]")
+
+
+@pytest.mark.clause("DEVICE-8")
 @pytest.mark.parametrize("bad", [-1, True, 1.0, "1"])
 def test_num_gpus_must_be_an_int_in_range(rt, control_env, bad) -> None:
     with pytest.raises(ValueError):

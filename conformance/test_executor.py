@@ -748,6 +748,41 @@ def test_kernel_error_fails_the_step(rt, ctx, device: str) -> None:
         f"the failed step left buffers allocated on {device} [EXEC-6]"
 
 
+@pytest.mark.clause("EXEC-6")
+def test_an_output_whose_array_cannot_be_made_is_freed(rt, ctx, monkeypatch) -> None:
+    """The GPU's array module (``xp``, API-6) refuses the array of a buffer the allocator
+    has just placed (host memory exhausted, say): the step fails, and the bytes placed for
+    that buffer are given back like every other of the step."""
+    gpu = ctx.device_mgr.lookup_device(GPU)
+    xp = getattr(gpu, "xp", None)
+    if xp is None:
+        pytest.skip("the GPU device has no array module (xp) in which to inject the failure")
+    refused = (3001,)
+
+    class RefusingArrays:
+        def __getattr__(self, name):
+            return getattr(xp, name)
+
+        def empty(self, shape, *args, **kwargs):
+            if tuple(np.atleast_1d(shape)) == refused:
+                raise MemoryError(f"injected: no memory for an array of shape {refused}")
+            return xp.empty(shape, *args, **kwargs)
+
+    g = rt.Graph()
+    g.add_node("x", "Placeholder", device=GPU, dtype="float32")
+    g.add_node("y", "Relu", ["x"], device=GPU)
+    s = ctx.new_session(g)
+    allocator = allocator_of(ctx, GPU)
+    before = allocator.get_stats().bytes_in_use
+    monkeypatch.setattr(gpu, "xp", RefusingArrays())
+    with pytest.raises(Exception):
+        s.run(["y"], {"x": np.ones(refused, np.float32)})
+    monkeypatch.undo()
+    assert allocator.get_stats().bytes_in_use == before, (
+        f"a step whose array could not be made left {allocator.get_stats().bytes_in_use - before}"
+        f" bytes allocated on {GPU} [EXEC-6]")
+
+
 @pytest.mark.clause("EXEC-6", "EXEC-9")
 @pytest.mark.parametrize("device", [CPU, GPU])
 def test_a_failed_step_frees_buffers_whose_consumers_never_ran(rt, ctx, device: str) -> None:

@@ -377,6 +377,30 @@ def test_the_bound_never_costs_the_gpu_its_entry(rt, runtimes, vclock, tmp_path,
 
 
 @pytest.mark.clause("RM-20")
+def test_a_gpu_the_runtime_did_not_take_is_not_protected_by_the_bound(
+        rt, runtimes, vclock, tmp_path) -> None:
+    """A runtime of the CPU only (num_gpus=0) over a backend with a GPU: that GPU is not one
+    of the devices create_runtime built, so with 256 unknown bus ids held a document naming
+    it is rejected like any other new bus id."""
+    config = tmp_path / "gpu_config.json"
+    backend = rt.SimBackend(1, 64 * MiB)
+    bus = bus_id(rt, gpus(runtimes(backend=backend))[0])
+    ctx = runtimes(num_gpus=0, backend=backend, config_file=str(config), clock=vclock)
+    rm = ctx.resource_management
+    rm.parse_manage_info_from_json(nemesis.unknown_bus_ids_document(MAX_BUS_IDS))
+    crowd = sorted(rm.memory_limits)
+    precondition_holds("RM-20", len(crowd) == MAX_BUS_IDS and bus not in crowd,
+                       f"a document of 256 unknown bus ids is held whole ({len(crowd)})")
+    rm.parse_manage_info_from_json(json.dumps(config_document(limits={bus: 24 * MiB})))
+    held = rm.memory_limits
+    assert bus not in held and sorted(held) == crowd, (
+        f"a runtime without GPUs, 256 unknown bus ids held: a document naming the backend's "
+        f"GPU {bus!r}, which the runtime did not take, left memory_limits with "
+        f"{len(held)} bus ids, {'the GPU among them' if bus in held else 'not the GPU'}: "
+        f"expected it rejected and the 256 kept [RM-20]")
+
+
+@pytest.mark.clause("RM-20")
 @pytest.mark.parametrize("gpu_of", ["the runtime", "an earlier boundary"])
 def test_a_gpu_takes_the_place_of_the_longest_held_unknown_bus_id(
         rt, runtimes, listener, vclock, tmp_path, gpu_of) -> None:

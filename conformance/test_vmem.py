@@ -449,6 +449,19 @@ def test_unknown_pointer_errors_name_the_pointer_themselves(rt, tf_env):
 
 
 @pytest.mark.clause("VMEM-7")
+def test_deallocate_none_asks_neither_allocator(rt, tf_env):
+    """deallocate_raw(None) does nothing: it is not passed to a host allocator, which here
+    answers every pointer it is given with InvalidPointerError."""
+    device = rt.BFCAllocator(rt.SimulatedDeviceMemory(MiB), MiB, False, "GPU_0_bfc",
+                             retry_timeout_us=0)
+    vmem = rt.GPUVMemAllocator(device, TerseHostAllocator(rt))
+    try:
+        vmem.deallocate_raw(None)
+    except rt.InvalidPointerError as exc:
+        pytest.fail(f"vmem.deallocate_raw(None) raised {exc!r}: it must do nothing [VMEM-7]")
+
+
+@pytest.mark.clause("VMEM-7")
 def test_address_reused_during_a_free_is_routed_to_the_device(rt, tf_env, monkeypatch):
     """A device pointer is forgotten before the device allocator may hand its address out
     again: an allocation made by another thread the moment the device allocator freed the

@@ -185,10 +185,6 @@ class BFCAllocator(Allocator):
     def garbage_collection(self) -> bool:
         return self._garbage_collection
 
-    @property
-    def clock(self) -> Clock:
-        return self._retry.clock
-
     def allocate_raw(self, alignment: int, num_bytes: int,
                      attributes: AllocationAttributes | None = None) -> int | None:
         if type(num_bytes) is not int or num_bytes <= 0 or num_bytes > MAX_SIZE_T:

@@ -53,9 +53,8 @@ class GPUAdjustableAllocator:
         new_limit = _check_limit(new_limit, "GPUAdjustableAllocator.adjust_memory_limit: new_limit")
         bfc = _check_bfc(bfc, "adjust_memory_limit")
         with bfc._lock:
-            if new_limit >= bfc._adj_pool_bytes():
-                bfc._adj_set_memory_limit(new_limit)
-                return new_limit
+            # A limit at or above the pool (ADJ-1) frees nothing and leaves next as it is:
+            # _free_empty_memory_locked returns the pool untouched, which is <= new_limit.
             remaining = self._free_empty_memory_locked(new_limit, bfc)
             if remaining <= new_limit:
                 bfc._adj_set_memory_limit(new_limit)

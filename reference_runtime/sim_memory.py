@@ -70,7 +70,8 @@ class SimulatedMemory(SubAllocator):
             return ptr
 
     def _place(self, size: int, align: int) -> int | None:
-        """Next fit: bump the cursor; on reaching the span's end, first fit from the start."""
+        """Bump the cursor; when the request does not fit after it, first fit from the start
+        (the cursor is not moved back)."""
         ptr = -(-self._cursor // align) * align
         if self._fits(ptr, size):
             self._cursor = ptr + size + REGION_GAP
@@ -79,7 +80,6 @@ class SimulatedMemory(SubAllocator):
         for start in self._starts + [self._end]:
             ptr = -(-prev_end // align) * align
             if ptr + size + REGION_GAP <= start:
-                self._cursor = ptr + size + REGION_GAP
                 return ptr
             prev_end = start + self.live_regions.get(start, 0) + REGION_GAP
         return None

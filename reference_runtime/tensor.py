@@ -56,18 +56,16 @@ def copy_from_host(out: Any, value: np.ndarray) -> None:
 class Buffer:
     """One allocation holding a tensor's values."""
 
-    __slots__ = ("allocator", "ptr", "nbytes", "array", "refs", "persistent", "device_name",
-                 "freed")
+    __slots__ = ("allocator", "ptr", "nbytes", "array", "refs", "persistent", "freed")
 
     def __init__(self, allocator: Allocator | None, ptr: int | None, nbytes: int, array: Any,
-                 device_name: str, *, persistent: bool = False) -> None:
+                 *, persistent: bool = False) -> None:
         self.allocator = allocator
         self.ptr = ptr
         self.nbytes = nbytes
         self.array = array
         self.refs = 0
         self.persistent = persistent
-        self.device_name = device_name
         self.freed = False
 
     def release(self) -> None:
@@ -81,7 +79,7 @@ class Buffer:
 
     def __repr__(self) -> str:
         ptr = "None" if self.ptr is None else hex(self.ptr)
-        return (f"Buffer({self.device_name}, ptr={ptr}, nbytes={self.nbytes}, "
+        return (f"Buffer(ptr={ptr}, nbytes={self.nbytes}, "
                 f"refs={self.refs}{', persistent' if self.persistent else ''})")
 
 
@@ -129,7 +127,7 @@ def allocate_buffer(device: Any, shape: tuple[int, ...], dtype: Any, *, node_nam
         if ptr is not None:
             allocator.deallocate_raw(ptr)
         raise
-    return Buffer(allocator, ptr, nbytes, array, device.name, persistent=persistent)
+    return Buffer(allocator, ptr, nbytes, array, persistent=persistent)
 
 
 class StepAllocations:
