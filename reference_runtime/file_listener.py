@@ -171,10 +171,6 @@ class FileListener:
         with self._lock:
             return self._thread is not None and self._thread.is_alive()
 
-    def watched_paths(self) -> list[str]:
-        with self._lock:
-            return sorted(self._watches)
-
     def close(self) -> None:
         """Drop every handler, stop the monitor thread and join it (idempotent)."""
         with self._lock:
@@ -387,8 +383,9 @@ class FileListener:
                               quote(watch.path, 4096))
 
     def __repr__(self) -> str:
-        return (f"FileListener(paths={self.watched_paths()}, "
-                f"poll_interval_us={self.poll_interval_us})")
+        with self._lock:
+            paths = sorted(self._watches)
+        return f"FileListener(paths={paths}, poll_interval_us={self.poll_interval_us})"
 
 
 _global_lock = threading.Lock()
