@@ -171,6 +171,10 @@ class FileListener:
         with self._lock:
             return self._thread is not None and self._thread.is_alive()
 
+    def watched_paths(self) -> list[str]:
+        with self._lock:
+            return sorted(self._watches)
+
     def close(self) -> None:
         """Drop every handler, stop the monitor thread and join it (idempotent)."""
         with self._lock:
@@ -383,9 +387,8 @@ class FileListener:
                               quote(watch.path, 4096))
 
     def __repr__(self) -> str:
-        with self._lock:
-            paths = sorted(self._watches)
-        return f"FileListener(paths={paths}, poll_interval_us={self.poll_interval_us})"
+        return (f"FileListener(paths={self.watched_paths()}, "
+                f"poll_interval_us={self.poll_interval_us})")
 
 
 _global_lock = threading.Lock()
