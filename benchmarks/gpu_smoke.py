@@ -226,7 +226,7 @@ def main() -> int:
             adj.adjust_memory_limit(4 << 30, bfc)
             p = vmem.allocate_raw(256, 300 * MiB)
             regrow = proc_used()
-            on_device = vmem.is_device_pointer(p)
+            on_device = bfc.get_stats().bytes_in_use >= 300 * MiB   # the only live one
             vmem.deallocate_raw(p)
             adj.adjust_memory_limit(0, bfc)
             rows.append({"pool_before": pool.pool_bytes, "released": released, "limit": limit,

@@ -8,6 +8,7 @@ waits (real time, generously bounded) until a rewritten config is in force befor
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -464,14 +465,76 @@ def test_sized_for_one_layer_has_the_default_width(rt) -> None:
                           f"no tensor has the hidden width, and hidden is 64 [E2E-1]")
 
 
-@pytest.mark.clause("E2E-1")
-@pytest.mark.parametrize("sizes", [
+STEP_SHAPES = pytest.mark.parametrize("sizes", [
     dict(), dict(batch=64, input_dim=32, hidden=200, layers=3),
     dict(batch=1, input_dim=300, hidden=2, layers=1, classes=2),
     dict(batch=256, input_dim=2, hidden=8, layers=4, classes=2),
     dict(batch=2, input_dim=4, hidden=512, layers=2, classes=64),
     dict(batch=128, input_dim=16, hidden=16, layers=1, classes=128),
 ], ids=["default", "deep", "wide-input", "big-batch", "wide-hidden", "many-classes"])
+
+
+def tensor_elements_of_a_step(batch: int, input_dim: int, hidden: int, layers: int,
+                              classes: int) -> int:
+    """Elements of every tensor a training step's nodes produce beyond the variables and
+    constants (E2E-1), layer by layer."""
+    widths = [input_dim] + [hidden] * (layers - 1) + [classes]
+    elements = batch * input_dim + batch * classes                  # fed x and y
+    for i in range(layers):
+        fan_in, fan_out = widths[i], widths[i + 1]
+        elements += 2 * batch * fan_out                 # forward MatMul and BiasAdd
+        if i < layers - 1:
+            elements += batch * fan_out                 # Relu
+        elements += fan_in * fan_out + fan_out          # weight gradient, BiasAddGrad
+        if i > 0:
+            elements += 2 * batch * fan_in              # input gradient, ReluGrad
+    return elements + batch + batch * classes + 1       # cross-entropy's two outputs, Mean
+
+
+@pytest.mark.clause("E2E-1")
+@STEP_SHAPES
+def test_step_bytes_counts_every_tensor_of_a_step(rt, sizes) -> None:
+    """4 bytes per element of every tensor a step produces: a size then builds the same
+    model on every runtime (sized_for, --target-bytes)."""
+    shape = dict(batch=32, input_dim=32, hidden=64, layers=2, classes=10) | sizes
+    with sim_runtime(rt) as ctx:
+        wl = rt.MLPWorkload(ctx, **sizes)
+        got = wl.step_bytes
+        wl.close()
+    want = 4 * tensor_elements_of_a_step(**shape)
+    assert got == want, (f"step_bytes of MLPWorkload({shape}) is {got}; 4 bytes per element "
+                         f"of every tensor a step produces is {want} [E2E-1]")
+
+
+@pytest.mark.clause("E2E-1")
+@pytest.mark.parametrize("seed", [0, 7])
+def test_initial_weights_are_scaled_by_their_inputs(rt, seed: int) -> None:
+    """Weights of a layer with n inputs: mean 0, standard deviation sqrt(2/n) before a Relu,
+    sqrt(1/n) for the logits; biases 0. With 32768 weights or more per layer the sample
+    deviation is within 0.4 % (one standard error) of the distribution's; the bound is 6 %,
+    while a scale off by sqrt(2) is 41 % off."""
+    layers, n = 3, 512
+    with sim_runtime(rt) as ctx:
+        wl = rt.MLPWorkload(ctx, batch=1, input_dim=n, hidden=n, layers=layers, classes=64,
+                            seed=seed)
+        _, _, params = training_graph(wl)
+        values = wl.session.run([name for pair in params for name in pair])
+        wl.close()
+    for i in range(layers):
+        w, b = values[2 * i].astype(np.float64), values[2 * i + 1]
+        want = math.sqrt((2.0 if i < layers - 1 else 1.0) / n)
+        assert abs(w.std() / want - 1) < 0.06, (
+            f"seed {seed}: the initial weights of layer {i} ({n} inputs) have a standard "
+            f"deviation of {w.std():.5f}, expected sqrt({2 if i < layers - 1 else 1}/{n}) = "
+            f"{want:.5f} [E2E-1]")
+        assert abs(w.mean()) < 6 * want / math.sqrt(w.size), (
+            f"seed {seed}: the initial weights of layer {i} have a mean of {w.mean():.5f}, "
+            f"expected 0 [E2E-1]")
+        assert not np.any(b), f"seed {seed}: the initial biases of layer {i} are {b} [E2E-1]"
+
+
+@pytest.mark.clause("E2E-1")
+@STEP_SHAPES
 def test_step_bytes_bounds_a_steps_peak(rt, sizes) -> None:
     """On the CPU device, whose allocator counts requested bytes (DEVICE-6), unrounded."""
     cpu = "/device:CPU:0"

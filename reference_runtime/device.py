@@ -163,17 +163,14 @@ class SimBackend:
     name = "sim"
 
     def __init__(self, num_gpus: int = 1, gpu_memory_bytes: int = 1 << 30, *,
-                 host_memory_bytes: int = SIM_HOST_MEMORY_BYTES,
                  model: str = SIM_GPU_MODEL,
                  compute_capability: tuple[int, int] = (7, 0)) -> None:
         _check_count("num_gpus", num_gpus, upper=0xFF - SIM_FIRST_BUS + 1)
         _check_bytes("gpu_memory_bytes", gpu_memory_bytes)
-        _check_bytes("host_memory_bytes", host_memory_bytes)
         import numpy
         self.xp = numpy
         self.num_gpus = num_gpus
         self.gpu_memory_bytes = gpu_memory_bytes
-        self.host_memory_bytes = host_memory_bytes
         self.model = model
         self.compute_capability = compute_capability
 
@@ -193,7 +190,7 @@ class SimBackend:
     def host_memory(self, index: int) -> SubAllocator:
         self._check_index(index)
         from .sim_memory import SimulatedHostMemory
-        return SimulatedHostMemory(self.host_memory_bytes)
+        return SimulatedHostMemory(SIM_HOST_MEMORY_BYTES)
 
     def synchronize(self, index: int | None = None) -> None:
         """Simulated kernels run synchronously: nothing is ever left queued."""

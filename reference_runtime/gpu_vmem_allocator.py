@@ -141,10 +141,6 @@ class GPUVMemAllocator(Allocator):
     def allocation_id(self, ptr: int) -> int:
         return self._route("allocation_id", ptr)
 
-    def is_device_pointer(self, ptr: int) -> bool:
-        """Whether ``ptr`` is a live allocation of the device allocator."""
-        return ptr in self._device_ptrs
-
     def _merged_peak(self) -> int:
         device = self._device.get_stats()
         host = self._host.get_stats()

@@ -81,7 +81,8 @@ class MLPWorkload:
 
     @property
     def step_bytes(self) -> int:
-        """Bytes of every buffer one training step allocates (an upper bound of its peak)."""
+        """4 bytes per element of every tensor a step's nodes produce (E2E-1): x and y, the
+        forward and backward outputs; an upper bound of a step's peak."""
         b, d = self.batch, self.dims
         total = b * (d[0] + d[-1])                     # fed x and y
         for i in range(self.layers):
