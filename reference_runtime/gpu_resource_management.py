@@ -208,6 +208,7 @@ class GPUResourceManagement(SessionRunAction):
         line naming the file; an unparsable document, one beyond the reader's value bound
         (RM-19) or a non-object root changes nothing.
         """
+        source = quote(self.config_file or "<config>", 4096)
         try:
             if isinstance(content, (bytes, bytearray)):
                 content = bytes(content).decode("utf-8")
@@ -218,13 +219,11 @@ class GPUResourceManagement(SessionRunAction):
                 else f"unparsable JSON ({exc})" if isinstance(exc, json.JSONDecodeError) \
                 else f"not UTF-8 ({exc.reason})" if isinstance(exc, UnicodeDecodeError) \
                 else str(exc)
-            log.warning("%s: config rejected: %s; keeping the last good state",
-                        quote(self.config_file or "<config>", 4096), reason)
+            log.warning("%s: config rejected: %s; keeping the last good state", source, reason)
             return False
         if not isinstance(doc, dict):
             log.warning("%s: config rejected: the root is %s, not an object; keeping the last "
-                        "good state", quote(self.config_file or "<config>", 4096),
-                        _describe(doc))
+                        "good state", source, _describe(doc))
             return False
         problems = _Problems()
         limits = self._parse_memory(doc, problems)
@@ -245,8 +244,7 @@ class GPUResourceManagement(SessionRunAction):
             problems.add(f"{beyond} gpuConfigInfo entries for bus ids beyond the "
                          f"{MAX_BUS_IDS} held")
         if problems:
-            log.warning("%s: ignored %s; keeping the last good values",
-                        quote(self.config_file or "<config>", 4096), problems)
+            log.warning("%s: ignored %s; keeping the last good values", source, problems)
             return False
         return True
 
