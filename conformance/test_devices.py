@@ -713,3 +713,56 @@ def test_the_first_cpu_allocation_of_a_process_has_an_id_above_0(rt) -> None:
     first = json.loads(done.stdout.strip().splitlines()[-1])["id"]
     assert first > 0, (f"the first CPU allocation of a new process has allocation_id {first}, "
                        f"expected an id greater than 0 [DEVICE-6]")
+
+
+@pytest.mark.clause("DEVICE-6")
+@pytest.mark.parametrize("call", ["deallocate_raw", "requested_size", "allocated_size",
+                                  "allocation_id"])
+def test_cpu_allocator_refuses_a_pointer_that_is_not_live(rt, runtimes, call) -> None:
+    a = runtimes().device_mgr.lookup_device("CPU:0").get_allocator()
+    kept = a.allocate_raw(64, 256)
+    freed = a.allocate_raw(64, 128)
+    a.deallocate_raw(freed)
+    before = a.get_stats()
+    for ptr, what in ((freed, "a freed pointer"), (kept + 64, "a pointer inside an allocation"),
+                      (max(kept, freed) + (1 << 20), "a pointer never returned")):
+        with raises(rt.InvalidPointerError, "DEVICE-6", f"{call}({ptr:#x}), {what},"):
+            getattr(a, call)(ptr)
+    after = a.get_stats()
+    a.deallocate_raw(kept)
+    got = (after.num_allocs, after.bytes_in_use, after.peak_bytes_in_use)
+    want = (before.num_allocs, before.bytes_in_use, before.peak_bytes_in_use)
+    assert got == want, (f"refused {call} calls changed the CPU allocator's (num_allocs, "
+                         f"bytes_in_use, peak_bytes_in_use) from {want} to {got} [DEVICE-6]")
+
+
+@pytest.mark.clause("DEVICE-6")
+def test_cpu_allocations_never_overlap(rt, runtimes) -> None:
+    a = runtimes().device_mgr.lookup_device("CPU:0").get_allocator()
+    sizes = [1000, 1, 4096, 65, 64, 3 * MiB, 7]
+    held = sorted((a.allocate_raw(64, n), n) for n in sizes)
+    for q, _ in held:
+        a.deallocate_raw(q)
+    overlaps = [(hex(p), n, hex(q)) for (p, n), (q, _) in zip(held, held[1:]) if p + n > q]
+    assert not overlaps, (f"live CPU allocations overlap: (address, size, next address) "
+                          f"{overlaps} [DEVICE-6]")
+
+
+@pytest.mark.clause("DEVICE-7")
+@pytest.mark.parametrize("name", [5, 1.5, ["sim"]], ids=repr)
+def test_select_refuses_a_name_that_is_not_a_str(rt, name) -> None:
+    with raises(ValueError, "DEVICE-7", f"select_backend({name!r})"):
+        rt.select_backend(name)
+
+
+@pytest.mark.clause("DEVICE-8")
+def test_close_closes_every_device(rt, control_env) -> None:
+    ctx = rt.create_runtime(backend="sim", num_gpus=2, gpu_memory_bytes=16 * MiB,
+                            config_file=None, status_file=None)
+    devices = ctx.device_mgr.list_devices()
+    open_before = [d.name for d in devices if d.closed is not False]
+    ctx.close()
+    not_closed = [d.name for d in devices if d.closed is not True]
+    assert (open_before, not_closed) == ([], []), (
+        f"devices closed before close(): {open_before}; devices whose closed is not True after "
+        f"the context's close(): {not_closed} [DEVICE-8]")
