@@ -187,7 +187,8 @@ def _workload_cli(rt, *args: str) -> subprocess.CompletedProcess:
 @pytest.mark.clause("E2E-1")
 @pytest.mark.parametrize("size,expected", [("3m", 3 * MiB), ("2MiB", 2 * MiB),
                                            ("1536K", 1536 * 1024), ("0.5g", 512 * MiB),
-                                           ("1048576", MiB)])
+                                           ("1048576", MiB),
+                                           ("0.0000019073486328125T", 2 * MiB)])
 def test_workload_command_line_sizes_a_workload(rt, size: str, expected: int) -> None:
     """``--target-bytes SIZE`` builds ``sized_for(ctx, SIZE)`` with its defaults: the same
     sizes as in process, whatever spelling of the unit."""
@@ -218,17 +219,24 @@ def test_workload_command_line_refuses_bad_values(rt, option: str, value: str) -
 @pytest.mark.clause("E2E-1")
 def test_workload_command_line_defaults(rt) -> None:
     """Without ``--target-bytes`` or size options the command line trains
-    ``MLPWorkload(ctx)``: the constructor's defaults, the same sizes as in process."""
-    proc = _workload_cli(rt, "--steps", "0")
-    assert proc.returncode == 0, f"--steps 0: {proc.stderr[-2000:]} [E2E-1]"
-    first = json.loads(proc.stdout.splitlines()[0])
+    ``MLPWorkload(ctx)``: the constructor's defaults, the same sizes as in process, and the
+    same seed, hence the same losses (E2E-2: the simulated backend is deterministic)."""
+    proc = _workload_cli(rt, "--steps", "2")
+    assert proc.returncode == 0, f"--steps 2: {proc.stderr[-2000:]} [E2E-1]"
+    lines = [json.loads(line) for line in proc.stdout.splitlines()]
+    first = lines[0]
     with sim_runtime(rt) as ctx:
         wl = rt.MLPWorkload(ctx)
         want = (wl.param_bytes, wl.step_bytes)
+        losses = [wl.step() for _ in range(2)]
         wl.close()
     got = (first["param_bytes"], first["step_bytes"])
     assert got == want, (f"the command line without size options trains a workload of "
                          f"(param_bytes, step_bytes) {got}; MLPWorkload(ctx) has {want} [E2E-1]")
+    got_losses = [line.get("loss") for line in lines[1:]]
+    assert got_losses == losses, (
+        f"the command line without options had the losses {got_losses}; MLPWorkload(ctx) "
+        f"(seed 0 and every other default) has {losses} [E2E-1]")
 
 
 @pytest.mark.clause("E2E-1")
