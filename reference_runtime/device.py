@@ -23,7 +23,7 @@ import re
 import threading
 import types
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol
 
 from .allocator import (AllocationAttributes, Allocator, AllocatorStats,
                                          InvalidPointerError, SubAllocator)
@@ -129,7 +129,6 @@ class GpuInfo:
     compute_capability: tuple[int, int] | str = (7, 0)
 
 
-@runtime_checkable
 class Backend(Protocol):
     """A source of GPUs and their memory."""
 
@@ -379,7 +378,7 @@ class Device:
 class CPUDevice(Device):
     """``/job:localhost/replica:0/task:0/device:CPU:<i>`` with a thread pool."""
 
-    def __init__(self, index: int = 0, *, num_threads: int | None = None) -> None:
+    def __init__(self, index: int, *, num_threads: int | None = None) -> None:
         attrs = DeviceAttributes(f"{LOCAL_PREFIX}/device:CPU:{index}", "CPU",
                                  CPU_MEMORY_LIMIT, "")
         super().__init__(attrs, CPUAllocator("cpu"))
@@ -461,7 +460,7 @@ class DeviceMgr:
 
 def create_devices(*, backend: Backend, clock: Clock | None = None,
                    num_gpus: int | None = None, gpu_memory_bytes: int | None = None,
-                   allow_growth: bool = False, cpu_threads: int | None = None) -> DeviceMgr:
+                   allow_growth: bool, cpu_threads: int | None = None) -> DeviceMgr:
     """CPU:0 then GPU:0..n-1, each GPU with TF's allocator stack (DEVICE-3).
 
     ``num_gpus`` defaults to every GPU of the backend; ``gpu_memory_bytes`` (the BFC limit)

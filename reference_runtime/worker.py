@@ -22,7 +22,7 @@ import signal
 import sys
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable, TextIO
+from typing import Any, Callable, Sequence, TextIO
 
 from . import NAME, SPEC_VERSION, VERSION
 from .file_listener import DEFAULT_POLL_INTERVAL_S
@@ -189,7 +189,7 @@ def _watch_stdin(stop: threading.Event) -> None:
     stop.set()
 
 
-def _single_threaded_blas(argv: list[str]) -> None:
+def _single_threaded_blas(argv: Sequence[str]) -> None:
     """Re-execute with single-threaded BLAS unless it already is.
 
     OpenBLAS worker threads spin while they wait; on a small, loaded machine they steal the
@@ -205,7 +205,7 @@ def _single_threaded_blas(argv: list[str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    _single_threaded_blas(list(argv or []))
+    _single_threaded_blas(argv or [])
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if argv:

@@ -176,8 +176,7 @@ class MLPWorkload:
             node(f"b{i}", "Variable", initial_value=b0)
             inputs_of.append(h)
             node(f"matmul{i}", "MatMul", [h, f"w{i}"])
-            z = node(f"logits{i}" if i == self.layers - 1 else f"bias_add{i}", "BiasAdd",
-                     [f"matmul{i}", f"b{i}"])
+            z = node(f"bias_add{i}", "BiasAdd", [f"matmul{i}", f"b{i}"])
             if i < self.layers - 1:
                 h = node(f"relu{i}", "Relu", [z])
                 pre_relu.append(h)
