@@ -143,11 +143,11 @@ def test_max_steps_writes_exactly_n_steps_then_exits_0(worker) -> None:
 
 
 @pytest.mark.clause("WORKER-3")
-@pytest.mark.parametrize("step_ms", ["nan", "0"])
-def test_invalid_knobs_fall_back_to_their_defaults(worker, step_ms: str) -> None:
+@pytest.mark.parametrize("step_ms,max_steps", [("nan", "three"), ("0", "-1")])
+def test_invalid_knobs_fall_back_to_their_defaults(worker, step_ms: str, max_steps: str) -> None:
     """Unparsable or out-of-range knobs: the worker still starts and trains (each knob at its
     default: ANTMAN_WORKER_MAX_STEPS 0 means it keeps training) and says so on stderr."""
-    w = worker(ANTMAN_WORKER_MAX_STEPS="three", ANTMAN_WORKER_SEED="-1",
+    w = worker(ANTMAN_WORKER_MAX_STEPS=max_steps, ANTMAN_WORKER_SEED="-1",
                ANTMAN_WORKER_STEP_MS=step_ms)
     steps = w.steps(4)
     assert [r["step"] for r in steps] == [0, 1, 2, 3], \
