@@ -174,6 +174,18 @@ def test_valid_and_empty_knobs_write_no_line(worker) -> None:
 
 
 @pytest.mark.clause("WORKER-4")
+def test_a_worker_whose_reader_went_away_exits_with_a_failure_status(worker) -> None:
+    w = worker()
+    w.steps(3)
+    w.close_stdout()
+    rc = w.exit_status(TERMINATION_S)
+    assert rc is not None and rc != 0, (
+        f"after the suite closed the read end of its standard output, the worker "
+        f"{'still ran' if rc is None else 'exited with status 0'} {TERMINATION_S:g} s later; "
+        f"expected an exit with a status other than 0 (its records are lost) [WORKER-4]")
+
+
+@pytest.mark.clause("WORKER-4")
 def test_stdin_eof_stops_the_worker_with_status_0(worker) -> None:
     w = worker()
     w.steps(3)

@@ -46,6 +46,7 @@ STDIN = "test_stdin_eof_stops_the_worker_with_status_0"
 STATS = "test_statistics_file_is_valid_and_updated"
 KNOBS = "test_invalid_knobs_fall_back_to_their_defaults"
 VALID_KNOBS = "test_valid_and_empty_knobs_write_no_line"
+READER_GONE = "test_a_worker_whose_reader_went_away_exits_with_a_failure_status"
 
 #: fake -> (outcome of every test, {test: other outcome}, text every non-PASS message has)
 EXPECTED: dict[str, tuple[str, dict[str, str], str]] = {
@@ -55,7 +56,8 @@ EXPECTED: dict[str, tuple[str, dict[str, str], str]] = {
     "garbage": ("FAIL", {}, "not JSON"),
     "missing_field": ("FAIL", {}, "device_limit"),
     "crash_on_config": ("CRASH", {HELLO: "PASS", MAX_STEPS: "PASS", STDIN: "PASS",
-                                  STATS: "FAIL", KNOBS: "PASS", VALID_KNOBS: "PASS"}, ""),
+                                  STATS: "FAIL", KNOBS: "PASS", VALID_KNOBS: "PASS",
+                                  READER_GONE: "PASS"}, ""),
 }
 SUBSET = f"{HELLO} or {MAX_STEPS} or {STDIN}"
 
