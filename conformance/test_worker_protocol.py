@@ -143,7 +143,8 @@ def test_max_steps_writes_exactly_n_steps_then_exits_0(worker) -> None:
 
 
 @pytest.mark.clause("WORKER-3")
-@pytest.mark.parametrize("step_ms,max_steps", [("nan", "three"), ("0", "-1")])
+@pytest.mark.parametrize("step_ms,max_steps", [pytest.param("nan", "three", id="nan"),
+                                               pytest.param("0", "-1", id="0")])
 def test_invalid_knobs_fall_back_to_their_defaults(worker, step_ms: str, max_steps: str) -> None:
     """Unparsable or out-of-range knobs: the worker still starts and trains (each knob at its
     default: ANTMAN_WORKER_MAX_STEPS 0 means it keeps training) and says so on stderr."""
