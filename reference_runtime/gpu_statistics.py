@@ -137,7 +137,7 @@ class GPUStatistics(SessionRunAction):
         if not self.enabled:
             return
         graph_id = int(options.graph_id)
-        duration = max(0, int(options.sess_duration_us))
+        duration = int(options.sess_duration_us)     # in [0, 2^64-1] (REG-9)
         huge = self.record_session_run_duration(graph_id, duration)
         if not self.should_check_gpu_statistics() and not huge:
             return
@@ -187,10 +187,9 @@ class GPUStatistics(SessionRunAction):
             if now - recording_time >= MAX_RECORD_INTERVAL_S:
                 continue
             cur = sum(d for _, d in window) // len(window)
-            entry = self._durations.setdefault(g, _Duration(0, 0))
-            last = entry.duration
-            entry.duration, entry.recording_time = cur, recording_time
-            if abs(cur - last) * 100 >= last:
+            stored = self._durations.get(g)       # None: never stored, as last = 0
+            self._durations[g] = _Duration(recording_time, cur)
+            if stored is None or abs(cur - stored.duration) * 100 >= stored.duration:
                 changed = True
         return changed
 
