@@ -302,9 +302,10 @@ def _check_protected(link: str, st: os.stat_result, directory: str) -> None:
 
 def _resolve(path: str) -> str:
     """``os.path.realpath(path)`` (non-strict), following each symlink met on the way only
-    under the protected-symlinks rule of :func:`_check_protected`. A chain of more than
+    under the protected-symlinks rule of :func:`_check_protected`; ``..`` after a symlink
+    leaves its target, as in the kernel (no lexical ``abspath`` first). A chain of more than
     ``_MAX_SYMLINK_HOPS`` symlinks resolves to the symlink where it stopped."""
-    pending = os.path.abspath(path).split(os.sep)[::-1]
+    pending = os.path.join(os.getcwd(), path).split(os.sep)[::-1]   # ".." after a symlink
     resolved = os.sep
     hops = 0
     while pending:
