@@ -25,10 +25,10 @@ from hypothesis import strategies as st
 
 from conformance.checks import names_identifier
 from conformance.control_helpers import (MiB, bus_id, bytes_limit, control_env,  # noqa: F401
-                                         device_bfc, expect_value_error, gpus, joined,
-                                         listener, poll,
+                                         device_bfc, gpus, joined, listener, poll,
                                          pool_bytes, run_in_thread, runtime_records, runtimes,
                                          perf_in_force, vclock, wait_for_poller)
+from conformance.control_helpers import expect_value_error
 from conformance.preconditions import precondition
 from fixtures.config_writer import BAD_TYPES, MALFORMED, config_document
 from fixtures.threads import no_thread_leak  # noqa: F401
