@@ -28,6 +28,7 @@ from conformance.control_helpers import (MiB, bus_id, bytes_limit, control_env, 
                                          device_bfc, gpus, joined, listener, not_joined, poll,
                                          pool_bytes, run_in_thread, runtime_records, runtimes,
                                          perf_in_force, vclock, wait_for_poller)
+from conformance.control_helpers import expect_value_error
 from conformance.preconditions import precondition
 from fixtures.config_writer import BAD_TYPES, MALFORMED, config_document
 from fixtures.threads import no_thread_leak  # noqa: F401
@@ -1450,6 +1451,58 @@ def test_adjustment_rejects_bad_limits(rt, runtimes, bad) -> None:
     ctx = runtimes()
     with pytest.raises(ValueError):
         rt.GPUUsageAdjustment().adjust_mem_limit(bus_id(rt, gpus(ctx)[0]), bad, ctx.device_mgr)
+
+
+@pytest.mark.clause("RM-17")
+@pytest.mark.parametrize("where", ["no device manager", "unknown bus id"])
+@pytest.mark.parametrize("bad", [-1, 1 << 64])
+def test_bad_limit_is_rejected_before_the_gpu_is_looked_for(rt, runtimes, where, bad) -> None:
+    """The limit is checked whatever the lookup would find: ValueError, not False."""
+    ctx = runtimes()
+    bus, mgr = ((bus_id(rt, gpus(ctx)[0]), None) if where == "no device manager"
+                else ("ff:00.0", ctx.device_mgr))
+    expect_value_error(lambda: rt.GPUUsageAdjustment().adjust_mem_limit(bus, bad, mgr),
+                       f"adjust_mem_limit({bus!r}, {bad}) with {where}", "RM-17")
+
+
+@pytest.mark.clause("RM-17")
+def test_gpu_whose_allocator_is_no_bfc_is_not_found(rt, caplog) -> None:
+    """A device manager of duck-typed devices whose only GPU with the bus id has an
+    allocator that is neither a BFC allocator nor a VMem allocator: nothing is found."""
+
+    class NotABFC:
+        name = "not_a_bfc"
+
+        def get_stats(self):
+            return None
+
+    class Attrs:
+        physical_device_desc = ("device: 0, name: X, pci bus id: 0000:3b:00.0, "
+                                "compute capability: 7.0")
+
+    class Dev:
+        device_type = "GPU"
+        attributes = Attrs()
+
+        def get_allocator(self, attrs=None):
+            return NotABFC()
+
+    class Mgr:
+        def list_devices(self):
+            return [Dev()]
+
+    caplog.set_level(logging.ERROR)
+    try:
+        got = rt.GPUUsageAdjustment().adjust_mem_limit("3b:00.0", 8 * MiB, Mgr())
+    except Exception as exc:  # noqa: BLE001 - reported with the clause
+        pytest.fail(f"adjust_mem_limit on a GPU whose allocator is no BFC raised {exc!r}, "
+                    f"expected False [RM-17]")
+    assert got is False, \
+        f"adjust_mem_limit on a GPU whose allocator is no BFC returned {got!r} [RM-17]"
+    errors = runtime_records(caplog, rt, logging.ERROR)
+    assert any("3b:00.0" in e.getMessage() for e in errors), (
+        f"a GPU whose allocator is no BFC logged {[e.getMessage() for e in errors]}, no error "
+        f"naming its bus id [RM-17]")
 
 
 @pytest.mark.clause("RM-17")

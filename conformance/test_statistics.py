@@ -286,6 +286,17 @@ def test_one_percent_threshold(harness, x, flagged) -> None:
 
 
 @pytest.mark.clause("STAT-4")
+def test_one_percent_threshold_is_exact_against_the_stored_mean(harness) -> None:
+    """last 10100, cur 10000: |cur - last| × 100 = 10000 < 10100, no change (a threshold of
+    a 101st of last, 100 µs, would flag it)."""
+    h = harness
+    assert h.run(10_100), "[STAT-4]"
+    assert not h.later(10).run(9_900), (
+        "mean 10000 against a stored 10100 (|cur - last| * 100 = 10000 < 10100) was dumped "
+        "[STAT-4]")
+
+
+@pytest.mark.clause("STAT-4")
 def test_new_graph_flags_a_change(harness) -> None:
     h = harness
     assert h.run(1000, graph=1), "[STAT-4]"
@@ -479,6 +490,32 @@ def test_gpus_are_found_once_by_the_first_check_that_finds_any(rt, runtimes, tmp
         f"a later check over another device manager tracked {sorted(h.doc()['gpuUsageInfo'])}"
         f", expected the GPUs found first {found} [STAT-5]")
     gpus(other)[1].get_allocator().deallocate_raw(p)
+
+
+@pytest.mark.clause("STAT-5")
+def test_figures_before_the_first_reading_count_as_zero(rt, runtimes, control_env,
+                                                        tmp_path) -> None:
+    """A GPU found by a later check (the first had no device manager) whose 7 figures are all
+    0 (no host memory, nothing allocated) changed no figure: with the mean unchanged, that
+    check writes nothing."""
+    control_env.setenv("TF_CUDA_HOST_MEM_LIMIT_IN_MB", "0")
+    ctx = runtimes()
+    probe = Harness(rt, ctx, tmp_path / "probe.json")
+    with precondition("STAT-5", "a GPU with no host memory and nothing allocated reads 0"):
+        assert probe.run(1000), "a first run was not dumped [STAT-3]"
+        figures = [{k: v for k, v in info.items() if k not in ("deviceMemUsedNvidia",
+                                                                 "swapReason")}
+                   for info in (probe.doc()["gpuUsageInfo"] or {}).values()]
+        assert figures and all(set(f.values()) == {0} for f in figures), \
+            f"the figures of an idle GPU without host memory: {figures} [STAT-5]"
+    h = Harness(rt, ctx, tmp_path / "status.json")
+    h.stats.run_action(rt.SessionRunActionOptions(device_mgr=None, graph_id=1,
+                                                  sess_duration_us=1000))
+    assert h.path.exists() and h.doc()["gpuUsageInfo"] is None, \
+        "a first check without a device manager [STAT-5]"
+    assert not h.later(10).run(1000), (
+        "the check that first found a GPU whose 7 figures are 0, with the mean unchanged, "
+        "was dumped: figures before the first reading count as 0 [STAT-5]")
 
 
 @pytest.mark.clause("STAT-5", "STAT-7")

@@ -11,12 +11,14 @@ import fcntl
 import json
 import logging
 import os
+import re
 import stat
 from pathlib import Path
 
 import pytest
 
 from conformance.control_helpers import (control_env, expect_value_error,  # noqa: F401
+                                         joined, run_in_thread,
                                          runtime_records, runtimes)
 from fixtures import nemesis
 from fixtures.status_reader import validate_status
@@ -116,6 +118,10 @@ def test_chain_of_symlinks_is_followed(rt, runtimes, tmp_path) -> None:
         f"({problems}): {text[:200]!r} [STAT-9]")
 
 
+SWEEP_WAIT_S = 20.0        # bound on a first dump beside a FIFO (generous under load; a sweep
+                           # that waits on the FIFO never ends by itself: no speed check)
+SWEPT_AT_MOST = 50         # temporaries removed before their lock in a row (a bound for forks
+                           # that try again more often than the reference's 3 attempts)
 OTHER_UID = 54321          # a user that owns nothing here: the planter of a symlink
 
 
@@ -192,6 +198,59 @@ def test_symlink_of_the_user_or_the_directory_owner_in_a_sticky_directory_is_fol
         json.loads(target.read_text(encoding="utf-8"))) == [], \
         f"a symlink owned by the {owner} in a sticky world-writable directory was not " \
         f"followed [STAT-9]"
+
+
+@pytest.mark.clause("STAT-9")
+@pytest.mark.parametrize("mode", [0o777, 0o1755], ids=["world-writable", "sticky"])
+def test_symlink_of_another_user_outside_a_sticky_world_writable_directory_is_followed(
+        rt, runtimes, tmp_path, mode) -> None:
+    """The protected-symlinks rule holds only in a directory both sticky and world-writable:
+    a symlink owned by another user in a directory that is only one of them is followed."""
+    target = tmp_path / "elsewhere" / "status-target.json"
+    target.parent.mkdir()
+    directory = tmp_path / "links"
+    directory.mkdir()
+    os.chmod(directory, mode)
+    path = planted_symlink(directory, NAME, target, OTHER_UID)
+    dump_once(rt, runtimes(), path)
+    assert target.exists() and validate_status(
+        json.loads(target.read_text(encoding="utf-8"))) == [], (
+        f"a symlink owned by uid {OTHER_UID} in a directory of mode {mode:o}, not both sticky "
+        f"and world-writable, was not followed [STAT-9]")
+
+
+@pytest.mark.clause("STAT-9")
+def test_relative_symlink_with_dot_components_is_followed(rt, runtimes, tmp_path) -> None:
+    """A symlink ``links/NAME -> ./../elsewhere/status-target.json`` resolves as the kernel
+    resolves it: ``.`` stays in ``links``, ``..`` then leaves it."""
+    target = tmp_path / "elsewhere" / "status-target.json"
+    target.parent.mkdir()
+    (tmp_path / "links").mkdir()
+    (tmp_path / "links" / "elsewhere").mkdir()      # where a wrong resolution would lead
+    path = tmp_path / "links" / NAME
+    os.symlink(f".{os.sep}..{os.sep}elsewhere{os.sep}{target.name}", path)
+    dump_once(rt, runtimes(), path)
+    assert target.exists() and validate_status(
+        json.loads(target.read_text(encoding="utf-8"))) == [], (
+        f"the file the symlink {os.readlink(path)!r} resolves to, {target}, does not hold the "
+        f"statistics; the directory holds {sorted(os.listdir(tmp_path / 'links'))} [STAT-9]")
+    assert os.path.islink(path), "a dump replaced the symlink at the status path [STAT-9]"
+
+
+@pytest.mark.clause("STAT-9")
+def test_dot_dot_after_a_symlink_on_the_way_leaves_its_target(rt, runtimes, tmp_path) -> None:
+    """The status path ``links/to-b/../NAME`` with ``links/to-b -> ../a/b``: as the kernel
+    resolves it, ``..`` leaves the symlink's target ``a/b`` (to ``a``), not ``links``."""
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    (tmp_path / "links").mkdir()
+    os.symlink(f"..{os.sep}a{os.sep}b", tmp_path / "links" / "to-b")
+    path = f"{tmp_path}{os.sep}links{os.sep}to-b{os.sep}..{os.sep}{NAME}"
+    target = tmp_path / "a" / NAME
+    dump_once(rt, runtimes(), Path(path))
+    assert target.exists() and validate_status(
+        json.loads(target.read_text(encoding="utf-8"))) == [], (
+        f"the status path {path} resolves to {target}, which does not hold the statistics; "
+        f"{tmp_path / 'links'} holds {sorted(os.listdir(tmp_path / 'links'))} [STAT-9]")
 
 
 # -- STAT-10: temporary files of a writer that died ---------------------------------------------
@@ -318,6 +377,115 @@ def test_temporary_file_swept_before_it_is_locked_is_made_again(rt, runtimes, tm
         f"temporary file [STAT-10]")
     assert temporaries(tmp_path) == [], \
         f"the dump left {temporaries(tmp_path)} behind [STAT-8]"
+
+
+@pytest.mark.clause("STAT-10")
+@pytest.mark.parametrize("kind", sorted(nemesis.SPECIAL_FILES))
+def test_special_file_of_the_temporary_name_form_is_not_swept(rt, runtimes, tmp_path,
+                                                              kind) -> None:
+    """A FIFO, a directory, a device or a symlink named as a temporary file is no temporary
+    file: the first dump leaves it as it is and does not wait on it (a FIFO without a
+    writer). A dump still running after SWEEP_WAIT_S is released by opening the FIFO for
+    writing, so that the test ends either way."""
+    special = tmp_path / f".{NAME}.special.tmp"
+    if not nemesis.special_file(special, kind):
+        pytest.skip(f"a {kind} cannot be made by this user (needs root)")
+    before = identity(special)
+    path, ctx = tmp_path / NAME, runtimes()
+    thread, out = run_in_thread(lambda: dump_once(rt, ctx, path), "first-dump")
+    finished = joined(thread, SWEEP_WAIT_S)
+    if not finished:
+        try:
+            os.close(os.open(special, os.O_WRONLY | os.O_NONBLOCK))
+        except OSError:
+            pass
+        joined(thread)
+    assert finished, (f"the first dump did not finish in {SWEEP_WAIT_S} s beside a {kind} "
+                      f"named {special.name}: the sweep waits on it [STAT-10]")
+    assert "error" not in out, f"the first dump raised {out['error']!r} [STAT-8]"
+    assert os.path.lexists(special) and identity(special) == before, \
+        f"the first dump removed or replaced the {kind} named {special.name} [STAT-10]"
+    assert validate_status(json.loads(path.read_text(encoding="utf-8"))) == [], \
+        f"the first dump beside a {kind} named {special.name} wrote no statistics [STAT-8]"
+
+
+@pytest.mark.clause("STAT-10")
+def test_removal_of_stale_temporaries_is_logged_with_their_number(rt, runtimes, tmp_path,
+                                                                  caplog) -> None:
+    path = tmp_path / NAME
+    stale = [tmp_path / f".{NAME}.dead-{i}.tmp" for i in range(3)]
+    for p in stale:
+        p.write_text("x", encoding="utf-8")
+    caplog.set_level(logging.INFO)
+    dump_once(rt, runtimes(), path)
+    assert temporaries(tmp_path) == [], f"{temporaries(tmp_path)} were not removed [STAT-10]"
+    logged = runtime_records(caplog, rt, logging.INFO, containing=NAME)
+    numbers = [re.findall(r"\d+", r.getMessage().replace(str(tmp_path), "")) for r in logged]
+    assert any(str(len(stale)) in n for n in numbers), (
+        f"the first dump removed {len(stale)} stale temporary files and logged "
+        f"{[r.getMessage()[:300] for r in logged]}: no record naming the status file and "
+        f"the number {len(stale)} [STAT-10]")
+
+
+@pytest.mark.clause("STAT-8")
+def test_temporary_file_swept_at_every_attempt_fails_or_writes(rt, runtimes, tmp_path,
+                                                               monkeypatch, caplog) -> None:
+    """Every temporary file of the status file is removed between its creation and its lock
+    (forced, the first SWEPT_AT_MOST times): the dump either replaces the status file
+    after all or fails with an error logged, never neither."""
+    path = tmp_path / NAME
+    swept: list[str] = []
+    real_flock = fcntl.flock
+
+    def flock(fd, operation) -> None:
+        if len(swept) < SWEPT_AT_MOST and os.path.isdir("/proc/self/fd"):
+            name = os.path.basename(os.readlink(f"/proc/self/fd/{fd}"))
+            if name.startswith(f".{NAME}.") and name.endswith(".tmp") \
+                    and operation & fcntl.LOCK_EX and not operation & fcntl.LOCK_NB:
+                os.unlink(tmp_path / name)
+                swept.append(name)
+        real_flock(fd, operation)
+
+    if not os.path.isdir("/proc/self/fd"):
+        pytest.skip("needs /proc/self/fd")
+    ctx = runtimes()
+    caplog.set_level(logging.ERROR)
+    monkeypatch.setattr(fcntl, "flock", flock)
+    dump_once(rt, ctx, path)
+    monkeypatch.undo()
+    if not swept:
+        pytest.skip("the runtime took no flock on a temporary file named "
+                    f".{NAME}.<unique>.tmp (checked by test_temporary_file_is_locked_while_written)")
+    try:
+        written = validate_status(json.loads(path.read_text(encoding="utf-8"))) == []
+    except (OSError, ValueError):
+        written = False
+    errors = runtime_records(caplog, rt, logging.ERROR)
+    assert written or errors, (
+        f"{len(swept)} temporary files were removed before they were locked and the dump "
+        f"neither wrote the status file nor logged an error: a failure to write is logged "
+        f"[STAT-8]")
+    assert temporaries(tmp_path) == [], \
+        f"the dump left {temporaries(tmp_path)} behind [STAT-8]"
+
+
+@pytest.mark.clause("STAT-8")
+@pytest.mark.parametrize("existing", [False, True], ids=["new", "replaced"])
+def test_status_file_is_readable_by_every_user(rt, runtimes, tmp_path, existing) -> None:
+    """Under the usual umask 022 the status file has mode 0644, as the original's
+    ``std::ofstream`` creates it: other users' monitors read it."""
+    path = tmp_path / NAME
+    if existing:
+        path.write_text("previous content\n", encoding="utf-8")
+        os.chmod(path, 0o644)
+    old = os.umask(0o022)
+    try:
+        dump_once(rt, runtimes(), path)
+    finally:
+        os.umask(old)
+    mode = stat.S_IMODE(os.stat(path).st_mode)
+    assert mode == 0o644, (f"the status file {'replaced' if existing else 'written'} under "
+                           f"umask 022 has mode {mode:o}, expected 644 [STAT-8]")
 
 
 # -- API-8 ---------------------------------------------------------------------------------------

@@ -137,7 +137,7 @@ class GPUStatistics(SessionRunAction):
         if not self.enabled:
             return
         graph_id = int(options.graph_id)
-        duration = max(0, int(options.sess_duration_us))
+        duration = int(options.sess_duration_us)     # in [0, 2^64-1] (REG-9)
         huge = self.record_session_run_duration(graph_id, duration)
         if not self.should_check_gpu_statistics() and not huge:
             return
@@ -187,10 +187,9 @@ class GPUStatistics(SessionRunAction):
             if now - recording_time >= MAX_RECORD_INTERVAL_S:
                 continue
             cur = sum(d for _, d in window) // len(window)
-            entry = self._durations.setdefault(g, _Duration(0, 0))
-            last = entry.duration
-            entry.duration, entry.recording_time = cur, recording_time
-            if abs(cur - last) * 100 >= last:
+            stored = self._durations.get(g)       # None: never stored, as last = 0
+            self._durations[g] = _Duration(recording_time, cur)
+            if stored is None or abs(cur - stored.duration) * 100 >= stored.duration:
                 changed = True
         return changed
 
@@ -303,9 +302,10 @@ def _check_protected(link: str, st: os.stat_result, directory: str) -> None:
 
 def _resolve(path: str) -> str:
     """``os.path.realpath(path)`` (non-strict), following each symlink met on the way only
-    under the protected-symlinks rule of :func:`_check_protected`. A chain of more than
+    under the protected-symlinks rule of :func:`_check_protected`; ``..`` after a symlink
+    leaves its target, as in the kernel (no lexical ``abspath`` first). A chain of more than
     ``_MAX_SYMLINK_HOPS`` symlinks resolves to the symlink where it stopped."""
-    pending = os.path.abspath(path).split(os.sep)[::-1]
+    pending = os.path.join(os.getcwd(), path).split(os.sep)[::-1]   # ".." after a symlink
     resolved = os.sep
     hops = 0
     while pending:
