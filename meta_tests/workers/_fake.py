@@ -96,9 +96,12 @@ def run(*, defect_at_step: int | None = None, defect=None, on_config_change=None
     while not stop.is_set() and (max_steps == 0 or k < max_steps):
         if defect is not None and k == defect_at_step:
             defect()
+        # The step starts before its config check, as a runtime's step includes the
+        # check: a step that starts after a write has seen it, however long the fake is
+        # descheduled between the two (WORKER-5).
+        start = time.monotonic()
         if on_config_change is not None and config_mtime() != seen_config:
             on_config_change()
-        start = time.monotonic()
         time.sleep(STEP_S)
         rec = step_record(k, int((time.monotonic() - start) * 1e6))
         emit(mangle(rec) if mangle is not None else rec)
