@@ -7,6 +7,11 @@ before the write after ``T + D``, and a worker that crashed on the config (CRASH
 applied the limit in time (PASS) was reported FAIL. These tests make that stall
 deterministic: the suite's process stops itself (SIGSTOP) right after the write and a
 helper resumes it ``STALL_S`` later, as the scheduler of a loaded machine would.
+
+The fake had a race of its own: it checked the config, then read its clock to start the
+step, so a fake descheduled between the two started, after the write, a step that had not
+seen it. It now reads its clock first; the last test stops it right after a check
+(``FAKE_DESCHEDULE_MARKER``) and writes the config meanwhile.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,6 +35,7 @@ WORKERS = ROOT / "meta_tests" / "workers"
 #: write and read after the stall would look as if it began after T + D.
 STALL_S = 1.5
 WARM_UP_STEPS = 3
+MARKER_WAIT_S = 30.0          # the fake takes the marker at its next step (bound, not a wait)
 #: The fake's step: the one under way at the write ends well inside the stall, and the
 #: stall is long enough that read time minus a step still lies after T + D.
 STEP_MS = 300
@@ -58,7 +65,8 @@ class Stall:
 def crash_on_config(tmp_path: Path) -> Iterator[WorkerProcess]:
     w = WorkerProcess([sys.executable, str(WORKERS / "crash_on_config.py")],
                       workdir=tmp_path / "worker", cwd=ROOT, timeout_s=30.0,
-                      knobs={"ANTMAN_WORKER_STEP_MS": str(STEP_MS)})
+                      knobs={"ANTMAN_WORKER_STEP_MS": str(STEP_MS),
+                             "FAKE_DESCHEDULE_MARKER": str(tmp_path / "deschedule")})
     try:
         w.start()
         w.wait_hello()
@@ -122,3 +130,27 @@ def test_the_workers_clock_moves_a_start_earlier_never_later() -> None:
     assert step_start_s(read, 95_000_000, duration_us, 10.0, 30.0) == pytest.approx(by_read)
     # a clock that stands still or leaps back: at most the bound earlier
     assert step_start_s(read, 0, duration_us, 10.0, 30.0) == pytest.approx(by_read - 30.0)
+
+
+def test_a_fake_descheduled_after_its_config_check_still_crashes(
+        crash_on_config: WorkerProcess, tmp_path: Path) -> None:
+    """The fake stops for 1.5 s right after a config check that saw no change, and the write
+    lands meanwhile: its step started before the check (the fake reads its clock first), so
+    the record it then writes dates the step before the write, and the next check aborts
+    (CRASH). A fake that read its clock after the check would date that step 1.5 s after
+    the write, past D, and be reported FAIL with the old limit."""
+    w = crash_on_config
+    w.steps(WARM_UP_STEPS)
+    marker = tmp_path / "deschedule"
+    marker.touch()
+    deadline = time.monotonic() + MARKER_WAIT_S
+    while marker.exists():                   # the fake took it: it is stopped now
+        assert time.monotonic() < deadline, "the fake never took the deschedule marker"
+        time.sleep(0.01)
+    limit = half_limit(w, 2)
+    t = w.rewrite_config(w.config(limit=limit))
+    with pytest.raises(WorkerCrash):
+        until_in_force(w, t, expect_limit(w, t, limit, limit, "WORKER-7"), n=1)
+    after = [r for r in w.records if r["type"] == "step" and r.read_s >= t]
+    assert after and after[0]["duration_us"] >= 1_000_000, \
+        [(r["step"], r["duration_us"]) for r in after]
