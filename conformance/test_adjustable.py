@@ -343,45 +343,145 @@ def test_mem_pool_stats(rt):
     assert a is not None and b is not None, "[ADJ-5]"
 
 
-@pytest.mark.clause("ADJ-5", "BFC-17")
-def test_mem_pool_stats_is_a_consistent_snapshot(rt):
-    """The churn thread is the only mutator: every state a consistent snapshot can see is the
-    initial one or the one right after one of its operations, which it records itself."""
-    adj = rt.GPUAdjustableAllocator()
+SNAPSHOT_THREAD = "antman-test-stats"
+COMPETING_THREAD = "antman-test-competing"
+FORCED_WAIT_S = 10.0        # bound of each wait of the forced interleaving (never reached)
+
+
+class _PausingRegions(list):
+    """The BFC's region list (``BFCAllocator._regions``) that stops the snapshot thread once,
+    after it read the first region and before it reads the second, until released."""
+
+    def __init__(self, regions: list) -> None:
+        super().__init__(regions)
+        self.paused, self.resume = threading.Event(), threading.Event()
+        self.armed = False
+
+    def __iter__(self):
+        items = super().__iter__()        # a list's own iterator: it sees every change
+        first = True
+        while True:
+            if not first and self.armed and threading.current_thread().name == SNAPSHOT_THREAD:
+                self.armed = False
+                self.paused.set()
+                self.resume.wait(FORCED_WAIT_S)
+            first = False
+            try:
+                item = next(items)
+            except StopIteration:
+                return
+            yield item
+
+
+def _land(op, watched, snapshot: threading.Thread) -> tuple[threading.Thread, bool]:
+    """Start ``op`` on a thread and wait until it completed, or until it is about to wait for
+    the BFC's lock while the snapshot thread holds it: ``(thread, completed)``."""
+    settled = threading.Event()
+    watched.before_next_acquire(settled.set)
+
+    def run() -> None:
+        try:
+            op()
+        finally:
+            settled.set()
+
+    t, out = run_in_thread(run, COMPETING_THREAD)
+    assert settled.wait(FORCED_WAIT_S), "the competing operation neither ended nor locked"
+    if not t.is_alive() or not watched.held_by(snapshot):
+        assert joined(t, FORCED_WAIT_S), "the competing operation did not end [BFC-17]"
+        assert "error" not in out, f"the competing operation raised {out['error']!r}"
+        return t, True
+    return t, False
+
+
+#: Each round: (what, operations), an operation ("alloc", name, bytes) or ("free", name).
+SNAPSHOT_ROUNDS = (("two allocations filling A then B", (("alloc", "a", MiB),
+                                                         ("alloc", "b", 2 * MiB))),
+                   ("two frees emptying A then B", (("free", "a"), ("free", "b"))))
+
+
+def _two_free_regions(rt):
+    """A free 1 MiB region A below a free 2 MiB region B."""
     bfc, sim = make(rt, GiB)
-    stop = threading.Event()
-    states = {pool_and_stable(bfc)}            # before any operation: nothing mutates yet
-    iterations = [0]
+    with precondition("BFC-8", "regions of 1 and 2 MiB, in that address order, both free"):
+        a, b = bfc.allocate_raw(256, MiB), bfc.allocate_raw(256, 2 * MiB)
+        assert sim.alloc_calls == [MiB, 2 * MiB] and a < b, f"{sim.alloc_calls} [BFC-8]"
+        bfc.deallocate_raw(a)
+        bfc.deallocate_raw(b)
+    return bfc
 
-    def churn() -> None:
-        while not stop.is_set():
-            ps = []
-            for n in (MiB, 3 * MiB, 300):
-                ps.append(bfc.allocate_raw(256, n))
-                states.add(pool_and_stable(bfc))
-            for p in ps:
-                bfc.deallocate_raw(p)
-                states.add(pool_and_stable(bfc))
-            adj.free_empty_memory(0, bfc)
-            states.add(pool_and_stable(bfc))
-            iterations[0] += 1
 
-    t, out = run_in_thread(churn, "antman-test-churn")
-    seen: list[tuple[int, int]] = []
-    try:
-        for i in range(20_000):                # bounded: stop once the threads overlapped
-            s = adj.get_mem_pool_stats(bfc)
-            seen.append((s.pool_bytes, s.stable_bytes))
-            if i >= 300 and iterations[0] >= 10:
-                break
-    finally:
-        stop.set()
-        assert joined(t, 10), "the churn thread did not stop [BFC-17]"
-    assert "error" not in out, f"the churn thread raised {out.get('error')!r} [BFC-17]"
-    assert iterations[0] >= 1, "the churn thread never completed an iteration [BFC-17]"
-    bad = [s for s in seen if s not in states]
-    assert not bad, (f"get_mem_pool_stats returned (pool, stable) pairs {sorted(set(bad))[:3]} "
-                     f"that the allocator never held; states held: {sorted(states)} [ADJ-5]")
+def _apply(bfc, held: dict, op: tuple) -> None:
+    if op[0] == "alloc":
+        held[op[1]] = bfc.allocate_raw(256, op[2])
+    else:
+        bfc.deallocate_raw(held.pop(op[1]))
+
+
+@pytest.mark.clause("ADJ-5", "BFC-17")
+def test_mem_pool_stats_is_a_consistent_snapshot(rt, monkeypatch):
+    """get_mem_pool_stats reads every region under the BFC's lock, so that a concurrent
+    allocation or free lands wholly before or after it. Forced: with a free 1 MiB region A
+    below a free 2 MiB region B, the snapshot thread is stopped after it read A and before it
+    read B; two allocations then fill A and B, each allowed to end unless it is about to wait
+    for the lock while the snapshot holds it (then the snapshot goes on first). A snapshot
+    without the lock (or allocations without it) reads A free and B in use, (3 MiB, 2 MiB):
+    a pair the allocator never held during that snapshot ((3, 0), (3, 1), (3, 3) MiB, from
+    the same operations run alone on a twin allocator). Then the same with two frees, whose
+    torn reading is (3 MiB, 1 MiB). White-box: the pause is in the BFC's region list and the
+    lock watched is the BFC's (the reference's design); a runtime without them is skipped."""
+    from fixtures.interleave import watch_lock
+    twin, held = _two_free_regions(rt), {}
+    expected: dict[str, set[tuple[int, int]]] = {}
+    for what, ops in SNAPSHOT_ROUNDS:           # the states each round passes through
+        expected[what] = {pool_and_stable(twin)}
+        for op in ops:
+            _apply(twin, held, op)
+            expected[what].add(pool_and_stable(twin))
+    bfc, held = _two_free_regions(rt), {}
+    adj = rt.GPUAdjustableAllocator()
+    regions = getattr(bfc, "_regions", None)
+    if type(regions) is not list:
+        pytest.skip("the snapshot is paused between two regions through the BFC's region "
+                    "list (BFCAllocator._regions, the reference's design); this runtime has "
+                    "none")
+    pausing = _PausingRegions(regions)
+    monkeypatch.setattr(bfc, "_regions", pausing)
+    watched = watch_lock(monkeypatch, bfc, "_lock", "the BFC allocator's lock")
+    for what, ops in SNAPSHOT_ROUNDS:
+        pausing.paused.clear()
+        pausing.resume.clear()
+        pausing.armed = True
+        snapshot, got = run_in_thread(lambda: adj.get_mem_pool_stats(bfc), SNAPSHOT_THREAD)
+        waiting: list[threading.Thread] = []
+        rest: list[tuple] = []
+        try:
+            if not pausing.paused.wait(FORCED_WAIT_S):
+                assert joined(snapshot, FORCED_WAIT_S), "get_mem_pool_stats did not end"
+                pytest.skip("get_mem_pool_stats read no second region from the BFC's region "
+                            "list on its thread (the reference's design): the snapshot "
+                            "cannot be paused between two regions")
+            for i, op in enumerate(ops):
+                t, completed = _land(lambda op=op: _apply(bfc, held, op), watched, snapshot)
+                if not completed:             # it waits for the snapshot's lock: after it
+                    waiting.append(t)
+                    rest = list(ops[i + 1:])
+                    break
+        finally:
+            pausing.armed = False
+            pausing.resume.set()
+            assert joined(snapshot, FORCED_WAIT_S), "get_mem_pool_stats did not end [ADJ-5]"
+            for t in waiting:
+                assert joined(t, FORCED_WAIT_S), "the competing operation did not end [BFC-17]"
+        for op in rest:
+            _apply(bfc, held, op)
+        assert "error" not in got, f"get_mem_pool_stats raised {got['error']!r} [ADJ-5]"
+        s = got["result"]
+        assert (s.pool_bytes, s.stable_bytes) in expected[what], (
+            f"with {what} while get_mem_pool_stats ran, it returned (pool, stable) = "
+            f"({s.pool_bytes}, {s.stable_bytes}), a pair the allocator never held meanwhile "
+            f"(it held {sorted(expected[what])}): the regions were not read as one snapshot "
+            f"under the allocator's lock [ADJ-5]")
 
 
 @pytest.mark.clause("ADJ-5")

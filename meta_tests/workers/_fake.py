@@ -85,6 +85,22 @@ def config_mtime() -> int | None:
         return None
 
 
+#: A file whose presence makes the fake stop for DESCHEDULED_S right after a config check
+#: that saw no change, once (it removes the file first): a loaded machine's scheduler, made
+#: deterministic for meta_tests/test_worker_read_lag.py.
+DESCHEDULE_MARKER = os.environ.get("FAKE_DESCHEDULE_MARKER", "")
+DESCHEDULED_S = 1.5
+
+
+def descheduled_once() -> None:
+    if DESCHEDULE_MARKER:
+        try:
+            os.unlink(DESCHEDULE_MARKER)
+        except OSError:
+            return
+        time.sleep(DESCHEDULED_S)
+
+
 def run(*, defect_at_step: int | None = None, defect=None, on_config_change=None,
         mangle=None) -> None:
     """Hello, then steps until stopped; ``defect`` runs before step ``defect_at_step``."""
@@ -96,9 +112,13 @@ def run(*, defect_at_step: int | None = None, defect=None, on_config_change=None
     while not stop.is_set() and (max_steps == 0 or k < max_steps):
         if defect is not None and k == defect_at_step:
             defect()
+        # The step starts before its config check, as a runtime's step includes the
+        # check: a step that starts after a write has seen it, however long the fake is
+        # descheduled between the two (WORKER-5).
+        start = time.monotonic()
         if on_config_change is not None and config_mtime() != seen_config:
             on_config_change()
-        start = time.monotonic()
+        descheduled_once()
         time.sleep(STEP_S)
         rec = step_record(k, int((time.monotonic() - start) * 1e6))
         emit(mangle(rec) if mangle is not None else rec)
