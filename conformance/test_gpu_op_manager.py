@@ -871,6 +871,63 @@ def test_idle_slot_starts_once_the_steps_gpus_have_drained(rt, auto_clock, idle:
         f"once [OPM-8]")
 
 
+SLOT_FAILURE = "the GPU stopped answering"
+
+
+@pytest.mark.clause("OPM-8")
+@pytest.mark.parametrize("where", ["synchronize", "get_estimated_idle_time", "spend_idle_time"])
+def test_an_idle_slot_that_raises_fails_the_step(rt, auto_clock, where: str) -> None:
+    """The backend's ``synchronize`` before op0's slot, or the RM action's call made for that
+    slot, raises on the manager thread (a GPU that reports an error, a user's RM action): the
+    step must fail with an UnknownError naming op0 and containing that text, without
+    hanging, and neither op0 nor op1 (queued after it once op0 ran) is launched. A runtime
+    whose run hangs fails after PROMPT_S and is not closed (its step never ends)."""
+    def failing_here(what: str) -> bool:
+        return where == what and threading.current_thread().name.startswith(OP_MANAGER_PREFIX)
+
+    def gpu_finishes(index) -> None:
+        if failing_here("synchronize"):
+            raise RuntimeError(SLOT_FAILURE)
+
+    class FailingCalls(rt.GPUResourceManagement):
+        def get_estimated_idle_time(self):
+            if failing_here("get_estimated_idle_time"):
+                raise RuntimeError(SLOT_FAILURE)
+            return super().get_estimated_idle_time()
+
+        def spend_idle_time(self, us):
+            if failing_here("spend_idle_time"):
+                raise RuntimeError(SLOT_FAILURE)
+            return super().spend_idle_time(us)
+
+    log = Log()
+    backend = RecordingBackend(rt.select_backend("sim", num_gpus=1, gpu_memory_bytes=1 << 26),
+                               Log(), on_sync=gpu_finishes)
+    m = Managed(rt, auto_clock, rm_class=FailingCalls, gpu_memory_bytes=1 << 26,
+                backend=backend)
+    s = m.ctx.new_session(chain(rt, 2, log, auto_clock, m.rm))
+    m.throttle(50, 1000)                      # op0's slot: 500 µs
+    runner, out = run_in_thread(lambda: s.run(["op1"]), "test-managed-run")
+    runner.join(PROMPT_S)
+    if runner.is_alive():
+        pytest.fail(f"run() had not returned {PROMPT_S} s after {where} raised "
+                    f"RuntimeError({SLOT_FAILURE!r}) on the manager thread during the idle "
+                    f"slot before op0: the step must fail, not wait for ever [OPM-8]")
+    try:
+        error = out.get("error")
+        got = f"raised {error!r}" if "result" not in out else f"returned {out['result']!r}"
+        assert isinstance(error, rt.UnknownError) and SLOT_FAILURE in str(error) \
+            and "op0" in str(error), (
+            f"{where} raised RuntimeError({SLOT_FAILURE!r}) during the idle slot before op0: "
+            f"run {got}, expected an UnknownError naming op0 and containing that text [OPM-8]")
+        assert log.snapshot() == [], (
+            f"ops launched after the idle slot before op0 failed: {log.snapshot()} [OPM-8]")
+        assert manager_threads() == [], \
+            f"run() raised with manager threads alive: {manager_threads()} [OPM-6]"
+    finally:
+        m.close()
+
+
 # -- exact accounting at the microsecond boundary ---------------------------------------------
 
 @pytest.mark.clause("OPM-4", "OPM-7")

@@ -309,7 +309,8 @@ class ExecutorState:
         """Queue a GPU op of a managed step on the GpuOpManager (OPM-2)."""
         assert self.opm is not None
         self.opm.enqueue(QueuedOp(item.name, functools.partial(self._launch, item),
-                                  functools.partial(self._retire_unrun, item)))
+                                  functools.partial(self._retire_unrun, item),
+                                  functools.partial(self._slot_failed, item)))
 
     def _launch(self, item: NodeItem) -> None:
         """Run an async or queued kernel; its successors go to the runner (TF's done callback),
@@ -321,6 +322,16 @@ class ExecutorState:
             completed = self._node_done(error, ready, None)
         if completed:
             self._finish()
+
+    def _slot_failed(self, item: NodeItem, exc: BaseException) -> None:
+        """The idle slot before a queued op raised (a backend's synchronize, an RM call): the
+        step fails as if the op's kernel had raised it, and the op does not run (OPM-8)."""
+        error = UnknownError(f"idle slot before {item.node.op} node {item.name!r} on "
+                             f"{item.device.name}: {type(exc).__name__}: {exc}",
+                             node_name=item.name, op=item.node.op, device=item.device.name)
+        error.__cause__ = exc
+        self._record_error(error)
+        self._retire_unrun(item)
 
     def _retire_unrun(self, item: NodeItem) -> None:
         if self._skip(item):
