@@ -920,6 +920,14 @@ def test_an_idle_slot_that_raises_fails_the_step(rt, auto_clock, where: str) -> 
             and "op0" in str(error), (
             f"{where} raised RuntimeError({SLOT_FAILURE!r}) during the idle slot before op0: "
             f"run {got}, expected an UnknownError naming op0 and containing that text [OPM-8]")
+        cause = error.__cause__
+        attributes = (error.node_name, error.op, error.device)
+        expected = ("op0", "PyFunc", m.ctx.device_mgr.lookup_device(GPU).name)
+        assert isinstance(cause, RuntimeError) and str(cause) == SLOT_FAILURE \
+            and attributes == expected, (
+            f"the step's UnknownError has __cause__ {cause!r} and (node_name, op, device) "
+            f"{attributes}, expected the RuntimeError {where} raised and op0's {expected} "
+            f"[OPM-8]")
         assert log.snapshot() == [], (
             f"ops launched after the idle slot before op0 failed: {log.snapshot()} [OPM-8]")
         assert manager_threads() == [], \
