@@ -903,10 +903,14 @@ def test_an_idle_slot_that_raises_fails_the_step(rt, auto_clock, where: str) -> 
     log = Log()
     backend = RecordingBackend(rt.select_backend("sim", num_gpus=1, gpu_memory_bytes=1 << 26),
                                Log(), on_sync=gpu_finishes)
-    m = Managed(rt, auto_clock, rm_class=FailingCalls, gpu_memory_bytes=1 << 26,
-                backend=backend)
-    s = m.ctx.new_session(chain(rt, 2, log, auto_clock, m.rm))
-    m.throttle(50, 1000)                      # op0's slot: 500 µs
+    # Not Managed's context manager: a runtime whose step never ends is left open (closing
+    # it would wait for that step), and nothing may close it later, at the process's exit.
+    ctx = rt.create_runtime(backend=backend, clock=auto_clock, config_file=None,
+                            status_file=None, gpu_memory_bytes=1 << 26)
+    rm = FailingCalls(None, clock=auto_clock, registry=ctx.registry)
+    s = ctx.new_session(chain(rt, 2, log, auto_clock, rm))
+    assert rm.parse_manage_info_from_json('{"perfControl": 50}'), "[RM-3]"
+    rm.set_estimated_idle_time(1000)          # op0's slot: 500 µs
     runner, out = run_in_thread(lambda: s.run(["op1"]), "test-managed-run")
     runner.join(PROMPT_S)
     if runner.is_alive():
@@ -922,7 +926,7 @@ def test_an_idle_slot_that_raises_fails_the_step(rt, auto_clock, where: str) -> 
             f"run {got}, expected an UnknownError naming op0 and containing that text [OPM-8]")
         cause = error.__cause__
         attributes = (error.node_name, error.op, error.device)
-        expected = ("op0", "PyFunc", m.ctx.device_mgr.lookup_device(GPU).name)
+        expected = ("op0", "PyFunc", ctx.device_mgr.lookup_device(GPU).name)
         assert isinstance(cause, RuntimeError) and str(cause) == SLOT_FAILURE \
             and attributes == expected, (
             f"the step's UnknownError has __cause__ {cause!r} and (node_name, op, device) "
@@ -933,7 +937,8 @@ def test_an_idle_slot_that_raises_fails_the_step(rt, auto_clock, where: str) -> 
         assert manager_threads() == [], \
             f"run() raised with manager threads alive: {manager_threads()} [OPM-6]"
     finally:
-        m.close()
+        rm.close()
+        ctx.close()
 
 
 # -- exact accounting at the microsecond boundary ---------------------------------------------
