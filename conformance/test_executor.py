@@ -1094,6 +1094,40 @@ def test_async_attribute_hands_every_consumer_to_the_runner(rt, ctx) -> None:
             f"[EXEC-11]")
 
 
+@pytest.mark.clause("EXEC-3")
+def test_only_pyfunc_nodes_override_their_kernels_metadata(rt, ctx) -> None:
+    """An ``Identity`` node given ``is_expensive=True`` stays inexpensive: the attribute
+    overrides the metadata of PyFunc nodes only. root's consumers are that Identity ``i`` and
+    the expensive PyFunc ``p``: ``i`` runs inline on root's thread, so ``p`` is handed to the
+    runner, and ``j`` (inexpensive, after ``i``) waits there until ``p`` has started elsewhere.
+    Were ``i`` expensive, ``p`` would be the last expensive consumer and stay on root's thread
+    (EXEC-11)."""
+    log = Log()
+    p_started = threading.Event()
+
+    def j_waits_for_p():
+        assert p_started.wait(10), "'p' was not dispatched to the runner while 'j' ran [EXEC-3]"
+
+    g = rt.Graph()
+    g.add_node("root", "PyFunc", device=CPU, is_expensive=False,
+               func=py_func(log, "root", record="thread"))
+    g.add_node("i", "Identity", ["root"], device=CPU, is_expensive=True)
+    g.add_node("p", "PyFunc", ["root"], device=CPU, is_expensive=True,
+               func=py_func(log, "p", record="thread", before=p_started.set))
+    g.add_node("j", "PyFunc", ["i"], device=CPU, is_expensive=False,
+               func=py_func(log, "j", record="thread", before=j_waits_for_p))
+    s = ctx.new_session(g)
+    for _ in range(3):
+        log.clear()
+        p_started.clear()
+        s.run(["j", "p"])
+        t = _threads(log)
+        assert t["p"][0] != t["root"][0] and t["j"][0] == t["root"][0], (
+            f"the Identity node 'i' given is_expensive=True was scheduled as an expensive "
+            f"node ('p' ran on root's thread, 'j' did not): {log.snapshot()}; only a PyFunc "
+            f"node's is_expensive attribute overrides its kernel's metadata [EXEC-3]")
+
+
 # -- EXEC-12, EXEC-13 ------------------------------------------------------------------------
 
 @pytest.mark.clause("EXEC-12")

@@ -18,6 +18,7 @@ from conformance.execution_helpers import (CPU, GPU, INTER_OP_PREFIX, OP_MANAGER
                                            Log, RecordingBackend, manager_threads,
                                            recording_action, run_in_thread, sim_runtime,
                                            wait_until)
+from conformance.preconditions import precondition_holds
 
 pytestmark = pytest.mark.capability("executor", "gpu_op_manager", "resource_management",
                                     "virtual_clock")
@@ -125,6 +126,93 @@ def assert_queued_launches(log: Log, names: list[str], t0: int, slot_us: int,
         f"the CPU node {cpu_tag!r} ran on {cpu_thread}, not the runner [OPM-2]"
 
 
+# -- OPM-6: the shutdown's wake-up (first in the module: a shutdown that wakes the manager
+# thread without its condition fails every managed step, and one that the thread misses hangs
+# the next test's step for ever, so this test must fail first) --------------------------------
+
+@pytest.mark.clause("OPM-6")
+def test_shutdown_wakes_the_manager_thread_under_its_condition(rt, managed) -> None:
+    """A managed step c0 (CPU) -> g (GPU) ends on the manager thread, which then shuts its
+    manager down: the shutdown must change the manager's state with the manager's condition
+    held. Without it, a manager thread between its check of that state and its wait misses
+    the wake-up and waits for ever, and the thread that ends the step joins it for ever.
+    Forced, not hoped for: a trace records, at each line of the shutdown touching the
+    terminate state, whether the thread running it holds the condition (the step ends on the
+    manager thread, so a shutdown without the condition cannot hang this test). c0 runs only
+    once the manager thread has checked its queue, with its condition held (OPM-3's
+    precondition, as in the next test: a thread that checks it without the condition dies at
+    its wait, and c0 then fails the step before it queues g, which nobody would launch)."""
+    module = getattr(rt, "gpu_op_manager", None)
+    manager = getattr(module, "GpuOpManager", None)
+    run_code = getattr(getattr(manager, "_run", None), "__code__", None)
+    shutdown_code = getattr(getattr(manager, "shutdown", None), "__code__", None)
+    if run_code is None or shutdown_code is None:
+        pytest.skip("the check follows the reference's design (GpuOpManager._run and "
+                    "shutdown sharing a condition _cv); this runtime has no such functions")
+    from fixtures.interleave import self_holds
+    holds = self_holds("_cv")
+    checks: list[bool] = []                 # held, at each line of _run reading the queue
+    writes: list[bool] = []                 # held, at each line of shutdown touching _terminate
+    checked = threading.Event()
+
+    def lines_of(field: str, seen: list[bool], then=None):
+        def lines(frame, event, arg):
+            if event == "line" and field in linecache.getline(frame.f_code.co_filename,
+                                                              frame.f_lineno):
+                seen.append(holds(frame))
+                if then is not None:
+                    then()
+            return lines
+        return lines
+
+    run_lines = lines_of("_queue", checks, checked.set)
+    shutdown_lines = lines_of("_terminate", writes)
+
+    def tracer(frame, event, arg):
+        if event == "call" and frame.f_code is run_code:
+            return run_lines
+        if event == "call" and frame.f_code is shutdown_code:
+            return shutdown_lines
+        return None
+
+    def c0():
+        checked.wait(PROMPT_S)
+        if not all(checks):
+            raise RuntimeError("the manager thread checked its queue without its condition")
+        return np.float32(1)
+
+    log = Log()
+    g = rt.Graph()
+    g.add_node("c0", "PyFunc", device=CPU, func=c0)
+    g.add_node("g", "PyFunc", ["c0"], device=GPU,
+               func=probe(log, "g", managed.clock, managed.rm))   # the step ends on the manager
+    s = managed.ctx.new_session(g)
+    managed.throttle(50, 1000)
+    threading.settrace(tracer)
+    try:
+        runner, out = run_in_thread(lambda: s.run(["g"]), "test-managed-run")
+        runner.join(PROMPT_S)
+        in_time = not runner.is_alive()
+    finally:
+        threading.settrace(None)  # type: ignore[arg-type]
+        s.close()                           # ends a step whose queued op nobody launches
+        runner.join(PROMPT_S)
+    if not checks or not writes:
+        pytest.skip("the check follows the reference's design (GpuOpManager._run reading "
+                    "_queue, shutdown setting _terminate); this runtime ran no such line")
+    precondition_holds("OPM-3", all(checks),
+                       "the manager thread checks its queue with its condition held")
+    assert all(writes), (
+        f"{writes.count(False)} of {len(writes)} line(s) of the op manager's shutdown touching "
+        f"its terminate state ran without the manager's condition held: the manager thread "
+        f"can check that state, miss the wake-up and wait for ever, and the end of the step "
+        f"joins it for ever (run() {'returned' if in_time else 'hung'}: "
+        f"{out.get('error')!r}) [OPM-6]")
+    precondition_holds("OPM-3", in_time and [e[0] for e in log.snapshot()] == ["g"],
+                       f"the op g that c0 queued while the manager thread waited is launched "
+                       f"and the step ends within {PROMPT_S} s")
+
+
 # -- OPM-3: the manager thread's wait for an op (first in the module: a manager thread that
 # dies at its first wait hangs every managed step after it, so this test must fail first) ----
 
@@ -198,6 +286,90 @@ def test_the_manager_thread_waits_for_its_first_op_under_its_condition(rt, manag
         f"run() {'failed' if in_time else f'had not returned after {PROMPT_S} s'} "
         f"({out.get('error')!r}), ops launched {[e[0] for e in log.snapshot()]}: the op "
         f"that c0 queued while the manager thread waited must be launched [OPM-3]")
+
+
+# -- OPM-7: a failure during an idle slot (early: a failure that does not end the slot, or
+# whose abort raises, hangs the later tests that close a session during a slot, or fail a
+# queued op, in their step or their teardown; these release what they hold) -----------------
+
+def fail_elsewhere_during_idle_slot(rt, m: Managed, log: Log):
+    """Run a managed step (E = 10^9 µs on the manual clock) whose GPU chain gpu_op -> gpu_next
+    is queued, gpu_op in its idle slot, when the CPU root ``fail`` raises; return (whether
+    run() returned within PROMPT_S, its outcome, the ops launched during the slot). A run
+    still waiting then is released by moving the clock past the slot, so that a runtime
+    whose failure does not end the slot fails the test instead of hanging it."""
+    clock = m.clock
+    launched_in_slot: list = []
+
+    def fail_while_slot_waits():
+        wait_for_idle_slot(clock)
+        launched_in_slot.extend(log.snapshot())
+        raise RuntimeError("failure elsewhere")
+
+    g = rt.Graph()
+    g.add_node("gpu_op", "PyFunc", device=GPU, func=probe(log, "gpu_op", clock, m.rm))
+    g.add_node("gpu_next", "PyFunc", ["gpu_op"], device=GPU,
+               func=probe(log, "gpu_next", clock, m.rm))
+    g.add_node("fail", "PyFunc", device=CPU, func=fail_while_slot_waits)
+    s = m.ctx.new_session(g)
+    m.throttle(50, 10 ** 9)
+    runner, out = run_in_thread(lambda: s.run(["gpu_next", "fail"]), "test-managed-run")
+    runner.join(PROMPT_S)
+    in_time = not runner.is_alive()
+    if not in_time:
+        clock.advance(10 ** 9)             # the slot nothing ended: its deadline
+        runner.join(PROMPT_S)
+    return in_time, out, launched_in_slot
+
+
+@pytest.mark.clause("OPM-7", "OPM-6", "EXEC-9")
+def test_failure_elsewhere_interrupts_the_idle_slot(rt, managed_manual) -> None:
+    m = managed_manual
+    clock = m.clock
+    log = Log()
+    t0 = clock.now_us()
+    in_time, out, launched_in_slot = fail_elsewhere_during_idle_slot(rt, m, log)
+    assert in_time, (
+        f"run() had not returned {PROMPT_S} s after the CPU node 'fail' failed the step while "
+        f"the manager thread waited in an idle slot on a stopped clock: the failure must end "
+        f"the slot at once [OPM-7]")
+    assert isinstance(out.get("error"), rt.OpError) and "failure elsewhere" in str(out["error"]), \
+        f"run() must raise the step's first error, got {out} [OPM-7]"
+    assert launched_in_slot == [], (
+        f"{launched_in_slot} launched while its idle slot was still running: the slot comes "
+        f"before the launch [OPM-4]")
+    assert log.snapshot() == [], "a queued op was launched after the step failed [OPM-7]"
+    waits = [r for r in clock.records if r.thread.startswith(OP_MANAGER_PREFIX)]
+    assert waits and all(r.interrupted for r in waits) and clock.now_us() == t0, \
+        f"the slot must end at once, without clock time: {waits} [OPM-7]"
+    assert manager_threads() == [], f"manager threads left: {manager_threads()} [OPM-6]"
+
+
+@pytest.mark.clause("OPM-7")
+def test_a_failed_step_aborts_its_manager_under_its_condition(rt, managed_manual) -> None:
+    """The step fails (the CPU node ``fail`` raises) while the manager thread waits in an idle
+    slot: the thread that records the failure marks the manager aborted, so that no queued
+    op is launched any more, with the manager's condition held, as every change of the
+    manager's state is made (the manager thread reads that state between its waits). Forced,
+    not hoped for: a trace records, at each line of the abort touching that state, whether
+    the thread running it holds the condition; the failure happens on an inter-op thread,
+    whose errors end the step, so an abort that fails without the condition cannot hang this
+    test (on the manager thread, a queued op's failure, it would)."""
+    from fixtures.interleave import lines_run_in, self_holds
+    m = managed_manual
+    (in_time, out, _), lines = lines_run_in(
+        lambda: fail_elsewhere_during_idle_slot(rt, m, Log()), "GpuOpManager.abort",
+        self_holds("_cv"))
+    touching = [held for text, held in lines if "_aborted" in text]
+    if not touching:
+        pytest.skip("the check follows the reference's design (GpuOpManager.abort setting "
+                    "_aborted under a condition _cv); this runtime ran no such line")
+    assert all(touching), (
+        f"{touching.count(False)} of {len(touching)} line(s) of the op manager's abort "
+        f"touching its aborted state ran without the manager's condition held (run() "
+        f"{'returned' if in_time else 'hung'}: {out.get('error')!r}): an abort that fails "
+        f"there, on the manager thread when a queued op fails, leaves the step waiting for "
+        f"ever for that op [OPM-7]")
 
 
 # -- OPM-4 -----------------------------------------------------------------------------------
@@ -599,42 +771,6 @@ def test_run_joins_the_manager_thread(rt, managed, last: str) -> None:
         f"expected one manager thread per managed step, saw {len(hooked)} [OPM-6]")
 
 
-@pytest.mark.clause("OPM-7", "OPM-6", "EXEC-9")
-def test_failure_elsewhere_interrupts_the_idle_slot(rt, managed_manual) -> None:
-    m = managed_manual
-    clock = m.clock
-    log = Log()
-
-    launched_in_slot: list = []
-
-    def fail_while_slot_waits():
-        wait_for_idle_slot(clock)
-        launched_in_slot.extend(log.snapshot())
-        raise RuntimeError("failure elsewhere")
-
-    g = rt.Graph()
-    g.add_node("gpu_op", "PyFunc", device=GPU, func=probe(log, "gpu_op", clock, m.rm))
-    g.add_node("gpu_next", "PyFunc", ["gpu_op"], device=GPU,
-               func=probe(log, "gpu_next", clock, m.rm))
-    g.add_node("fail", "PyFunc", device=CPU, func=fail_while_slot_waits)
-    s = m.ctx.new_session(g)
-    m.throttle(50, 10 ** 9)
-    t0 = clock.now_us()
-    runner, out = run_in_thread(lambda: s.run(["gpu_next", "fail"]), "test-managed-run")
-    runner.join(10)
-    assert not runner.is_alive(), "run() hung: the idle slot was not interrupted [OPM-7]"
-    assert isinstance(out.get("error"), rt.OpError) and "failure elsewhere" in str(out["error"]), \
-        f"run() must raise the step's first error, got {out} [OPM-7]"
-    assert launched_in_slot == [], (
-        f"{launched_in_slot} launched while its idle slot was still running: the slot comes "
-        f"before the launch [OPM-4]")
-    assert log.snapshot() == [], "a queued op was launched after the step failed [OPM-7]"
-    waits = [r for r in clock.records if r.thread.startswith(OP_MANAGER_PREFIX)]
-    assert waits and all(r.interrupted for r in waits) and clock.now_us() == t0, \
-        f"the slot must end at once, without clock time: {waits} [OPM-7]"
-    assert manager_threads() == [], f"manager threads left: {manager_threads()} [OPM-6]"
-
-
 @pytest.mark.clause("OPM-7", "SESS-8")
 def test_close_interrupts_the_idle_slot(rt, managed_manual) -> None:
     m = managed_manual
@@ -733,6 +869,76 @@ def test_idle_slot_starts_once_the_steps_gpus_have_drained(rt, auto_clock, idle:
     assert all(p == [0, 1] for p in pairs), (
         f"E={idle}: synchronize indices {indices}: each drain synchronizes GPU:0 and GPU:1 "
         f"once [OPM-8]")
+
+
+SLOT_FAILURE = "the GPU stopped answering"
+
+
+@pytest.mark.clause("OPM-8")
+@pytest.mark.parametrize("where", ["synchronize", "get_estimated_idle_time", "spend_idle_time"])
+def test_an_idle_slot_that_raises_fails_the_step(rt, auto_clock, where: str) -> None:
+    """The backend's ``synchronize`` before op0's slot, or the RM action's call made for that
+    slot, raises on the manager thread (a GPU that reports an error, a user's RM action): the
+    step must fail with an UnknownError naming op0 and containing that text, without
+    hanging, and neither op0 nor op1 (queued after it once op0 ran) is launched. A runtime
+    whose run hangs fails after PROMPT_S and is not closed (its step never ends)."""
+    def failing_here(what: str) -> bool:
+        return where == what and threading.current_thread().name.startswith(OP_MANAGER_PREFIX)
+
+    def gpu_finishes(index) -> None:
+        if failing_here("synchronize"):
+            raise RuntimeError(SLOT_FAILURE)
+
+    class FailingCalls(rt.GPUResourceManagement):
+        def get_estimated_idle_time(self):
+            if failing_here("get_estimated_idle_time"):
+                raise RuntimeError(SLOT_FAILURE)
+            return super().get_estimated_idle_time()
+
+        def spend_idle_time(self, us):
+            if failing_here("spend_idle_time"):
+                raise RuntimeError(SLOT_FAILURE)
+            return super().spend_idle_time(us)
+
+    log = Log()
+    backend = RecordingBackend(rt.select_backend("sim", num_gpus=1, gpu_memory_bytes=1 << 26),
+                               Log(), on_sync=gpu_finishes)
+    # Not Managed's context manager: a runtime whose step never ends is left open (closing
+    # it would wait for that step), and nothing may close it later, at the process's exit.
+    ctx = rt.create_runtime(backend=backend, clock=auto_clock, config_file=None,
+                            status_file=None, gpu_memory_bytes=1 << 26)
+    rm = FailingCalls(None, clock=auto_clock, registry=ctx.registry)
+    s = ctx.new_session(chain(rt, 2, log, auto_clock, rm))
+    assert rm.parse_manage_info_from_json('{"perfControl": 50}'), "[RM-3]"
+    rm.set_estimated_idle_time(1000)          # op0's slot: 500 µs
+    runner, out = run_in_thread(lambda: s.run(["op1"]), "test-managed-run")
+    runner.join(PROMPT_S)
+    if runner.is_alive():
+        pytest.fail(f"run() had not returned {PROMPT_S} s after {where} raised "
+                    f"RuntimeError({SLOT_FAILURE!r}) on the manager thread during the idle "
+                    f"slot before op0: the step must fail, not wait for ever [OPM-8]")
+    try:
+        error = out.get("error")
+        got = f"raised {error!r}" if "result" not in out else f"returned {out['result']!r}"
+        assert isinstance(error, rt.UnknownError) and SLOT_FAILURE in str(error) \
+            and "op0" in str(error), (
+            f"{where} raised RuntimeError({SLOT_FAILURE!r}) during the idle slot before op0: "
+            f"run {got}, expected an UnknownError naming op0 and containing that text [OPM-8]")
+        cause = error.__cause__
+        attributes = (error.node_name, error.op, error.device)
+        expected = ("op0", "PyFunc", ctx.device_mgr.lookup_device(GPU).name)
+        assert isinstance(cause, RuntimeError) and str(cause) == SLOT_FAILURE \
+            and attributes == expected, (
+            f"the step's UnknownError has __cause__ {cause!r} and (node_name, op, device) "
+            f"{attributes}, expected the RuntimeError {where} raised and op0's {expected} "
+            f"[OPM-8]")
+        assert log.snapshot() == [], (
+            f"ops launched after the idle slot before op0 failed: {log.snapshot()} [OPM-8]")
+        assert manager_threads() == [], \
+            f"run() raised with manager threads alive: {manager_threads()} [OPM-6]"
+    finally:
+        rm.close()
+        ctx.close()
 
 
 # -- exact accounting at the microsecond boundary ---------------------------------------------

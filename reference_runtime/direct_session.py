@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import itertools
-import logging
 import os
 import threading
 from dataclasses import dataclass
@@ -39,8 +38,6 @@ from .session_run_action_registry import (Grouping, SessionRunActionOptions,
                                                            global_registry)
 
 __all__ = ["DirectSession", "INTER_OP_THREAD_PREFIX"]
-
-log = logging.getLogger(__name__)
 
 INTER_OP_THREAD_PREFIX = "antman-session-inter-op"
 _graph_ids = itertools.count(1)

@@ -25,11 +25,11 @@ import functools
 import logging
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .clock import REAL_CLOCK, Clock
+from .clock import Clock
 from .errors import (CancelledError, InvalidArgumentError, OpError,
                                       UnknownError)
 from .gpu_op_manager import GpuOpManager, QueuedOp
@@ -159,30 +159,30 @@ class ExecutorImpl:
         self.gpu_devices = list({id(it.device): it.device
                                  for it in self.items if it.is_gpu}.values())
 
-    def run(self, *, feeds: Mapping[str, np.ndarray], runner: Runner,
-            resources: SessionResources, clock: Clock | None = None,
-            resource_management: Any = None, step_id: int = 0, key: Any = None,
-            on_start: Callable[["ExecutorState"], None] | None = None) -> list[np.ndarray]:
-        """Run one step synchronously; returns the fetched values (host arrays) or raises."""
+    def run(self, *, feeds: dict[str, np.ndarray], runner: Runner,
+            resources: SessionResources, clock: Clock, resource_management: Any,
+            step_id: int, key: Any,
+            on_start: Callable[["ExecutorState"], None]) -> list[np.ndarray]:
+        """Run one step synchronously; returns the fetched values (host arrays) or raises.
+        ``on_start`` is given the step before it starts (the session keeps it to cancel it)."""
         state = ExecutorState(self, feeds=feeds, runner=runner, resources=resources,
                               clock=clock, resource_management=resource_management,
                               step_id=step_id, key=key)
-        if on_start is not None:
-            on_start(state)
+        on_start(state)
         return state.run()
 
 
 class ExecutorState:
     """One step of an ``ExecutorImpl`` (TF ``ExecutorState``)."""
 
-    def __init__(self, impl: ExecutorImpl, *, feeds: Mapping[str, np.ndarray], runner: Runner,
-                 resources: SessionResources, clock: Clock | None,
+    def __init__(self, impl: ExecutorImpl, *, feeds: dict[str, np.ndarray], runner: Runner,
+                 resources: SessionResources, clock: Clock,
                  resource_management: Any, step_id: int, key: Any) -> None:
         self.impl = impl
-        self.feeds = dict(feeds)
+        self.feeds = feeds            # the session's own dict, made for this run
         self.runner = runner
         self.resources = resources
-        self.clock = clock if clock is not None else REAL_CLOCK
+        self.clock = clock
         self.key = key
         self.rm = resource_management
         self.step = StepAllocations()
@@ -309,7 +309,8 @@ class ExecutorState:
         """Queue a GPU op of a managed step on the GpuOpManager (OPM-2)."""
         assert self.opm is not None
         self.opm.enqueue(QueuedOp(item.name, functools.partial(self._launch, item),
-                                  functools.partial(self._retire_unrun, item)))
+                                  functools.partial(self._retire_unrun, item),
+                                  functools.partial(self._slot_failed, item)))
 
     def _launch(self, item: NodeItem) -> None:
         """Run an async or queued kernel; its successors go to the runner (TF's done callback),
@@ -321,6 +322,16 @@ class ExecutorState:
             completed = self._node_done(error, ready, None)
         if completed:
             self._finish()
+
+    def _slot_failed(self, item: NodeItem, exc: BaseException) -> None:
+        """The idle slot before a queued op raised (a backend's synchronize, an RM call): the
+        step fails as if the op's kernel had raised it, and the op does not run (OPM-8)."""
+        error = UnknownError(f"idle slot before {item.node.op} node {item.name!r} on "
+                             f"{item.device.name}: {type(exc).__name__}: {exc}",
+                             node_name=item.name, op=item.node.op, device=item.device.name)
+        error.__cause__ = exc
+        self._record_error(error)
+        self._retire_unrun(item)
 
     def _retire_unrun(self, item: NodeItem) -> None:
         if self._skip(item):

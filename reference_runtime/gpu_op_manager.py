@@ -11,7 +11,8 @@ launched earlier do not run through the slot (OPM-8; AntMan's slots overlap them
 What is deducted from E is the idle time the slot really took, the drain excluded, measured on the injected clock (a real sleep oversleeps), so that the
 throttle's arithmetic sees the idle time actually inserted. Waits go through the injected
 clock and are interrupted by ``abort``/``shutdown``; the thread blocks on a condition (no
-polling) while the queue is empty. Ops queued by the manager thread itself (the GPU
+polling) while the queue is empty. A slot that raises (the drain, an RM call) fails the step
+and its op is not launched (OPM-8). Ops queued by the manager thread itself (the GPU
 consumers of the op it launched) need no wake-up: the loop takes them next.
 """
 
@@ -19,7 +20,6 @@ from __future__ import annotations
 
 import collections
 import itertools
-import logging
 import threading
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -28,19 +28,19 @@ from .clock import REAL_CLOCK, Clock
 
 __all__ = ["GpuOpManager", "QueuedOp", "THREAD_NAME_PREFIX"]
 
-log = logging.getLogger(__name__)
-
 THREAD_NAME_PREFIX = "antman-gpu-op-manager"
 _ids = itertools.count(1)
 
 
 @dataclass(frozen=True)
 class QueuedOp:
-    """A GPU op waiting for its launch: ``launch()`` runs it, ``skip()`` retires it unrun."""
+    """A GPU op waiting for its launch: ``launch()`` runs it, ``skip()`` retires it unrun,
+    ``fail(exc)`` fails the step with what its idle slot raised and retires it unrun (OPM-8)."""
 
     name: str
     launch: Callable[[], None]
     skip: Callable[[], None]
+    fail: Callable[[BaseException], None]
 
 
 class GpuOpManager:
@@ -106,8 +106,8 @@ class GpuOpManager:
                     op.skip()
                 else:
                     op.launch()
-            except BaseException:  # launch/skip report their own errors; never die silently
-                log.exception("GPU op manager: op %s raised", op.name)
+            except BaseException as exc:  # the slot's drain or an RM call raised (OPM-8);
+                op.fail(exc)              # launch and skip never raise: the step gets errors
 
     def _idle_slot(self) -> None:
         """Wait the idle slot ``E // N`` before a launch; deduct the idle time it took (OPM-4)."""

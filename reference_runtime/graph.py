@@ -112,9 +112,6 @@ class Graph:
     def __len__(self) -> int:
         return len(self._nodes)
 
-    def __iter__(self) -> Iterator[Node]:
-        return iter(list(self._nodes.values()))
-
     # -- validation -------------------------------------------------------------------
     def validate(self) -> None:
         """Raise ``GraphError`` for unknown inputs, bad output indices or a cycle."""

@@ -30,10 +30,10 @@ class KernelDef:
 
     op: str
     compute: Callable[["OpKernelContext"], None]
-    num_outputs: int | Callable[[dict], int] = 1
-    is_expensive: bool = True
-    is_async: bool = False
-    per_node_metadata: bool = False  # PyFunc: attrs "is_expensive"/"is_async" override
+    num_outputs: int | Callable[[dict], int]
+    is_expensive: bool
+    is_async: bool
+    per_node_metadata: bool  # PyFunc: attrs "is_expensive"/"is_async" override
 
     def num_outputs_for(self, attrs: dict) -> int:
         n = self.num_outputs(attrs) if callable(self.num_outputs) else self.num_outputs
