@@ -37,7 +37,7 @@ from collections.abc import Iterable
 from numbers import Integral
 from typing import Any
 
-from .bounded_json import DEFAULT_MAX_DEPTH, DEFAULT_MAX_VALUES, JSONNumber, JSONTooDeep
+from .bounded_json import DEFAULT_MAX_DEPTH, DEFAULT_MAX_VALUES, JSONNumber
 from .bounded_json import loads as bounded_loads
 from .clock import REAL_CLOCK, Clock
 from .env import ENV_DEFAULT, path_from_env
@@ -87,8 +87,6 @@ def _describe(value: Any) -> str:
         return f"an object of {len(value)} members"
     if value is None:
         return "null"
-    if isinstance(value, JSONTooDeep):
-        return f"a value nested deeper than {MAX_CONFIG_DEPTH} levels"
     return str(value)
 
 
