@@ -116,10 +116,6 @@ class FileListener:
         self._activity: dict[threading.Thread, str] = {}   # what each monitor thread does
 
     # -- public API ------------------------------------------------------------------
-    @property
-    def clock(self) -> Clock:
-        return self._clock
-
     def register_file_listener(self, path: str | os.PathLike, handler_name: str,
                                callback: Callback) -> None:
         """Add a handler for ``path`` (duplicate names allowed)."""

@@ -474,14 +474,9 @@ class GPUResourceManagement(SessionRunAction):
             return self._total_time_slot_us
 
     # -- lifecycle ---------------------------------------------------------------------
-    @property
-    def closed(self) -> bool:
-        return self._closed.is_set()
-
     def close(self) -> None:
-        """Stop listening, wake suspended steps and interrupt throttle sleeps (idempotent)."""
-        if self._closed.is_set():
-            return
+        """Stop listening, wake suspended steps and interrupt throttle sleeps (idempotent: a
+        later call finds the listener already left, and the steps it wakes leave anyway)."""
         self._closed.set()
         self.wake_suspended()
         listener, self._listener = self._listener, None
