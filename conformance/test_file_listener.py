@@ -242,6 +242,38 @@ def test_registration_delivers_current_content_synchronously(rt, listener, vcloc
     assert cb.contents == ["start-up"], f"no change, yet delivered {cb.contents[1:]} [FL-5]"
 
 
+@pytest.mark.clause("FL-5")
+def test_a_registration_holds_up_no_other_path(rt, listener, vclock, tmp_path) -> None:
+    """While the handler of a registration's start-up delivery runs on the registering
+    thread, a check still reads and delivers the other watched paths. The path being
+    registered sorts first (FL-2), so a check that waited for its registration would deliver
+    nothing until the handler returned (on the virtual clock a check takes no time: the
+    monitor thread must be back in its wait)."""
+    first, other = tmp_path / "a.json", tmp_path / "b.json"
+    write_text(other, "b1")
+    cb = register(listener, vclock, other)
+    write_text(first, "a1")
+    entered, release = threading.Event(), threading.Event()
+
+    def slow(content: str) -> None:
+        entered.set()
+        release.wait(60.0)                   # released by the test; bounded all the same
+
+    t, out = run_in_thread(lambda: listener.register_file_listener(str(first), "slow", slow),
+                           name="registering")
+    try:
+        wait_until(entered.is_set, "the registration to deliver the start-up content [FL-5]")
+        write_text(other, "b2")
+        vclock.tick(1_000_000, clause="FL-5")
+        assert cb.contents == ["b1", "b2"], (
+            f"while a registration's handler ran, the check delivered {cb.contents[1:]} for "
+            f"another path, expected ['b2'] [FL-5]")
+    finally:
+        release.set()
+        assert joined(t), "the registration did not return once its handler did [FL-5]"
+    assert "error" not in out, f"the registration raised {out.get('error')!r} [FL-5]"
+
+
 @pytest.mark.clause("FL-6", "FL-5")
 def test_handlers_in_registration_order_with_duplicates(rt, listener, vclock, tmp_path) -> None:
     path = tmp_path / "c.json"
