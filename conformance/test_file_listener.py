@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import threading
 
 import pytest
@@ -536,6 +537,30 @@ def test_fifo_is_never_opened(rt, listener, vclock, tmp_path, caplog) -> None:
     message = warnings[0].getMessage().replace(str(path), "<path>").lower()   # its name
     assert "fifo" in message or "pipe" in message, (
         f"the warning for a FIFO at the path does not say it is one: {message!r} [FL-9]")
+
+
+@pytest.mark.clause("FL-9")
+def test_socket_at_path_is_named(rt, listener, vclock, tmp_path, caplog, monkeypatch) -> None:
+    """A UNIX socket at the path (which open() refuses) is reported as a socket."""
+    if not hasattr(socket, "AF_UNIX"):
+        pytest.skip("no UNIX sockets on this platform")
+    caplog.set_level(logging.WARNING)
+    monkeypatch.chdir(tmp_path)                  # bound by a short relative name
+    path = tmp_path / "gpu_config.json"
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        server.bind(path.name)
+        cb = register(listener, vclock, path)
+        poll(vclock, 2)
+    finally:
+        server.close()
+    assert cb.calls == [], "a socket was delivered [FL-9]"
+    warnings = runtime_records(caplog, rt, containing=str(path))
+    assert len(warnings) == 1, \
+        f"a socket at the path logged {len(warnings)} warnings, expected 1 [FL-9]"
+    message = warnings[0].getMessage().replace(str(path), "<path>").lower()   # its name
+    assert "socket" in message, (
+        f"the warning for a socket at the path does not say it is one: {message!r} [FL-9]")
 
 
 @pytest.mark.clause("FL-9")
