@@ -167,10 +167,6 @@ class FileListener:
         with self._lock:
             return self._thread is not None and self._thread.is_alive()
 
-    def watched_paths(self) -> list[str]:
-        with self._lock:
-            return sorted(self._watches)
-
     def close(self) -> None:
         """Drop every handler, stop the monitor thread and join it (idempotent)."""
         with self._lock:
@@ -383,7 +379,7 @@ class FileListener:
                               quote(watch.path, 4096))
 
     def __repr__(self) -> str:
-        return (f"FileListener(paths={self.watched_paths()}, "
+        return (f"FileListener(paths={sorted(self._watches)}, "
                 f"poll_interval_us={self.poll_interval_us})")
 
 
