@@ -1199,12 +1199,12 @@ def read_once(rt, rm2, clock) -> None:
 
 @pytest.mark.clause("CLK-2")
 def test_without_a_clock_the_throttle_sleeps_on_the_real_clock(rt, control_env, listener,
-                                                               config_writer) -> None:
+                                                               tmp_path) -> None:
     """``clock`` left out (None) is the real clock: a throttled step's sleep is made in real
     time, and lasts at least as long as asked (CLK-1)."""
-    config_writer.write(perf=50)
-    rm = rt.GPUResourceManagement(str(config_writer.path), file_listener=listener)
+    rm = rt.GPUResourceManagement(str(tmp_path / "gpu_config.json"), file_listener=listener)
     try:
+        rm.parse_manage_info_from_json('{"perfControl": 50}')
         perf_in_force(rm, 50)
         start = time.monotonic()
         try:
