@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import threading
 
 import pytest
@@ -240,6 +241,38 @@ def test_registration_delivers_current_content_synchronously(rt, listener, vcloc
     assert second.calls == [], \
         f"adding a handler to a watched path delivered {second.contents} [FL-5]"
     assert cb.contents == ["start-up"], f"no change, yet delivered {cb.contents[1:]} [FL-5]"
+
+
+@pytest.mark.clause("FL-5")
+def test_a_registration_holds_up_no_other_path(rt, listener, vclock, tmp_path) -> None:
+    """While the handler of a registration's start-up delivery runs on the registering
+    thread, a check still reads and delivers the other watched paths. The path being
+    registered sorts first (FL-2), so a check that waited for its registration would deliver
+    nothing until the handler returned (on the virtual clock a check takes no time: the
+    monitor thread must be back in its wait)."""
+    first, other = tmp_path / "a.json", tmp_path / "b.json"
+    write_text(other, "b1")
+    cb = register(listener, vclock, other)
+    write_text(first, "a1")
+    entered, release = threading.Event(), threading.Event()
+
+    def slow(content: str) -> None:
+        entered.set()
+        release.wait(60.0)                   # released by the test; bounded all the same
+
+    t, out = run_in_thread(lambda: listener.register_file_listener(str(first), "slow", slow),
+                           name="registering")
+    try:
+        wait_until(entered.is_set, "the registration to deliver the start-up content [FL-5]")
+        write_text(other, "b2")
+        vclock.tick(1_000_000, clause="FL-5")
+        assert cb.contents == ["b1", "b2"], (
+            f"while a registration's handler ran, the check delivered {cb.contents[1:]} for "
+            f"another path, expected ['b2'] [FL-5]")
+    finally:
+        release.set()
+        assert joined(t), "the registration did not return once its handler did [FL-5]"
+    assert "error" not in out, f"the registration raised {out.get('error')!r} [FL-5]"
 
 
 @pytest.mark.clause("FL-6", "FL-5")
@@ -504,6 +537,30 @@ def test_fifo_is_never_opened(rt, listener, vclock, tmp_path, caplog) -> None:
     message = warnings[0].getMessage().replace(str(path), "<path>").lower()   # its name
     assert "fifo" in message or "pipe" in message, (
         f"the warning for a FIFO at the path does not say it is one: {message!r} [FL-9]")
+
+
+@pytest.mark.clause("FL-9")
+def test_socket_at_path_is_named(rt, listener, vclock, tmp_path, caplog, monkeypatch) -> None:
+    """A UNIX socket at the path (which open() refuses) is reported as a socket."""
+    if not hasattr(socket, "AF_UNIX"):
+        pytest.skip("no UNIX sockets on this platform")
+    caplog.set_level(logging.WARNING)
+    monkeypatch.chdir(tmp_path)                  # bound by a short relative name
+    path = tmp_path / "gpu_config.json"
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        server.bind(path.name)
+        cb = register(listener, vclock, path)
+        poll(vclock, 2)
+    finally:
+        server.close()
+    assert cb.calls == [], "a socket was delivered [FL-9]"
+    warnings = runtime_records(caplog, rt, containing=str(path))
+    assert len(warnings) == 1, \
+        f"a socket at the path logged {len(warnings)} warnings, expected 1 [FL-9]"
+    message = warnings[0].getMessage().replace(str(path), "<path>").lower()   # its name
+    assert "socket" in message, (
+        f"the warning for a socket at the path does not say it is one: {message!r} [FL-9]")
 
 
 @pytest.mark.clause("FL-9")

@@ -29,7 +29,7 @@ from conformance.control_helpers import (MiB, bus_id, bytes_limit, control_env, 
                                          pool_bytes, run_in_thread, runtime_records, runtimes,
                                          perf_in_force, vclock, wait_for_poller)
 from conformance.control_helpers import expect_value_error
-from conformance.preconditions import precondition
+from conformance.preconditions import precondition, precondition_holds
 from fixtures.config_writer import BAD_TYPES, MALFORMED, config_document
 from fixtures.threads import no_thread_leak  # noqa: F401
 from fixtures.virtual_clock import VirtualClock
@@ -246,6 +246,19 @@ def test_missing_members_change_nothing(rt, managed, doc) -> None:
         f"{doc} changed the state to {(rm.perf_control, rm.memory_limits)} [RM-3]"
 
 
+@pytest.mark.clause("RM-3")
+def test_entries_after_one_without_a_limit_apply(rt, managed) -> None:
+    """An entry without ``maxDeviceMem``, or with null, leaves its GPU unchanged and the
+    entries after it are read all the same."""
+    rm, _ = managed
+    doc = ('{"gpuConfigInfo": {"3a:00.0": {}, "3b:00.0": {"maxDeviceMem": null}, '
+           '"3c:00.0": {"maxDeviceMem": 1048576}}}')
+    ok = rm.parse_manage_info_from_json(doc)
+    assert ok is True and rm.memory_limits == {"3c:00.0": MiB}, (
+        f"{doc} gave {rm.memory_limits} (returned {ok}), expected {{'3c:00.0': {MiB}}}: the "
+        f"entries without a limit stopped the reading of the ones after them [RM-3]")
+
+
 @pytest.mark.clause("RM-4")
 @pytest.mark.parametrize("text,value", [
     ("1048576", 1048576), ("1048576.0", 1048576), ("1e6", 1_000_000),
@@ -388,6 +401,42 @@ def test_valid_parts_of_a_partly_bad_document_apply(rt, managed, vclock, caplog)
     one_warning(caplog, rt, writer.path, "two bad entries")
     msg = runtime_records(caplog, rt, containing=str(writer.path))[0].getMessage()
     assert BUS in msg and "3d:00.0" in msg, f"the log line does not name every reason: {msg} [RM-5]"
+
+
+@pytest.mark.clause("RM-5")
+def test_entries_after_a_rejected_one_apply(rt, managed) -> None:
+    """Entries that are not objects are rejected one by one: the entries after them in the
+    same document are applied."""
+    rm, _ = managed
+    doc = ('{"gpuConfigInfo": {"3a:00.0": [1], "3b:00.0": 7, '
+           '"3c:00.0": {"maxDeviceMem": 1048576}}}')
+    ok = rm.parse_manage_info_from_json(doc)
+    assert ok is False and rm.memory_limits == {"3c:00.0": MiB}, (
+        f"{doc} gave {rm.memory_limits} (returned {ok}), expected False and "
+        f"{{'3c:00.0': {MiB}}}: a rejected entry stopped the reading of the ones after it "
+        f"[RM-5]")
+
+
+@pytest.mark.clause("RM-5")
+@pytest.mark.parametrize("separators", [(", ", ": "), (",", ":")], ids=["spaced", "compact"])
+def test_every_truncation_of_a_document_is_rejected(rt, managed, separators) -> None:
+    """A document cut after any of its characters (a torn write stopped anywhere: inside a
+    name, after it, after a comma) is unparsable: it changes nothing, and parsing it returns
+    False and raises nothing."""
+    rm, _ = managed
+    doc = json.dumps({"name": "job", "gpuConfigInfo": {BUS: {"maxDeviceMem": 4 * MiB,
+                                                             "note": [True, None, "x"]}},
+                      "perfControl": 40}, separators=separators)
+    for cut in range(len(doc)):
+        torn = doc[:cut]
+        try:
+            ok = rm.parse_manage_info_from_json(torn)
+        except Exception as exc:                  # noqa: BLE001 - any exception is the failure
+            pytest.fail(f"parse_manage_info_from_json({torn!r}) raised {exc!r} [RM-5]")
+        state = (rm.perf_control, rm.memory_limits)
+        assert ok is False and state == (100, {}), (
+            f"the document cut after {cut} characters, {torn!r}, returned {ok} and changed the "
+            f"state to {state} [RM-5]")
 
 
 @pytest.mark.clause("RM-5")
@@ -1148,6 +1197,31 @@ def read_once(rt, rm2, clock) -> None:
 
 
 # -- RM-14 .. RM-16: bookkeeping and close ----------------------------------------------
+
+@pytest.mark.clause("CLK-2")
+def test_without_a_clock_the_throttle_sleeps_on_the_real_clock(rt, control_env, listener,
+                                                               tmp_path) -> None:
+    """``clock`` left out (None) is the real clock: a throttled step's sleep is made in real
+    time, and lasts at least as long as asked (CLK-1)."""
+    rm = rt.GPUResourceManagement(str(tmp_path / "gpu_config.json"), file_listener=listener)
+    try:
+        rm.parse_manage_info_from_json('{"perfControl": 50}')
+        perf_in_force(rm, 50)
+        start = time.monotonic()
+        try:
+            slept = rm.do_sleep_or_suspend(2000)  # 2000 * 100 // 50 - 2000 - 50 = 1950 µs
+        except Exception as exc:                  # noqa: BLE001 - reported with the clause
+            pytest.fail(f"without a clock the throttle raised {exc!r}: clock=None is not the "
+                        f"real clock [CLK-2]")
+        elapsed_us = (time.monotonic() - start) * 1e6
+    finally:
+        rm.close()
+    precondition_holds("RM-10", slept == 1950,
+                       f"perfControl 50 after a 2000 µs step sleeps 1950 µs (asked {slept})")
+    assert elapsed_us >= 1950, (
+        f"without a clock the 1950 µs throttle sleep lasted {elapsed_us:.0f} µs of real time: "
+        f"clock=None is not the real clock [CLK-2]")
+
 
 @pytest.mark.clause("RM-14")
 def test_idle_time_bookkeeping(rt, managed) -> None:

@@ -8,8 +8,8 @@ a thousand) and has no limit of its own: a 63 MiB ``[1,1,...]`` becomes 33 milli
 ``NaN``/``Infinity`` extensions) with an explicit stack instead of recursion, and stops at
 the first value beyond ``max_values``: a rejected document costs no more than one at the
 bound, whatever its size. A container nested beyond ``max_depth`` is read but not built
-(``JSONTooDeep`` stands for it), so that a deep value under a key the caller ignores, or
-next to the values it needs, costs nothing of the rest of the document.
+(``None`` stands for it), so that a deep value under a key the caller ignores, or next to
+the values it needs, costs nothing of the rest of the document.
 
 Strings and number literals are scanned by the standard library's own C scanners
 (``json.decoder.scanstring`` and the ``json.scanner`` number pattern). Numbers are returned
@@ -25,7 +25,9 @@ import json.scanner
 from decimal import Decimal
 from typing import Any
 
-__all__ = ["loads", "JSONNumber", "JSONTooDeep", "JSONBoundsError", "DEFAULT_MAX_DEPTH", "DEFAULT_MAX_VALUES"]
+from .log_text import QUOTE_CHARS
+
+__all__ = ["loads", "JSONNumber", "JSONBoundsError", "DEFAULT_MAX_DEPTH", "DEFAULT_MAX_VALUES"]
 
 DEFAULT_MAX_DEPTH = 64
 DEFAULT_MAX_VALUES = 100_000
@@ -34,7 +36,6 @@ _WHITESPACE = json.decoder.WHITESPACE       # [ \t\n\r]*
 _NUMBER = json.scanner.NUMBER_RE            # -?(0|[1-9]\d*)(\.\d+)?([eE][-+]?\d+)?
 _scanstring = json.decoder.scanstring       # the C string scanner of json.loads
 _LITERALS = (("true", True), ("false", False), ("null", None))
-_EXCERPT = 20                               # characters of a long literal quoted in messages
 
 
 class JSONBoundsError(ValueError):
@@ -53,9 +54,10 @@ class JSONNumber:
         return Decimal(self.text)
 
     def __str__(self) -> str:
-        if len(self.text) <= 2 * _EXCERPT:
+        """The literal, cut as ``log_text.quote`` cuts a text from outside (RM-21)."""
+        if len(self.text) <= QUOTE_CHARS:
             return self.text
-        return f"{self.text[:_EXCERPT]}...({len(self.text)} characters)"
+        return f"{self.text[:QUOTE_CHARS]}...({len(self.text)} characters)"
 
     def __repr__(self) -> str:
         return f"JSONNumber({str(self)!r})"
@@ -67,19 +69,6 @@ class JSONNumber:
         return hash(self.text)
 
 
-class JSONTooDeep:
-    """Stands for a value nested more than ``max_depth`` levels deep: the reader checked its
-    syntax and counted its values but built none of it."""
-
-    __slots__ = ("depth",)
-
-    def __init__(self, depth: int) -> None:
-        self.depth = depth
-
-    def __repr__(self) -> str:
-        return f"JSONTooDeep(depth={self.depth})"
-
-
 def _error(message: str, text: str, pos: int) -> json.JSONDecodeError:
     return json.JSONDecodeError(message, text, pos)
 
@@ -89,13 +78,12 @@ def _too_many(max_values: int, pos: int) -> JSONBoundsError:
                            f"one too many)")
 
 
-def loads(text: str, *, max_depth: int = DEFAULT_MAX_DEPTH,
-          max_values: int = DEFAULT_MAX_VALUES) -> Any:
+def loads(text: str, *, max_depth: int, max_values: int) -> Any:
     """Parse ``text`` as one JSON value (dict, list, str, JSONNumber, bool or None).
 
     An array or object inside ``max_depth`` others is read (its syntax checked, its values
-    counted) but not built: it is returned as a ``JSONTooDeep`` in its parent, so that the
-    rest of the document stays usable. Raises ``json.JSONDecodeError`` for text that is not
+    counted) but not built: it is None in its parent, so that the rest of the document stays
+    usable (``DEFAULT_MAX_DEPTH`` and ``DEFAULT_MAX_VALUES`` are the config's bounds). Raises ``json.JSONDecodeError`` for text that is not
     JSON and ``JSONBoundsError`` at the value (a member name counts as one) beyond the
     ``max_values``-th; both are ``ValueError``. Reading stops there, so the work and memory
     spent are bounded by the bounds, not by the text.
@@ -124,14 +112,14 @@ def loads(text: str, *, max_depth: int = DEFAULT_MAX_DEPTH,
             pos = _WHITESPACE.match(text, pos + 1).end()
             if pos < end and text[pos] == ("}" if is_object else "]"):
                 pos += 1                                   # empty: a complete value
-                value = JSONTooDeep(len(stack) + 1) if deep else container
+                value = container
             else:
                 stack.append([container, None, is_object])
                 if is_object:
+                    # A name counts as a value; the check of its member's value, which
+                    # always follows, is the check of both.
                     pos = _member_name(text, pos, stack[-1])
                     count += 1
-                    if count > max_values:
-                        raise _too_many(max_values, pos)
                 continue                                   # its first element follows
         else:
             m = _NUMBER.match(text, pos)
@@ -167,20 +155,13 @@ def loads(text: str, *, max_depth: int = DEFAULT_MAX_DEPTH,
             if c == ",":
                 pos = _WHITESPACE.match(text, pos + 1).end()
                 if is_object:
-                    pos = _member_name(text, pos, top)
+                    pos = _member_name(text, pos, top)     # counted with its value, above
                     count += 1
-                    if count > max_values:
-                        raise _too_many(max_values, pos)
                 break                                      # the next element follows
             if c == ("}" if is_object else "]"):
                 stack.pop()
                 pos += 1
-                if container is not None:
-                    value = container
-                elif not stack or stack[-1][0] is not None:
-                    value = JSONTooDeep(len(stack) + 1)    # the outermost container too deep
-                else:
-                    value = None
+                value = container                          # None when too deep to build
                 continue                                   # the container is complete
             raise _error("Expecting ',' delimiter", text, pos)
 

@@ -116,10 +116,6 @@ class FileListener:
         self._activity: dict[threading.Thread, str] = {}   # what each monitor thread does
 
     # -- public API ------------------------------------------------------------------
-    @property
-    def clock(self) -> Clock:
-        return self._clock
-
     def register_file_listener(self, path: str | os.PathLike, handler_name: str,
                                callback: Callback) -> None:
         """Add a handler for ``path`` (duplicate names allowed)."""
@@ -170,10 +166,6 @@ class FileListener:
         """True while a monitor thread is started and not asked to stop."""
         with self._lock:
             return self._thread is not None and self._thread.is_alive()
-
-    def watched_paths(self) -> list[str]:
-        with self._lock:
-            return sorted(self._watches)
 
     def close(self) -> None:
         """Drop every handler, stop the monitor thread and join it (idempotent)."""
@@ -387,7 +379,7 @@ class FileListener:
                               quote(watch.path, 4096))
 
     def __repr__(self) -> str:
-        return (f"FileListener(paths={self.watched_paths()}, "
+        return (f"FileListener(paths={sorted(self._watches)}, "
                 f"poll_interval_us={self.poll_interval_us})")
 
 

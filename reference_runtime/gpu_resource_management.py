@@ -37,7 +37,7 @@ from collections.abc import Iterable
 from numbers import Integral
 from typing import Any
 
-from .bounded_json import DEFAULT_MAX_DEPTH, DEFAULT_MAX_VALUES, JSONNumber, JSONTooDeep
+from .bounded_json import DEFAULT_MAX_DEPTH, DEFAULT_MAX_VALUES, JSONNumber
 from .bounded_json import loads as bounded_loads
 from .clock import REAL_CLOCK, Clock
 from .env import ENV_DEFAULT, path_from_env
@@ -87,8 +87,6 @@ def _describe(value: Any) -> str:
         return f"an object of {len(value)} members"
     if value is None:
         return "null"
-    if isinstance(value, JSONTooDeep):
-        return f"a value nested deeper than {MAX_CONFIG_DEPTH} levels"
     return str(value)
 
 
@@ -476,14 +474,9 @@ class GPUResourceManagement(SessionRunAction):
             return self._total_time_slot_us
 
     # -- lifecycle ---------------------------------------------------------------------
-    @property
-    def closed(self) -> bool:
-        return self._closed.is_set()
-
     def close(self) -> None:
-        """Stop listening, wake suspended steps and interrupt throttle sleeps (idempotent)."""
-        if self._closed.is_set():
-            return
+        """Stop listening, wake suspended steps and interrupt throttle sleeps (idempotent: a
+        later call finds the listener already left, and the steps it wakes leave anyway)."""
         self._closed.set()
         self.wake_suspended()
         listener, self._listener = self._listener, None

@@ -252,7 +252,10 @@ DEVIATIONS: tuple[Deviation, ...] = (
                     "                    callback(content)\n"),),
               bounded="the deadlocked monitor thread is a daemon; the suite's bounded waits and "
                       "per-test timeout end the test",
-              modules=("conformance/test_file_listener.py",)),
+              modules=("conformance/test_file_listener.py",),
+              also={"FL-5": "a registration's start-up handler runs under the listener's lock, "
+                            "which the monitor thread's next check takes to list the paths, so a "
+                            "handler that blocks holds up the checks of every other path"}),
     Deviation("D-FL-2", ("FL-3",),
               "change detection by mtime/size: a touch (identical content, new mtime) fires",
               ((FL, "            if st.st_size > self.max_file_bytes:\n",
