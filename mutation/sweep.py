@@ -138,9 +138,10 @@ def run_sweep(population: Population, equivalents: dict[str, Equivalent],
         c[e.verdict] = c.get(e.verdict, 0) + 1
     return {
         "repeat": repeat, "jobs": jobs, "wall_s": round(time.time() - start, 1),
+        "resumed": result.resumed,
         "load_before": list(result.load_before), "load_after": list(result.load_after),
         "baseline": baseline_run.to_json() if baseline_run is not None else None,
-        "counts": counts,
+        "counts": counts, "runs": len(keys),
         "mutants": [{**vars(e), "clauses": list(e.clauses), "tests": list(e.tests),
                      "map_gaps": list(e.map_gaps), "verdict": e.verdict} for e in rows],
     }
@@ -154,7 +155,10 @@ def to_markdown(data: dict[str, Any], header: str) -> str:
              f"({data['jobs']} at once, one core each; {data['wall_s']} s wall). *caught*: "
              f"every run killed it; *flaky*: some did; *missed*: none did. *map gap*: a "
              f"module outside the mutant's map killed it (mutation/targets.py should list "
-             f"it).", "",
+             f"it)." + (f" Resumed: {data['resumed']} of the {data.get('runs', 'runs')} runs were "
+                        f"recorded by an earlier run of this sweep on the same code (its journal) "
+                        f"and not run again; the wall time is this run's."
+                        if data.get("resumed") else ""), "",
              "| kind | caught | flaky | missed | error | reviewed |", "|---|---|---|---|---|---|"]
     for kind in KINDS:
         c = data["counts"].get(kind, {})
