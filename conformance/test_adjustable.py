@@ -386,10 +386,10 @@ def _land(op, watched, snapshot: threading.Thread) -> tuple[threading.Thread, bo
             settled.set()
 
     t, out = run_in_thread(run, COMPETING_THREAD)
-    assert settled.wait(FORCED_WAIT_S), "the competing operation neither ended nor locked"
+    assert settled.wait(FORCED_WAIT_S), "the competing operation neither ended nor locked [ADJ-5]"
     if not t.is_alive() or not watched.held_by(snapshot):
         assert joined(t, FORCED_WAIT_S), "the competing operation did not end [BFC-17]"
-        assert "error" not in out, f"the competing operation raised {out['error']!r}"
+        assert "error" not in out, f"the competing operation raised {out['error']!r} [ADJ-5]"
         return t, True
     return t, False
 
@@ -457,7 +457,7 @@ def test_mem_pool_stats_is_a_consistent_snapshot(rt, monkeypatch):
         rest: list[tuple] = []
         try:
             if not pausing.paused.wait(FORCED_WAIT_S):
-                assert joined(snapshot, FORCED_WAIT_S), "get_mem_pool_stats did not end"
+                assert joined(snapshot, FORCED_WAIT_S), "get_mem_pool_stats did not end [ADJ-5]"
                 pytest.skip("get_mem_pool_stats read no second region from the BFC's region "
                             "list on its thread (the reference's design): the snapshot "
                             "cannot be paused between two regions")

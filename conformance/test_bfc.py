@@ -22,7 +22,7 @@ import pytest
 from conformance import spec
 from conformance.checks import names_identifier, raises
 from conformance.control_helpers import joined, run_in_thread, runtime_records
-from conformance.preconditions import precondition
+from conformance.preconditions import precondition, precondition_holds
 from fixtures.oom import FaultInjectingSubAllocator, assert_bfc_valid
 from fixtures.virtual_clock import VirtualClock
 
@@ -796,12 +796,13 @@ NO_RETRY_PROBE = r"""
 import importlib, json, logging, sys
 rt = importlib.import_module(sys.argv[1])
 records = []
-class Keep(logging.Handler):
+top = sys.argv[1].split(".")[0]
+class Keep(logging.Handler):   # on the root logger: a record is the runtime's by its name
     def emit(self, record):
-        records.append(record)
-top = logging.getLogger(sys.argv[1].split(".")[0])
-top.addHandler(Keep())
-top.setLevel(logging.DEBUG)
+        if record.name == top or record.name.startswith(top + "."):
+            records.append(record)
+logging.getLogger().addHandler(Keep())
+logging.getLogger().setLevel(logging.DEBUG)
 allocators = [rt.BFCAllocator(rt.SimulatedDeviceMemory(1 << 20), 0, True, name,
                               retry_timeout_us=0) for name in ("GPU_7_bfc", "GPU_8_bfc")]
 out = []
@@ -1183,6 +1184,10 @@ def test_chunks_never_handed_out_ask_for_nothing(rt):
     z = bfc.allocate_raw(256, 300)                 # x + 1280, 512
     bfc.deallocate_raw(x)
     bfc.deallocate_raw(y)                          # merges into x: one free chunk of 1280
+    merged = [c.size for r in bfc.memory_map().regions for c in r.chunks if c.ptr == x]
+    precondition_holds("BFC-5", merged == [1280],
+                       f"freeing y beside the free x leaves one free chunk of 1280 bytes at x "
+                       f"(chunks at x: {merged})")
     assert bfc.allocate_raw(256, 256) == x, "best fit of 256 bytes [BFC-3]"
     assert (bfc.requested_size(x + 256), bfc.allocation_id(x + 256)) == (0, -1), (
         f"the free rest of a split made after a merge: requested_size "
