@@ -97,8 +97,7 @@ def _slow(nodeid: str, failure: dict[str, Any]) -> bool:
     """A TIMEOUT of a test no switch is pinned to fail: the machine was too slow for the
     test's own limit (pinning.py keeps these apart)."""
     pinned = {n for dev in DATA["deviations"].values() for n in dev["failures"]}
-    return nodeid not in pinned and (failure["outcome"] == "TIMEOUT"
-                                     or nodeid.startswith(pinning.LOAD_SENSITIVE))
+    return pinning.set_apart(nodeid, failure, pinned)
 
 
 def _pairs(failures: dict[str, dict[str, Any]]) -> set[tuple[str, str]]:
@@ -162,6 +161,30 @@ def test_each_switch_fails_its_own_clauses(ident: str) -> None:
                        f"reason, or fix the test that blames it")
     unused = set(d.also) - {c for f in failures.values() for c in f["clauses"]}
     assert not unused, f"{ident}: also={sorted(unused)} no longer fail: remove them"
+
+
+def test_the_pin_and_a_later_run_set_apart_the_same_failures() -> None:
+    """The all-on pin and the runs compared with it use one rule: a load-bound failure
+    (TIMEOUT, or a CPU-time test) is set apart only where no switch is pinned to fail the
+    test. A pin that set apart every load-bound failure, while the comparison kept those a
+    switch explains, reported such tests as newly failing on every later run."""
+    pinned_test = "conformance/test_x.py::test_pinned"
+    free_test = "conformance/test_x.py::test_free"
+    failures = {pinned_test: {"outcome": "TIMEOUT", "clauses": ["FL-7"], "messages": ["t"]},
+                free_test: {"outcome": "TIMEOUT", "clauses": ["FL-7"], "messages": ["t"]},
+                "conformance/test_x.py::test_plain": {"outcome": "FAIL", "clauses": ["RM-5"],
+                                                      "messages": ["m"]}}
+
+    class FakeRun:
+        def failures(self) -> dict[str, dict[str, Any]]:
+            return failures
+
+    kept, slow = pinning._record(FakeRun(), pinned={pinned_test})   # type: ignore[arg-type]
+    assert set(kept) == {pinned_test, "conformance/test_x.py::test_plain"}
+    assert slow == [free_test]
+    later = {n for n, f in failures.items()
+             if not pinning.set_apart(n, f, {pinned_test})}
+    assert later == set(kept)
 
 
 def test_all_on_is_the_union_of_the_switches() -> None:

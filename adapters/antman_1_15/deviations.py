@@ -722,17 +722,26 @@ DEVIATIONS: tuple[Deviation, ...] = (
               ((EXEC, "Runner = Callable[[Callable[[], None]], None]\n",
                       "Runner = Callable[[Callable[[], None]], None]\n"
                       "_tls = threading.local()                # AntMan: ops queued by this Process call\n"),
+               # the high-water mark is raised as each op is queued, before the op can
+               # complete the step: AntMan raises it when the Process call returns, which
+               # races with a step finished on another thread; the emulation takes the
+               # order in which the call's bookkeeping comes first, so that the count a
+               # step leaves does not depend on the machine's scheduling
                (EXEC, "        assert self.opm is not None\n        self.opm.enqueue(",
                       "        assert self.opm is not None\n"
                       "        _tls.queued = getattr(_tls, \"queued\", 0) + 1\n"
+                      "        with self._lock:\n"
+                      "            self._hwm = max(getattr(self, \"_hwm\", 0), _tls.queued)\n"
                       "        self.opm.enqueue("),
                (EXEC, "        inline: collections.deque[int] = collections.deque([nid])\n",
                       "        _tls.queued = 0\n"
                       "        inline: collections.deque[int] = collections.deque([nid])\n"),
-               (EXEC, "            if completed:\n                self._finish()\n        except BaseException as exc:  # an executor bug",
-                      "            with self._lock:\n"
-                      "                self._hwm = max(getattr(self, \"_hwm\", 0), _tls.queued)\n"
-                      "            if completed:\n                self._finish()\n        except BaseException as exc:  # an executor bug"),
+               # ops made ready outside a Process call (the step's roots, a queued op's
+               # consumers) are where AntMan starts new Process calls (D-OPM-11): the count
+               # starts again there, not where the thread's previous step left it
+               (EXEC, "        if inline is None:\n",
+                      "        if inline is None:\n"
+                      "            _tls.queued = 0\n"),
                (EXEC, "                if self.opm.num_queued:\n"
                       "                    self.rm.set_executor_queued_op_num(self.key, self.opm.num_queued)\n",
                       "                if getattr(self, \"_hwm\", 0):       # AntMan: per Process call\n"

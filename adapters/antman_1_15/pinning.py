@@ -189,16 +189,32 @@ LOAD_SENSITIVE = ("conformance/test_resource_management_faults.py::test_large_do
                   "nothing[deep_nesting]")
 
 
-def _record(run: Run, clauses: Iterable[str] | None = None
-            ) -> tuple[dict[str, Any], list[str]]:
-    """The run's failures, and apart the TIMEOUTs on none of ``clauses`` (a test that ran
-    out of time on a loaded machine, not the deviation's doing: a suite whose own per-test
-    limit is reached is not evidence of AntMan's behaviour)."""
+def load_bound(nodeid: str, failure: dict[str, Any]) -> bool:
+    """A failure the machine may decide: a TIMEOUT, or a test of LOAD_SENSITIVE."""
+    return failure["outcome"] == "TIMEOUT" or nodeid.startswith(LOAD_SENSITIVE)
+
+
+def set_apart(nodeid: str, failure: dict[str, Any], pinned: Iterable[str]) -> bool:
+    """Whether a failure of the run with every switch on is set apart from its verdict: a
+    load-bound failure of a test no switch is pinned to fail. One rule for the pin and for
+    the runs compared with it, so that a test a switch fails for certain (its failure a
+    TIMEOUT or not) is in the pinned verdict whenever it fails in a later run."""
+    return load_bound(nodeid, failure) and nodeid not in set(pinned)
+
+
+def _record(run: Run, clauses: Iterable[str] | None = None,
+            pinned: Iterable[str] = ()) -> tuple[dict[str, Any], list[str]]:
+    """The run's failures, and apart the load-bound ones (a test that ran out of time on a
+    loaded machine, not the deviation's doing: a suite whose own per-test limit is reached
+    is not evidence of AntMan's behaviour): for a switch's run, those on none of its
+    ``clauses``; for the run with every switch on (``clauses`` None), those of tests no
+    switch is ``pinned`` to fail."""
     keep = set(clauses) if clauses is not None else None
+    pinned = set(pinned)
     out, slow = {}, []
     for nodeid, f in sorted(run.failures().items()):
-        if (f["outcome"] == "TIMEOUT" or nodeid.startswith(LOAD_SENSITIVE)) \
-                and (keep is None or not keep & set(f["clauses"])):
+        if (set_apart(nodeid, f, pinned) if keep is None
+                else load_bound(nodeid, f) and not keep & set(f["clauses"])):
             slow.append(nodeid)
             continue
         out[nodeid] = _described(f)
@@ -212,8 +228,10 @@ def _described(failure: dict[str, Any]) -> dict[str, Any]:
 
 
 def generate(ids: Iterable[str], *, all_on: bool, jobs: int, base: Path,
-             progress=print) -> dict[str, Any]:
-    """Run the switches ``ids`` alone (and every switch on, with ``all_on``)."""
+             all_on_workers: int | None = None, progress=print) -> dict[str, Any]:
+    """Run the switches ``ids`` alone (and every switch on, with ``all_on``, on
+    ``all_on_workers`` xdist workers: by default two when it runs alone, none beside the
+    switches' runs)."""
     runs: dict[str, concurrent.futures.Future[Run]] = {}
     everyone = [d.id for d in DEVIATIONS]
     with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
@@ -224,7 +242,8 @@ def generate(ids: Iterable[str], *, all_on: bool, jobs: int, base: Path,
                                           [i for i in everyone if i != ident], base / ident)
         if all_on:      # the whole suite: two xdist workers when it runs alone
             runs["*"] = pool.submit(certify, all_modules(), (), base / "all-on",
-                                    workers=2 if not runs and jobs > 1 else 0)
+                                    workers=all_on_workers if all_on_workers is not None
+                                    else 2 if not runs and jobs > 1 else 0)
         results = {}
         for key, future in runs.items():
             run = future.result()
@@ -256,8 +275,8 @@ def document(results: dict[str, Run], previous: dict[str, Any] | None) -> dict[s
             record["timed_out"] = old.get(d.id, {}).get("timed_out", [])
         deviations[d.id] = record
     if "*" in results:
-        kept, slow = _record(results["*"])
         pinned = {n for dev in deviations.values() for n in dev["failures"]}
+        kept, slow = _record(results["*"], pinned=pinned)
         every = results["*"].failures()
         all_on = {"modules": list(all_modules()), "timed_out": slow, "failures": kept,
                   # failing only with several switches on: no switch alone fails them
@@ -299,15 +318,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default="", help="comma-separated switches to run again "
                                                    "(\"all-on\": the run with every switch on)")
     parser.add_argument("--jobs", type=int, default=2, help="runs at a time (default 2)")
+    parser.add_argument("--all-on-workers", type=int, default=None,
+                        help="xdist workers of the run with every switch on (default: 2 when "
+                             "it runs alone, none beside the switches' runs)")
     parser.add_argument("--keep", type=Path, help="folder that keeps the runs' reports")
     parser.add_argument("--from", dest="source", type=Path,
                         help="build the file from the reports a --keep folder holds (no runs)")
     args = parser.parse_args(argv)
     only = [s.strip() for s in args.only.split(",") if s.strip()]
     unknown = [s for s in only if s not in BY_ID and s != "all-on"]
-    if unknown or args.jobs < 1:
+    if unknown or args.jobs < 1 or (args.all_on_workers or 0) < 0:
         print(f"pinning: unknown deviation(s) {', '.join(unknown)}" if unknown
-              else "pinning: --jobs must be at least 1", file=sys.stderr)
+              else "pinning: --jobs must be at least 1" if args.jobs < 1
+              else "pinning: --all-on-workers must be at least 0", file=sys.stderr)
         return 2
     previous = load() if DATA_PATH.exists() else None
     if args.source is not None:
@@ -325,7 +348,8 @@ def main(argv: list[str] | None = None) -> int:
         base = args.keep or Path(tmp)
         results = generate([s for s in only if s != "all-on"] if only
                            else [d.id for d in DEVIATIONS],
-                           all_on=not only or "all-on" in only, jobs=args.jobs, base=base)
+                           all_on=not only or "all-on" in only, jobs=args.jobs, base=base,
+                           all_on_workers=args.all_on_workers)
     for key, run in results.items():
         if run.problems and run.report is not None:     # e.g. AntMan's threads kept it alive
             print(f"{key}: {'; '.join(run.problems)[:300]}", file=sys.stderr)
