@@ -377,7 +377,7 @@ class CPUDevice(Device):
         attrs = DeviceAttributes(f"{LOCAL_PREFIX}/device:CPU:{index}", "CPU",
                                  CPU_MEMORY_LIMIT, "")
         super().__init__(attrs, CPUAllocator("cpu"))
-        self.num_threads = num_threads or max(2, min(8, os.cpu_count() or 2))
+        self.num_threads = num_threads or max(2, min(8, os.cpu_count() or 0))
         self.thread_pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=self.num_threads, thread_name_prefix=f"antman-cpu-{index}")
 
