@@ -255,6 +255,9 @@ def test_cpu_device_pool_and_allocator(rt, no_thread_leak, runtimes) -> None:
     cpu = ctx.device_mgr.lookup_device("CPU:0")
     names = [cpu.schedule(lambda: threading.current_thread().name).result(10) for _ in range(4)]
     assert all(n.startswith("antman-cpu-0") for n in names), f"CPU pool threads {names} [DEVICE-6]"
+    assert cpu.attributes.memory_limit == 256 << 20, (
+        f"the CPU device's memory_limit is {cpu.attributes.memory_limit!r}, expected "
+        f"268435456 (256 MiB) [DEVICE-6]")
     a = cpu.get_allocator()
     p = a.allocate_raw(64, 1000)
     assert a.tracks_allocation_sizes() and a.requested_size(p) == 1000, "[DEVICE-6]"
@@ -300,8 +303,13 @@ def test_select_sim(rt, name) -> None:
 
 @pytest.mark.clause("DEVICE-7")
 def test_select_bad_names(rt, control_env) -> None:
-    with pytest.raises(ValueError, match="bogus"):
+    control_env.setenv("ANTMAN_DEVICE", "sim")         # valid: the argument is what is wrong
+    with pytest.raises(ValueError, match="bogus") as info:
         rt.select_backend("bogus")
+    assert names_identifier(info.value, "argument") \
+            and not names_identifier(info.value, "ANTMAN_DEVICE"), (
+        f"select_backend('bogus'): the ValueError {str(info.value)!r} does not say that the "
+        f"value came from the argument [DEVICE-7]")
     control_env.setenv("ANTMAN_DEVICE", "gpu0")
     with pytest.raises(ValueError, match="ANTMAN_DEVICE"):
         rt.select_backend()
@@ -696,7 +704,7 @@ with rt.create_runtime(backend="sim", num_gpus=0, config_file=None, status_file=
 
 
 @pytest.mark.clause("DEVICE-6")
-def test_the_first_cpu_allocation_of_a_process_has_an_id_above_0(rt) -> None:
+def test_the_first_cpu_allocation_of_a_process_has_id_1(rt) -> None:
     """Every other test runs in a process that has allocated before: only a new process sees
     the first id a runtime hands out."""
     env = {k: v for k, v in os.environ.items() if k != "ANTMAN_DEVICE"}
@@ -711,8 +719,8 @@ def test_the_first_cpu_allocation_of_a_process_has_an_id_above_0(rt) -> None:
     assert done.returncode == 0, (f"a new process's first CPU allocation failed: "
                                   f"{done.stderr[-2000:]} [DEVICE-6]")
     first = json.loads(done.stdout.strip().splitlines()[-1])["id"]
-    assert first > 0, (f"the first CPU allocation of a new process has allocation_id {first}, "
-                       f"expected an id greater than 0 [DEVICE-6]")
+    assert first == 1, (f"the first CPU allocation of a new process has allocation_id {first}, "
+                        f"expected 1 (ids count from 1) [DEVICE-6]")
 
 
 @pytest.mark.clause("DEVICE-6")

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import threading
 
 import numpy as np
 import pytest
 
+from conformance import spec
 from conformance.checks import names_identifier
 from conformance.control_helpers import joined, perf_in_force
 from conformance.execution_helpers import (CPU, GPU, INTER_OP_PREFIX, POST, PRE, Log,
@@ -340,6 +345,39 @@ def test_graph_id_names_a_signature_without_running_it(rt, ctx) -> None:
             f"[SESS-3]")
 
 
+
+#: Run in a new process: the graph_id of the process's first signature (SESS-3).
+FIRST_GRAPH_ID_PROBE = r"""
+import importlib, json, sys
+rt = importlib.import_module(sys.argv[1])
+with rt.create_runtime(backend="sim", num_gpus=0, config_file=None, status_file=None) as ctx:
+    g = rt.Graph()
+    g.add_node("x", "Placeholder", dtype="float32")
+    g.add_node("y", "Identity", ["x"])
+    print(json.dumps({"graph_id": ctx.new_session(g).graph_id(["y"], ["x"])}))
+"""
+PROBE_TIMEOUT_S = 60.0     # a Python start and the runtime's import (bounded, not a speed check)
+
+
+@pytest.mark.clause("SESS-3")
+def test_the_first_signature_of_a_process_has_a_positive_graph_id(rt) -> None:
+    """Every other test runs in a process that has built signatures before: only a new
+    process sees the first graph_id a runtime hands out."""
+    env = {k: v for k, v in os.environ.items() if k != "ANTMAN_DEVICE"}
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(spec.ROOT), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))])
+    try:
+        done = subprocess.run([sys.executable, "-c", FIRST_GRAPH_ID_PROBE, rt.__name__],
+                              env=env, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"a new process's first signature took over {PROBE_TIMEOUT_S} s [SESS-3]")
+    assert done.returncode == 0, (f"a new process's first signature failed: "
+                                  f"{done.stderr[-2000:]} [SESS-3]")
+    first = json.loads(done.stdout.strip().splitlines()[-1])["graph_id"]
+    assert isinstance(first, int) and first > 0, (
+        f"the first signature of a new process has graph_id {first!r}, expected a positive "
+        f"int [SESS-3]")
+
 # -- SESS-4, SESS-5 --------------------------------------------------------------------------
 
 @pytest.mark.clause("SESS-4")
@@ -503,6 +541,30 @@ def test_concurrent_runs_are_separate_steps(rt, ctx) -> None:
     assert not errors, f"concurrent runs failed: {errors[0]!r} [SESS-6]"
     assert len(log.snapshot()) == 160, f"{len(log.snapshot())} POST runs for 160 runs [SESS-6]"
 
+
+@pytest.mark.clause("SESS-6")
+def test_an_action_may_run_its_own_session(rt, ctx) -> None:
+    """A POST action, on the thread that called ``run`` (SESS-4), runs another signature of
+    the same session: a run nested in a run, each returning its own outputs."""
+    s = ctx.new_session(step_graph(rt, Log()))
+    nested: list = []
+
+    def run_nested(options) -> None:
+        if options.session is s and not nested:
+            nested.append(None)                 # the nested run's own POST does not recurse
+            nested[0] = s.run(["other"], FEED)
+
+    ctx.registry.register(POST, 1, recording_action(rt, "nested", Log(), on_run=run_nested))
+    try:
+        (out,) = s.run(["out"], FEED)
+    except Exception as exc:  # noqa: BLE001
+        pytest.fail(f"a run whose POST action ran the same session raised "
+                    f"{type(exc).__name__}: {exc} [SESS-6]")
+    (inner,) = nested[0]
+    assert np.array_equal(out, [2.0, 0.0]) and np.array_equal(inner, FEED["x"]), (
+        f"the outer run returned {out} (expected [2, 0]) and the nested one {inner} "
+        f"(expected {FEED['x']}) [SESS-6]")
+    s.close()
 
 @pytest.mark.clause("SESS-7")
 def test_nodes_run_on_the_inter_op_pool(rt, ctx) -> None:
@@ -829,9 +891,13 @@ def test_bad_inter_op_threads_is_rejected(rt, ctx, bad) -> None:
 
 @pytest.mark.clause("SESS-1")
 @pytest.mark.parametrize("threads", [2, 3, None])
-def test_inter_op_threads_from_two_run_that_many_nodes_at_once(rt, ctx, threads) -> None:
+def test_inter_op_threads_from_two_run_that_many_nodes_at_once(rt, ctx, monkeypatch,
+                                                               threads) -> None:
     """``threads`` independent nodes meet at a barrier of ``threads`` parties: the step ends
-    only when the pool runs them all at once (the barrier's timeout bounds a pool too small)."""
+    only when the pool runs them all at once (the barrier's timeout bounds a pool too small).
+    None is checked as on a machine of 2 cores, whatever this one has: ``max(4, 2)`` is 4."""
+    if threads is None:
+        monkeypatch.setattr(os, "cpu_count", lambda: 2)
     parties = threads if threads is not None else 4
     barrier = threading.Barrier(parties, timeout=10)
 

@@ -109,12 +109,6 @@ def get_pci_bus_id(physical_device_desc: str) -> str:
     return f"{int(bus, 16):02x}:{int(dev, 16):02x}.{fn}"
 
 
-def _format_cc(cc: Any) -> str:
-    if isinstance(cc, tuple) and len(cc) == 2:
-        return f"{cc[0]}.{cc[1]}"
-    return str(cc)
-
-
 # --------------------------------------------------------------------------------------
 # Backends
 # --------------------------------------------------------------------------------------
@@ -126,7 +120,7 @@ class GpuInfo:
     name: str
     pci_bus_id: str                     # full form with domain, e.g. "0000:3b:00.0"
     total_memory: int                   # bytes
-    compute_capability: tuple[int, int] | str = (7, 0)
+    compute_capability: tuple[int, int]  # (major, minor)
 
 
 class Backend(Protocol):
@@ -357,8 +351,9 @@ class Device:
         self._allocator = allocator
         self._closed = False
 
-    def get_allocator(self, attrs: Any = None) -> Allocator:
-        """The device allocator (TF ``GetAllocator(AllocatorAttributes)``; attrs ignored)."""
+    def get_allocator(self) -> Allocator:
+        """The device allocator (TF ``GetAllocator``; one allocator per device, so TF's
+        ``AllocatorAttributes`` argument has nothing to choose and is not taken)."""
         return self._allocator
 
     def sync(self) -> None:
@@ -382,7 +377,7 @@ class CPUDevice(Device):
         attrs = DeviceAttributes(f"{LOCAL_PREFIX}/device:CPU:{index}", "CPU",
                                  CPU_MEMORY_LIMIT, "")
         super().__init__(attrs, CPUAllocator("cpu"))
-        self.num_threads = num_threads or max(2, min(8, os.cpu_count() or 2))
+        self.num_threads = num_threads or max(2, min(8, os.cpu_count() or 0))
         self.thread_pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=self.num_threads, thread_name_prefix=f"antman-cpu-{index}")
 
@@ -401,8 +396,9 @@ class GPUDevice(Device):
 
     def __init__(self, tf_gpu_id: int, backend: Backend, allocator: Allocator,
                  info: GpuInfo, memory_limit: int) -> None:
+        major, minor = info.compute_capability
         desc = (f"device: {tf_gpu_id}, name: {info.name}, pci bus id: {info.pci_bus_id}, "
-                f"compute capability: {_format_cc(info.compute_capability)}")
+                f"compute capability: {major}.{minor}")
         attrs = DeviceAttributes(f"{LOCAL_PREFIX}/device:GPU:{tf_gpu_id}", "GPU",
                                  memory_limit, desc)
         super().__init__(attrs, allocator)
@@ -447,12 +443,6 @@ class DeviceMgr:
         """Close every device (idempotent)."""
         for d in self._devices:
             d.close()
-
-    def __iter__(self):
-        return iter(self._devices)
-
-    def __len__(self) -> int:
-        return len(self._devices)
 
     def __repr__(self) -> str:
         return f"DeviceMgr({[d.name for d in self._devices]})"

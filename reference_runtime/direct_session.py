@@ -231,8 +231,8 @@ class DirectSession:
             eak = self._executors.get(key)
         if eak is not None:
             return eak
-        impl = ExecutorImpl(self._graph, self._device_mgr, feeds=list(key[0]),
-                            fetches=list(key[1]), targets=list(key[2]))
+        impl = ExecutorImpl(self._graph, self._device_mgr, feeds=key[0], fetches=key[1],
+                            targets=key[2])           # sequences: it copies what it keeps
         with self._lock:
             eak = self._executors.get(key)
             if eak is None:
