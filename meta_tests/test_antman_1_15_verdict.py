@@ -42,7 +42,8 @@ SWITCHES = [d for d in DEVIATIONS if d.patches and not d.unobservable]
 WITHOUT_A_TEST = {d.id: d.unobservable or d.not_implemented for d in DEVIATIONS
                   if d.unobservable or d.not_implemented}
 #: Switches whose "off" run is certified by default (cheap modules, several areas);
-#: ANTMAN_META_ALL_SWITCHES=1 runs every switch.
+#: ANTMAN_META_ALL_SWITCHES=1 runs every switch; ANTMAN_META_WORKERS sets the xdist workers
+#: of the run with every switch on (2 by default).
 SAMPLE = ("D-BFC-3", "D-ADJ-3", "D-DEVICE-1", "D-REG-1", "D-OPM-1", "D-STAT-1", "D-SESS-3")
 
 
@@ -201,7 +202,15 @@ def test_all_on_is_the_union_of_the_switches() -> None:
 @pytest.fixture(scope="module")
 def all_on_run(tmp_path_factory: pytest.TempPathFactory) -> pinning.Run:
     return pinning.certify(DATA["all_on"]["modules"], (),
-                           tmp_path_factory.mktemp("antman-all-on"), workers=2)
+                           tmp_path_factory.mktemp("antman-all-on"), workers=_workers())
+
+
+def _workers() -> int:
+    """xdist workers of the run with every switch on: ANTMAN_META_WORKERS, 2 by default."""
+    value = os.environ.get("ANTMAN_META_WORKERS", "2")
+    if not value.isdigit() or not 1 <= int(value) <= 64:
+        pytest.fail(f"ANTMAN_META_WORKERS={value!r}: expected a number of workers from 1 to 64")
+    return int(value)
 
 
 @pytest.mark.antman_full
