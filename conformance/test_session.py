@@ -566,6 +566,7 @@ def test_an_action_may_run_its_own_session(rt, ctx) -> None:
         f"(expected {FEED['x']}) [SESS-6]")
     s.close()
 
+
 @pytest.mark.clause("SESS-7")
 def test_nodes_run_on_the_inter_op_pool(rt, ctx) -> None:
     log = Log()
