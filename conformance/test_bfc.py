@@ -1630,32 +1630,57 @@ def test_a_region_in_a_freed_hole_keeps_apart_from_its_neighbour(rt, kind):
     assert a is not None and b is not None, f"{kind}: two 6 TiB regions of 64 TiB [API-3]"
     memory.free(a, 6 * tib)
     live = {b: 6 * tib}
-    for size in (6 * tib + 4 * KiB, 6 * tib + 256, 6 * tib):
-        ptr = memory.alloc(256, size)
-        if ptr is None:
-            continue
-        for other, other_size in live.items():
-            assert ptr + size < other or other + other_size < ptr, (
-                f"{kind}.alloc(256, {size}) returned [{ptr:#x}, +{size}), over or against "
-                f"the live region [{other:#x}, +{other_size}) [API-3]")
-        live[ptr] = size
+    _alloc_apart(memory, kind, live, (6 * tib + 4 * KiB, 6 * tib + 256, 6 * tib))
+    assert memory.live_regions == live, f"{kind}.live_regions {memory.live_regions} [API-3]"
+
+
+@pytest.mark.clause("API-3")
+@pytest.mark.parametrize("first", [256, None], ids=["after-a-small-region", "first-region"])
+@pytest.mark.parametrize("kind", ["SimulatedDeviceMemory", "SimulatedHostMemory"])
+def test_a_region_after_one_placed_in_a_freed_tail_keeps_apart(rt, kind, first):
+    """A terabyte region placed after the last one (or as the instance's first), freed; a
+    request a page larger no longer fits after where that region ended, so it goes into the
+    room the freed one left and ends exactly there; the next small requests never touch or
+    overlap it."""
+    tib = 1 << 40
+    memory = getattr(rt, kind)(64 * tib)
+    live = {}
+    if first is not None:
+        a = memory.alloc(256, first)
+        assert a is not None, f"{kind}: {first} bytes of 64 TiB [API-3]"
+        live[a] = first
+    x = memory.alloc(256, 8 * tib)
+    assert x is not None, f"{kind}: 8 TiB of 64 TiB [API-3]"
+    memory.free(x, 8 * tib)
+    _alloc_apart(memory, kind, live, (8 * tib + 4 * KiB, 256, 256))
     assert memory.live_regions == live, f"{kind}.live_regions {memory.live_regions} [API-3]"
 
 
 @pytest.mark.clause("API-3")
 @pytest.mark.parametrize("kind", ["SimulatedDeviceMemory", "SimulatedHostMemory"])
-def test_a_region_after_one_placed_in_a_freed_tail_keeps_apart(rt, kind):
-    """A terabyte region placed after the last one, freed; a request a page larger no longer
-    fits after where that region ended, so it goes into the room the freed one left and ends
-    exactly there; the next small requests never touch or overlap it."""
+def test_a_region_in_the_room_before_a_live_one_keeps_apart(rt, kind):
+    """An 8 TiB region freed; a request a page larger goes into its room (it no longer fits
+    after it), a terabyte region after that one, and the first freed again: the room ahead
+    of the terabyte region now begins where the regions started and ends just before it, so a
+    megabyte request placed there (or anywhere else) never touches or overlaps it."""
     tib = 1 << 40
     memory = getattr(rt, kind)(64 * tib)
-    a = memory.alloc(256, 256)
     x = memory.alloc(256, 8 * tib)
-    assert a is not None and x is not None, f"{kind}: 256 bytes then 8 TiB of 64 TiB [API-3]"
+    assert x is not None, f"{kind}: 8 TiB of 64 TiB [API-3]"
     memory.free(x, 8 * tib)
-    live = {a: 256}
-    for size in (8 * tib + 4 * KiB, 256, 256):
+    live: dict[int, int] = {}
+    _alloc_apart(memory, kind, live, (8 * tib + 4 * KiB, tib))
+    assert len(live) == 2, f"{kind}: 8 TiB + 4 KiB then 1 TiB of 64 TiB, empty [API-3]"
+    y = min(live)
+    memory.free(y, live.pop(y))
+    _alloc_apart(memory, kind, live, (MiB,))
+    assert memory.live_regions == live, f"{kind}.live_regions {memory.live_regions} [API-3]"
+
+
+def _alloc_apart(memory, kind: str, live: dict[int, int], sizes) -> None:
+    """Ask ``memory`` for each of ``sizes`` in turn: a region it returns never touches or
+    overlaps one of ``live`` (API-3) and is then live too; a refused request is skipped."""
+    for size in sizes:
         ptr = memory.alloc(256, size)
         if ptr is None:
             continue
@@ -1664,7 +1689,19 @@ def test_a_region_after_one_placed_in_a_freed_tail_keeps_apart(rt, kind):
                 f"{kind}.alloc(256, {size}) returned [{ptr:#x}, +{size}), over or against "
                 f"the live region [{other:#x}, +{other_size}) [API-3]")
         live[ptr] = size
-    assert memory.live_regions == live, f"{kind}.live_regions {memory.live_regions} [API-3]"
+
+
+@pytest.mark.clause("API-3")
+@pytest.mark.parametrize("kind", ["SimulatedDeviceMemory", "SimulatedHostMemory"])
+def test_a_one_byte_alloc_gets_a_region(rt, kind):
+    """cudaMalloc of a single byte gives memory: only 0 bytes is the null pointer."""
+    memory = getattr(rt, kind)(MiB)
+    ptr = memory.alloc(256, 1)
+    assert ptr is not None and ptr > 0 and ptr % 256 == 0, (
+        f"{kind}.alloc(256, 1) returned {ptr!r}, expected a positive multiple of 256 [API-3]")
+    assert (memory.bytes_in_use, memory.live_regions) == (1, {ptr: 1}), (
+        f"{kind} after alloc(256, 1): bytes_in_use {memory.bytes_in_use}, live_regions "
+        f"{memory.live_regions} [API-3]")
 
 
 @pytest.mark.clause("API-3")
