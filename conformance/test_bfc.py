@@ -1490,6 +1490,19 @@ def test_gpu_bfc_allow_growth_from_env(rt, tf_env, growth_env, option, growth):
         f"{expected} [BFC-18]")
 
 
+@pytest.mark.clause("BFC-18")
+@pytest.mark.capability("env")
+def test_gpu_bfc_allow_growth_defaults_to_off(rt, tf_env):
+    """``allow_growth`` left out is False: with TF_FORCE_GPU_ALLOW_GROWTH unset the first
+    region is the whole memory (BFC-7 without growth), as TF's ``GPUOptions`` default."""
+    bfc = rt.GPUBFCAllocator(rt.SimulatedDeviceMemory(GiB), 4 * MiB, "GPU_0_bfc",
+                             retry_timeout_us=0)
+    got = bfc.memory_map().next_region_size
+    assert got == 4 * MiB, (
+        f"GPUBFCAllocator without allow_growth, TF_FORCE_GPU_ALLOW_GROWTH unset: next region "
+        f"{got}, expected the whole 4 MiB (allow_growth=False) [BFC-18]")
+
+
 @pytest.mark.clause("BFC-18", "ENV-4")
 @pytest.mark.capability("env")
 @pytest.mark.parametrize("gc_env,gc", [(None, True), ("true", True), ("false", False),
