@@ -240,6 +240,28 @@ def test_free_chunks_sit_in_their_bins(rt):
     assert used and all(c.bin_num == -1 for c in used), "a chunk in use has a bin [BFC-2]"
 
 
+@pytest.mark.clause("BFC-2", "BFC-3")
+@pytest.mark.parametrize("first", [256, 700 * MiB, 896 * MiB], ids=["1GiB-rest", "324MiB-rest",
+                                                                   "128MiB-rest"])
+def test_a_large_split_rest_sits_in_its_bin_and_is_found(rt, first):
+    """The free rest a split leaves in a 1 GiB region (no growth) is 128 MiB or more: it is in
+    bin BinNumForSize(rest) (bin 20 from 256 MiB on), and a request of that whole rest takes
+    it instead of failing for want of room."""
+    bfc, _ = make(rt, GiB, growth=False)
+    a = bfc.allocate_raw(256, first)
+    assert a is not None, f"allocate_raw(256, {first}) in an empty 1 GiB allocator [BFC-3]"
+    rest = GiB - rounded(first)
+    chunks = {c.ptr: c for r in bfc.memory_map().regions for c in r.chunks}
+    got = chunks[a + rounded(first)].bin_num if a + rounded(first) in chunks else None
+    assert got == bin_num(rest), (
+        f"the free rest of {rest} bytes after allocate_raw(256, {first}) is in bin {got}, "
+        f"expected {bin_num(rest)} [BFC-2]")
+    b = bfc.allocate_raw(256, rest)
+    assert b == a + rounded(first), (
+        f"allocate_raw(256, {rest}) returned {b!r}, expected the free rest at "
+        f"{a + rounded(first):#x} [BFC-3]")
+
+
 # --- BFC-3 / BFC-4 -----------------------------------------------------------------------
 
 def _holes(rt):
