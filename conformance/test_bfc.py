@@ -252,7 +252,10 @@ def test_a_large_split_rest_sits_in_its_bin_and_is_found(rt, first):
     assert a is not None, f"allocate_raw(256, {first}) in an empty 1 GiB allocator [BFC-3]"
     rest = GiB - rounded(first)
     chunks = {c.ptr: c for r in bfc.memory_map().regions for c in r.chunks}
-    got = chunks[a + rounded(first)].bin_num if a + rounded(first) in chunks else None
+    precondition_holds("BFC-4", a + rounded(first) in chunks,
+                       f"allocate_raw(256, {first}) splits the 1 GiB region (a rest of "
+                       f"128 MiB or more)")
+    got = chunks[a + rounded(first)].bin_num
     assert got == bin_num(rest), (
         f"the free rest of {rest} bytes after allocate_raw(256, {first}) is in bin {got}, "
         f"expected {bin_num(rest)} [BFC-2]")
@@ -756,6 +759,8 @@ def test_a_released_region_leaves_the_other_free_chunks_of_its_bin(rt):
                           retry_timeout_us=0)
     a = bfc.allocate_raw(256, MiB)        # R0 = 1 MiB, whole; next 2 MiB
     b = bfc.allocate_raw(256, MiB)        # R1 = 2 MiB below R0, split: free K = b + 1 MiB
+    precondition_holds("BFC-4", b is not None and bfc.allocated_size(b) == MiB,
+                       "a 1 MiB request splits the 2 MiB region R1")
     bfc.deallocate_raw(a)                 # R0 fully free: bin of 1 MiB = [K, R0]
     assert b + MiB < a, f"regions at {a:#x} then {b:#x}: the second is not below [BFC-11]"
     p = bfc.allocate_raw(256, 2 * MiB, no_retry(rt))
