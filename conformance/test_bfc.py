@@ -240,6 +240,31 @@ def test_free_chunks_sit_in_their_bins(rt):
     assert used and all(c.bin_num == -1 for c in used), "a chunk in use has a bin [BFC-2]"
 
 
+@pytest.mark.clause("BFC-2", "BFC-3")
+@pytest.mark.parametrize("first", [256, 700 * MiB, 896 * MiB], ids=["1GiB-rest", "324MiB-rest",
+                                                                   "128MiB-rest"])
+def test_a_large_split_rest_sits_in_its_bin_and_is_found(rt, first):
+    """The free rest a split leaves in a 1 GiB region (no growth) is 128 MiB or more: it is in
+    bin BinNumForSize(rest) (bin 20 from 256 MiB on), and a request of that whole rest takes
+    it instead of failing for want of room."""
+    bfc, _ = make(rt, GiB, growth=False)
+    a = bfc.allocate_raw(256, first)
+    assert a is not None, f"allocate_raw(256, {first}) in an empty 1 GiB allocator [BFC-3]"
+    rest = GiB - rounded(first)
+    chunks = {c.ptr: c for r in bfc.memory_map().regions for c in r.chunks}
+    precondition_holds("BFC-4", a + rounded(first) in chunks,
+                       f"allocate_raw(256, {first}) splits the 1 GiB region (a rest of "
+                       f"128 MiB or more)")
+    got = chunks[a + rounded(first)].bin_num
+    assert got == bin_num(rest), (
+        f"the free rest of {rest} bytes after allocate_raw(256, {first}) is in bin {got}, "
+        f"expected {bin_num(rest)} [BFC-2]")
+    b = bfc.allocate_raw(256, rest)
+    assert b == a + rounded(first), (
+        f"allocate_raw(256, {rest}) returned {b!r}, expected the free rest at "
+        f"{a + rounded(first):#x} [BFC-3]")
+
+
 # --- BFC-3 / BFC-4 -----------------------------------------------------------------------
 
 def _holes(rt):
@@ -734,6 +759,8 @@ def test_a_released_region_leaves_the_other_free_chunks_of_its_bin(rt):
                           retry_timeout_us=0)
     a = bfc.allocate_raw(256, MiB)        # R0 = 1 MiB, whole; next 2 MiB
     b = bfc.allocate_raw(256, MiB)        # R1 = 2 MiB below R0, split: free K = b + 1 MiB
+    precondition_holds("BFC-4", b is not None and bfc.allocated_size(b) == MiB,
+                       "a 1 MiB request splits the 2 MiB region R1")
     bfc.deallocate_raw(a)                 # R0 fully free: bin of 1 MiB = [K, R0]
     assert b + MiB < a, f"regions at {a:#x} then {b:#x}: the second is not below [BFC-11]"
     p = bfc.allocate_raw(256, 2 * MiB, no_retry(rt))
@@ -1490,6 +1517,19 @@ def test_gpu_bfc_allow_growth_from_env(rt, tf_env, growth_env, option, growth):
         f"{expected} [BFC-18]")
 
 
+@pytest.mark.clause("BFC-18")
+@pytest.mark.capability("env")
+def test_gpu_bfc_allow_growth_defaults_to_off(rt, tf_env):
+    """``allow_growth`` left out is False: with TF_FORCE_GPU_ALLOW_GROWTH unset the first
+    region is the whole memory (BFC-7 without growth), as TF's ``GPUOptions`` default."""
+    bfc = rt.GPUBFCAllocator(rt.SimulatedDeviceMemory(GiB), 4 * MiB, "GPU_0_bfc",
+                             retry_timeout_us=0)
+    got = bfc.memory_map().next_region_size
+    assert got == 4 * MiB, (
+        f"GPUBFCAllocator without allow_growth, TF_FORCE_GPU_ALLOW_GROWTH unset: next region "
+        f"{got}, expected the whole 4 MiB (allow_growth=False) [BFC-18]")
+
+
 @pytest.mark.clause("BFC-18", "ENV-4")
 @pytest.mark.capability("env")
 @pytest.mark.parametrize("gc_env,gc", [(None, True), ("true", True), ("false", False),
@@ -1630,32 +1670,57 @@ def test_a_region_in_a_freed_hole_keeps_apart_from_its_neighbour(rt, kind):
     assert a is not None and b is not None, f"{kind}: two 6 TiB regions of 64 TiB [API-3]"
     memory.free(a, 6 * tib)
     live = {b: 6 * tib}
-    for size in (6 * tib + 4 * KiB, 6 * tib + 256, 6 * tib):
-        ptr = memory.alloc(256, size)
-        if ptr is None:
-            continue
-        for other, other_size in live.items():
-            assert ptr + size < other or other + other_size < ptr, (
-                f"{kind}.alloc(256, {size}) returned [{ptr:#x}, +{size}), over or against "
-                f"the live region [{other:#x}, +{other_size}) [API-3]")
-        live[ptr] = size
+    _alloc_apart(memory, kind, live, (6 * tib + 4 * KiB, 6 * tib + 256, 6 * tib))
+    assert memory.live_regions == live, f"{kind}.live_regions {memory.live_regions} [API-3]"
+
+
+@pytest.mark.clause("API-3")
+@pytest.mark.parametrize("first", [256, None], ids=["after-a-small-region", "first-region"])
+@pytest.mark.parametrize("kind", ["SimulatedDeviceMemory", "SimulatedHostMemory"])
+def test_a_region_after_one_placed_in_a_freed_tail_keeps_apart(rt, kind, first):
+    """A terabyte region placed after the last one (or as the instance's first), freed; a
+    request a page larger no longer fits after where that region ended, so it goes into the
+    room the freed one left and ends exactly there; the next small requests never touch or
+    overlap it."""
+    tib = 1 << 40
+    memory = getattr(rt, kind)(64 * tib)
+    live = {}
+    if first is not None:
+        a = memory.alloc(256, first)
+        assert a is not None, f"{kind}: {first} bytes of 64 TiB [API-3]"
+        live[a] = first
+    x = memory.alloc(256, 8 * tib)
+    assert x is not None, f"{kind}: 8 TiB of 64 TiB [API-3]"
+    memory.free(x, 8 * tib)
+    _alloc_apart(memory, kind, live, (8 * tib + 4 * KiB, 256, 256))
     assert memory.live_regions == live, f"{kind}.live_regions {memory.live_regions} [API-3]"
 
 
 @pytest.mark.clause("API-3")
 @pytest.mark.parametrize("kind", ["SimulatedDeviceMemory", "SimulatedHostMemory"])
-def test_a_region_after_one_placed_in_a_freed_tail_keeps_apart(rt, kind):
-    """A terabyte region placed after the last one, freed; a request a page larger no longer
-    fits after where that region ended, so it goes into the room the freed one left and ends
-    exactly there; the next small requests never touch or overlap it."""
+def test_a_region_in_the_room_before_a_live_one_keeps_apart(rt, kind):
+    """An 8 TiB region freed; a request a page larger goes into its room (it no longer fits
+    after it), a terabyte region after that one, and the first freed again: the room ahead
+    of the terabyte region now begins where the regions started and ends just before it, so a
+    megabyte request placed there (or anywhere else) never touches or overlaps it."""
     tib = 1 << 40
     memory = getattr(rt, kind)(64 * tib)
-    a = memory.alloc(256, 256)
     x = memory.alloc(256, 8 * tib)
-    assert a is not None and x is not None, f"{kind}: 256 bytes then 8 TiB of 64 TiB [API-3]"
+    assert x is not None, f"{kind}: 8 TiB of 64 TiB [API-3]"
     memory.free(x, 8 * tib)
-    live = {a: 256}
-    for size in (8 * tib + 4 * KiB, 256, 256):
+    live: dict[int, int] = {}
+    _alloc_apart(memory, kind, live, (8 * tib + 4 * KiB, tib))
+    assert len(live) == 2, f"{kind}: 8 TiB + 4 KiB then 1 TiB of 64 TiB, empty [API-3]"
+    y = min(live)
+    memory.free(y, live.pop(y))
+    _alloc_apart(memory, kind, live, (MiB,))
+    assert memory.live_regions == live, f"{kind}.live_regions {memory.live_regions} [API-3]"
+
+
+def _alloc_apart(memory, kind: str, live: dict[int, int], sizes) -> None:
+    """Ask ``memory`` for each of ``sizes`` in turn: a region it returns never touches or
+    overlaps one of ``live`` (API-3) and is then live too; a refused request is skipped."""
+    for size in sizes:
         ptr = memory.alloc(256, size)
         if ptr is None:
             continue
@@ -1664,7 +1729,19 @@ def test_a_region_after_one_placed_in_a_freed_tail_keeps_apart(rt, kind):
                 f"{kind}.alloc(256, {size}) returned [{ptr:#x}, +{size}), over or against "
                 f"the live region [{other:#x}, +{other_size}) [API-3]")
         live[ptr] = size
-    assert memory.live_regions == live, f"{kind}.live_regions {memory.live_regions} [API-3]"
+
+
+@pytest.mark.clause("API-3")
+@pytest.mark.parametrize("kind", ["SimulatedDeviceMemory", "SimulatedHostMemory"])
+def test_a_one_byte_alloc_gets_a_region(rt, kind):
+    """cudaMalloc of a single byte gives memory: only 0 bytes is the null pointer."""
+    memory = getattr(rt, kind)(MiB)
+    ptr = memory.alloc(256, 1)
+    assert ptr is not None and ptr > 0 and ptr % 256 == 0, (
+        f"{kind}.alloc(256, 1) returned {ptr!r}, expected a positive multiple of 256 [API-3]")
+    assert (memory.bytes_in_use, memory.live_regions) == (1, {ptr: 1}), (
+        f"{kind} after alloc(256, 1): bytes_in_use {memory.bytes_in_use}, live_regions "
+        f"{memory.live_regions} [API-3]")
 
 
 @pytest.mark.clause("API-3")

@@ -85,7 +85,7 @@ class Allocator(abc.ABC):
         return None
 
     def clear_stats(self) -> None:
-        return None
+        """Nothing to clear: an allocator without statistics (TF's default ``ClearStats``)."""
 
 
 class SubAllocator(abc.ABC):

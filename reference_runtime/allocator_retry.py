@@ -37,11 +37,10 @@ class AllocatorRetry:
     def clock(self) -> Clock:
         return self._clock
 
-    def allocate_raw(self, alloc_func: Callable[[bool], int | None], max_wait_us: int,
-                     num_bytes: int) -> int | None:
-        """Run ``alloc_func(verbose)`` until it succeeds or ``max_wait_us`` has passed."""
-        if num_bytes == 0:
-            return None
+    def allocate_raw(self, alloc_func: Callable[[bool], int | None],
+                     max_wait_us: int) -> int | None:
+        """Run ``alloc_func(verbose)`` until it succeeds or ``max_wait_us`` has passed. A
+        request of 0 bytes never comes here: the allocator answers it with None first."""
         clock = self._clock
         deadline: int | None = None
         with self._mu:

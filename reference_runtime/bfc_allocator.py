@@ -208,7 +208,7 @@ class BFCAllocator(Allocator):
             return None
         return self._retry.allocate_raw(
             lambda verbose: self._allocate_raw_internal(alignment, num_bytes, verbose),
-            self._retry_timeout_us, num_bytes)
+            self._retry_timeout_us)
 
     def _allocate_raw_internal(self, alignment: int, num_bytes: int,
                                verbose: bool) -> int | None:
@@ -283,9 +283,7 @@ class BFCAllocator(Allocator):
             chunk.next = rest
             chunk.size = size = rounded
             self._chunks[rest_ptr] = rest
-            rb = (rest_size >> 8).bit_length() - 1
-            if rb > 20:
-                rb = 20
+            rb = min((rest_size >> 8).bit_length() - 1, 20)    # BinNumForSize
             rest.bin_num = rb
             insort(bins[rb], (rest_size << _SHIFT) | rest_ptr)
             self._nonempty |= 1 << rb

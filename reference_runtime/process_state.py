@@ -89,8 +89,8 @@ class RuntimeContext:
                 errors.append(exc)
         if rm is not None:
             self.registry.unregister(Grouping.POST_SESSION_RUN, RM_PHASE, rm)
-        if self.statistics is not None:
-            self.registry.unregister(Grouping.POST_SESSION_RUN, STAT_PHASE, self.statistics)
+        # Statistics disabled (None) was never registered: unregister then finds nothing.
+        self.registry.unregister(Grouping.POST_SESSION_RUN, STAT_PHASE, self.statistics)
         self.file_listener.close()
         self.device_mgr.close()
         self.backend.detach(self.device_mgr)

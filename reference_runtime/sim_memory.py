@@ -2,8 +2,9 @@
 
 Addresses are integers; no bytes are stored. Every instance owns a private address span,
 device spans and host spans are disjoint, so pointers of two simulated GPUs (or of a GPU
-and its host fallback) never collide. Regions are 256-aligned (or ``alignment``-aligned
-when larger) and never adjacent: a gap of ``REGION_GAP`` bytes separates them.
+and its host fallback) never collide. Regions are 256-aligned, whatever ``alignment`` a
+caller passes (TF's ``DeviceMemAllocator::Alloc`` ignores it too: ``cudaMalloc`` returns
+256-aligned memory), and never adjacent: a gap of ``REGION_GAP`` bytes separates them.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from .allocator import InvalidPointerError, SubAllocator, check_size
 __all__ = ["SimulatedMemory", "SimulatedDeviceMemory", "SimulatedHostMemory", "REGION_GAP"]
 
 REGION_GAP = 4096
+_ALIGNMENT = 256         # cudaMalloc's alignment
 _SPAN = 1 << 44          # 16 TiB of addresses per instance
 _DEVICE_BASE = 1 << 56   # device spans: [2^56, 2^60)
 _HOST_BASE = 1 << 60     # host spans:   [2^60, 2^63)
@@ -58,10 +60,7 @@ class SimulatedMemory(SubAllocator):
             self.alloc_calls.append(num_bytes)
             if self.fail or num_bytes <= 0 or self.bytes_in_use + num_bytes > self._capacity:
                 return None
-            align = 256
-            while align < alignment:
-                align <<= 1
-            ptr = self._place(num_bytes, align)
+            ptr = self._place(num_bytes, _ALIGNMENT)
             if ptr is None:
                 return None
             bisect.insort(self._starts, ptr)

@@ -31,7 +31,7 @@ _KERNEL_ALLOCATION = AllocationAttributes()
 
 def device_xp(device: Any) -> Any:
     """The array module of ``device`` (NumPy on the simulated device, CuPy on CUDA)."""
-    return getattr(device, "xp", None) or np
+    return getattr(device, "xp", np)      # a CPU device has none: NumPy
 
 
 def to_host(array: Any) -> np.ndarray:
@@ -105,7 +105,7 @@ def _array_over(device: Any, ptr: int | None, nbytes: int, shape: tuple[int, ...
 
 
 def allocate_buffer(device: Any, shape: tuple[int, ...], dtype: Any, *, node_name: str,
-                    persistent: bool = False) -> Buffer:
+                    persistent: bool) -> Buffer:
     """Allocate a tensor of ``shape``/``dtype`` on ``device``; OOM -> ResourceExhaustedError."""
     dtype = np.dtype(dtype)
     shape = tuple(int(d) for d in shape)
@@ -139,7 +139,7 @@ class StepAllocations:
 
     def allocate(self, device: Any, shape: tuple[int, ...], dtype: Any, *,
                  node_name: str) -> Buffer:
-        buf = allocate_buffer(device, shape, dtype, node_name=node_name)
+        buf = allocate_buffer(device, shape, dtype, node_name=node_name, persistent=False)
         buf.refs = 1  # the producing node's own reference
         with self._lock:
             self._live[id(buf)] = buf
