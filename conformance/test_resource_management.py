@@ -1619,6 +1619,29 @@ def test_clamp_and_return_values(rt, runtimes) -> None:
     assert bytes_limit(g0) == MiB, "[RM-18]"
 
 
+
+@pytest.mark.clause("RM-18")
+def test_only_a_request_above_the_initial_limit_is_warned_of(rt, runtimes, caplog) -> None:
+    """A request equal to the initial limit is no clamp: it logs no warning; one byte more
+    is clamped, with a warning."""
+    ctx = runtimes()
+    g0 = gpus(ctx)[0]
+    bus, mgr, adj = bus_id(rt, g0), ctx.device_mgr, rt.GPUUsageAdjustment()
+    initial = bytes_limit(g0)
+    caplog.set_level(logging.WARNING)
+    adj.adjust_mem_limit(bus, initial // 4, mgr)
+    adj.adjust_mem_limit(bus, initial, mgr)
+    warned = [r.getMessage()[:200] for r in runtime_records(caplog, rt, logging.WARNING)]
+    assert warned == [], (
+        f"a shrink to a quarter of the initial limit {initial}, then a request equal to it, "
+        f"logged the warning(s) {warned}: only a request above the initial limit is clamped "
+        f"and warned of [RM-18]")
+    adj.adjust_mem_limit(bus, initial // 4, mgr)
+    adj.adjust_mem_limit(bus, initial + 1, mgr)
+    assert runtime_records(caplog, rt, logging.WARNING), (
+        f"a request of {initial + 1}, one byte above the initial limit, was clamped without "
+        f"a warning [RM-18]")
+
 # -- API-10: the context's close does not wait out a throttle sleep ------------------------------
 
 @pytest.mark.clause("API-10")
