@@ -410,6 +410,42 @@ def test_special_file_of_the_temporary_name_form_is_not_swept(rt, runtimes, tmp_
 
 
 @pytest.mark.clause("STAT-10")
+def test_symlink_of_the_temporary_name_form_is_not_followed(rt, runtimes, tmp_path,
+                                                            monkeypatch) -> None:
+    """A symlink named as a temporary file, to a regular file elsewhere: the first dump
+    neither removes the symlink nor opens its target (every ``os.open`` of the dump is
+    watched through ``/proc/self/fd``; a runtime that opens files otherwise is not seen)."""
+    if not os.path.isdir("/proc/self/fd"):
+        pytest.skip("needs /proc/self/fd")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    victim = elsewhere / "victim.json"
+    victim.write_text("{}", encoding="utf-8")
+    link = tmp_path / f".{NAME}.planted.tmp"
+    os.symlink(victim, link)
+    opened: list[str] = []
+    real_open = os.open
+
+    def watched_open(path, flags, *args, **kwargs):
+        fd = real_open(path, flags, *args, **kwargs)
+        try:
+            opened.append(os.readlink(f"/proc/self/fd/{fd}"))
+        except OSError:
+            pass
+        return fd
+
+    ctx = runtimes()
+    monkeypatch.setattr(os, "open", watched_open)
+    dump_once(rt, ctx, tmp_path / NAME)
+    monkeypatch.undo()
+    assert os.path.islink(link) and victim.read_text(encoding="utf-8") == "{}", \
+        f"the first dump removed or changed the symlink {link.name} or its target [STAT-10]"
+    assert str(victim) not in opened, (
+        f"the first dump followed the symlink {link.name}, named as a temporary file, and "
+        f"opened its target {victim} [STAT-10]")
+
+
+@pytest.mark.clause("STAT-10")
 def test_removal_of_stale_temporaries_is_logged_with_their_number(rt, runtimes, tmp_path,
                                                                   caplog) -> None:
     path = tmp_path / NAME
