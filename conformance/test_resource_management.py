@@ -1136,18 +1136,26 @@ def test_close_ends_a_suspension(rt, no_thread_leak, managed, vclock) -> None:
     assert joined(t), "close() did not end the suspension [RM-12]"
 
 
+class _ClosableSession:
+    """A session as RM-12 sees it: only its ``closed`` attribute."""
+    closed = False
+
+
+def suspended_step(rt, rm, vclock) -> tuple[threading.Thread, dict, _ClosableSession]:
+    """A step suspended by perfControl 0 in a thread, over a session not closed yet: the
+    thread, its outcome and the session, once the listener and the step wait on the clock."""
+    session = _ClosableSession()
+    rm.parse_manage_info_from_json('{"perfControl": 0}')
+    perf_in_force(rm, 0)
+    t, out = run_in_thread(lambda: rm.run_action(post(rt, session=session)), name="step")
+    vclock.wait_for_waiters(2, clause="RM-12")   # the listener and the suspended step
+    return t, out, session
+
+
 @pytest.mark.clause("RM-12")
 def test_closed_session_ends_a_suspension(rt, no_thread_leak, managed, vclock) -> None:
     rm, _ = managed
-
-    class Session:
-        closed = False
-
-    session = Session()
-    rm.parse_manage_info_from_json('{"perfControl": 0}')
-    perf_in_force(rm, 0)
-    t, _ = run_in_thread(lambda: rm.run_action(post(rt, session=session)), name="step")
-    vclock.wait_for_waiters(2, clause="RM-12")
+    t, _, session = suspended_step(rt, rm, vclock)
     session.closed = True
     rm.wake_suspended()
     assert joined(t), "a closed session did not end the suspension [RM-12]"
@@ -1780,15 +1788,7 @@ def test_closed_session_is_seen_within_100_000_us(rt, no_thread_leak, managed, v
     clock: a session closed at the start of a re-check period is seen by its end, with the
     clock moved by exactly 100 000 µs."""
     rm, _ = managed
-
-    class Session:
-        closed = False
-
-    session = Session()
-    rm.parse_manage_info_from_json('{"perfControl": 0}')
-    perf_in_force(rm, 0)
-    t, out = run_in_thread(lambda: rm.run_action(post(rt, session=session)), name="step")
-    vclock.wait_for_waiters(2, clause="RM-12")   # the listener and the suspended step
+    t, out, session = suspended_step(rt, rm, vclock)
     session.closed = True
     t0 = vclock.now_us()
     vclock.tick(100_000)
