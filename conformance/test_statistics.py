@@ -495,16 +495,15 @@ def test_gpus_are_found_once_by_the_first_check_that_finds_any(rt, runtimes, tmp
 @pytest.mark.clause("STAT-5")
 def test_only_devices_of_type_gpu_are_tracked(rt, runtimes, tmp_path) -> None:
     """A device manager of duck-typed devices: GPU 0 as it is, and GPU 1 presented as an
-    ``XLA_GPU`` device (its VMem allocator and description unchanged): only GPU 0 is
-    tracked."""
+    ``XLA_GPU`` device (every other attribute, its VMem allocator and bus id included, GPU
+    1's own): only GPU 0 is tracked."""
 
     class Typed:
         def __init__(self, device, device_type: str) -> None:
-            self.device, self.device_type = device, device_type
-            self.name, self.attributes = device.name, device.attributes
+            self._device, self.device_type = device, device_type
 
-        def get_allocator(self, attrs=None):
-            return self.device.get_allocator()
+        def __getattr__(self, name: str):
+            return getattr(self._device, name)
 
     class Mgr:
         def __init__(self, devices) -> None:
