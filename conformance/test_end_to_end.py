@@ -220,7 +220,8 @@ def test_workload_command_line_refuses_bad_values(rt, option: str, value: str) -
 def test_workload_command_line_defaults(rt) -> None:
     """Without ``--target-bytes`` or size options the command line trains
     ``MLPWorkload(ctx)``: the constructor's defaults, the same sizes as in process, and the
-    same seed, hence the same losses (E2E-2: the simulated backend is deterministic)."""
+    same seed, hence the same losses (E2E-2: the simulated backend is deterministic), on GPUs
+    of 1 GiB (the default of ``--gpu-memory``)."""
     proc = _workload_cli(rt, "--steps", "2")
     assert proc.returncode == 0, f"--steps 2: {proc.stderr[-2000:]} [E2E-1]"
     lines = [json.loads(line) for line in proc.stdout.splitlines()]
@@ -237,6 +238,10 @@ def test_workload_command_line_defaults(rt) -> None:
     assert got_losses == losses, (
         f"the command line without options had the losses {got_losses}; MLPWorkload(ctx) "
         f"(seed 0 and every other default) has {losses} [E2E-1]")
+    limits = [line.get("device_bytes_limit") for line in lines[1:]]
+    assert limits == [1 << 30] * 2, (
+        f"the command line without --gpu-memory reported the device limits {limits}; each "
+        f"GPU's memory defaults to 1 GiB ({1 << 30}) [E2E-1]")
 
 
 @pytest.mark.clause("E2E-1")

@@ -1136,18 +1136,26 @@ def test_close_ends_a_suspension(rt, no_thread_leak, managed, vclock) -> None:
     assert joined(t), "close() did not end the suspension [RM-12]"
 
 
+class _ClosableSession:
+    """A session as RM-12 sees it: only its ``closed`` attribute."""
+    closed = False
+
+
+def suspended_step(rt, rm, vclock) -> tuple[threading.Thread, dict, _ClosableSession]:
+    """A step suspended by perfControl 0 in a thread, over a session not closed yet: the
+    thread, its outcome and the session, once the listener and the step wait on the clock."""
+    session = _ClosableSession()
+    rm.parse_manage_info_from_json('{"perfControl": 0}')
+    perf_in_force(rm, 0)
+    t, out = run_in_thread(lambda: rm.run_action(post(rt, session=session)), name="step")
+    vclock.wait_for_waiters(2, clause="RM-12")   # the listener and the suspended step
+    return t, out, session
+
+
 @pytest.mark.clause("RM-12")
 def test_closed_session_ends_a_suspension(rt, no_thread_leak, managed, vclock) -> None:
     rm, _ = managed
-
-    class Session:
-        closed = False
-
-    session = Session()
-    rm.parse_manage_info_from_json('{"perfControl": 0}')
-    perf_in_force(rm, 0)
-    t, _ = run_in_thread(lambda: rm.run_action(post(rt, session=session)), name="step")
-    vclock.wait_for_waiters(2, clause="RM-12")
+    t, _, session = suspended_step(rt, rm, vclock)
     session.closed = True
     rm.wake_suspended()
     assert joined(t), "a closed session did not end the suspension [RM-12]"
@@ -1619,6 +1627,29 @@ def test_clamp_and_return_values(rt, runtimes) -> None:
     assert bytes_limit(g0) == MiB, "[RM-18]"
 
 
+
+@pytest.mark.clause("RM-18")
+def test_only_a_request_above_the_initial_limit_is_warned_of(rt, runtimes, caplog) -> None:
+    """A request equal to the initial limit is no clamp: it logs no warning; one byte more
+    is clamped, with a warning."""
+    ctx = runtimes()
+    g0 = gpus(ctx)[0]
+    bus, mgr, adj = bus_id(rt, g0), ctx.device_mgr, rt.GPUUsageAdjustment()
+    initial = bytes_limit(g0)
+    caplog.set_level(logging.WARNING)
+    adj.adjust_mem_limit(bus, initial // 4, mgr)
+    adj.adjust_mem_limit(bus, initial, mgr)
+    warned = [r.getMessage()[:200] for r in runtime_records(caplog, rt, logging.WARNING)]
+    assert warned == [], (
+        f"a shrink to a quarter of the initial limit {initial}, then a request equal to it, "
+        f"logged the warning(s) {warned}: only a request above the initial limit is clamped "
+        f"and warned of [RM-18]")
+    adj.adjust_mem_limit(bus, initial // 4, mgr)
+    adj.adjust_mem_limit(bus, initial + 1, mgr)
+    assert runtime_records(caplog, rt, logging.WARNING), (
+        f"a request of {initial + 1}, one byte above the initial limit, was clamped without "
+        f"a warning [RM-18]")
+
 # -- API-10: the context's close does not wait out a throttle sleep ------------------------------
 
 @pytest.mark.clause("API-10")
@@ -1757,15 +1788,7 @@ def test_closed_session_is_seen_within_100_000_us(rt, no_thread_leak, managed, v
     clock: a session closed at the start of a re-check period is seen by its end, with the
     clock moved by exactly 100 000 µs."""
     rm, _ = managed
-
-    class Session:
-        closed = False
-
-    session = Session()
-    rm.parse_manage_info_from_json('{"perfControl": 0}')
-    perf_in_force(rm, 0)
-    t, out = run_in_thread(lambda: rm.run_action(post(rt, session=session)), name="step")
-    vclock.wait_for_waiters(2, clause="RM-12")   # the listener and the suspended step
+    t, out, session = suspended_step(rt, rm, vclock)
     session.closed = True
     t0 = vclock.now_us()
     vclock.tick(100_000)

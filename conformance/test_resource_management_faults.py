@@ -445,6 +445,48 @@ def test_a_gpu_takes_the_place_of_the_longest_held_unknown_bus_id(
 
 
 @pytest.mark.clause("RM-20")
+def test_the_entry_whose_place_a_gpu_takes_stops_being_pending(rt, runtimes, listener,
+                                                               vclock, tmp_path) -> None:
+    """An instance built on its own knows GPU 0 from an earlier boundary; it holds 256 bus
+    ids, the longest held that of GPU 1 of another device manager (a GPU it does not know).
+    A document naming GPU 0 takes that entry's place, and the next boundary, over the device
+    manager that has GPU 1, leaves GPU 1's limit as it was: the dropped limit is not
+    pending."""
+    config = tmp_path / "gpu_config.json"
+    first, both = runtimes(), runtimes(num_gpus=2)
+    gpu0, gpu1 = gpus(both)
+    bus0, bus1 = bus_id(rt, gpu0), bus_id(rt, gpu1)
+    precondition_holds("DEVICE-4", bus_id(rt, gpus(first)[0]) == bus0 != bus1,
+                       f"GPU 0 of two runtimes has one bus id, GPU 1 another ({bus0}, {bus1})")
+    rm = rt.GPUResourceManagement(str(config), clock=vclock, file_listener=listener)
+
+    def step(device_mgr) -> None:
+        rm.run_action(rt.SessionRunActionOptions(device_mgr=device_mgr, graph_id=1,
+                                                 sess_duration_us=1000))
+
+    try:
+        rm.parse_manage_info_from_json(json.dumps(config_document(limits={"ff:1f.7": MiB})))
+        step(first.device_mgr)
+        crowd = {bus1: 8 * MiB, **{f"zz:{k:08x}.0": MiB for k in range(MAX_BUS_IDS - 1)}}
+        rm.parse_manage_info_from_json(json.dumps(config_document(limits=crowd)))
+        rm.parse_manage_info_from_json(json.dumps(config_document(limits={bus0: 24 * MiB})))
+        held = rm.memory_limits
+        precondition_holds("RM-20", held.get(bus0) == 24 * MiB and bus1 not in held,
+                           f"GPU 0's entry takes the place of GPU 1's, held longest "
+                           f"({held.get(bus0)} for GPU 0, GPU 1 "
+                           f"{'kept' if bus1 in held else 'dropped'})")
+        before = bytes_limit(gpu1)
+        step(both.device_mgr)
+        assert bytes_limit(gpu1) == before, (
+            f"with 256 bus ids held, GPU 0's entry took the place of GPU 1's {bus1!r} "
+            f"(8 MiB), and the next boundary over a device manager with GPU 1 set its limit "
+            f"to {bytes_limit(gpu1)} (was {before}): the dropped entry was still pending "
+            f"[RM-20]")
+    finally:
+        rm.close()
+
+
+@pytest.mark.clause("RM-20")
 def test_unknown_bus_id_found_again_is_remembered_as_the_newest(rt, one_gpu, vclock,
                                                                 caplog) -> None:
     """The remembered unknown bus ids are the 256 most recently found: one found again moves

@@ -493,6 +493,39 @@ def test_gpus_are_found_once_by_the_first_check_that_finds_any(rt, runtimes, tmp
 
 
 @pytest.mark.clause("STAT-5")
+def test_only_devices_of_type_gpu_are_tracked(rt, runtimes, tmp_path) -> None:
+    """A device manager of duck-typed devices: GPU 0 as it is, and GPU 1 presented as an
+    ``XLA_GPU`` device (every other attribute, its VMem allocator and bus id included, GPU
+    1's own): only GPU 0 is tracked."""
+
+    class Typed:
+        def __init__(self, device, device_type: str) -> None:
+            self._device, self.device_type = device, device_type
+
+        def __getattr__(self, name: str):
+            return getattr(self._device, name)
+
+    class Mgr:
+        def __init__(self, devices) -> None:
+            self.devices = devices
+
+        def list_devices(self):
+            return list(self.devices)
+
+    ctx = runtimes(num_gpus=2)
+    g0, g1 = gpus(ctx)
+    h = Harness(rt, ctx, tmp_path / "status.json")
+    h.stats.run_action(rt.SessionRunActionOptions(
+        device_mgr=Mgr([g0, Typed(g1, "XLA_GPU")]), graph_id=1, sess_duration_us=1000))
+    assert h.path.exists(), "the first run was not checked [STAT-3]"
+    tracked = sorted(h.doc()["gpuUsageInfo"] or {})
+    assert tracked == [bus_id(rt, g0)], (
+        f"a device manager of GPU 0 and an XLA_GPU device with GPU 1's VMem allocator: "
+        f"tracked {tracked}, expected only GPU 0's {bus_id(rt, g0)!r} (a device whose type "
+        f"upper-cased is not 'GPU' is no GPU) [STAT-5]")
+
+
+@pytest.mark.clause("STAT-5")
 def test_figures_before_the_first_reading_count_as_zero(rt, runtimes, control_env,
                                                         tmp_path) -> None:
     """A GPU found by a later check (the first had no device manager) whose 7 figures are all

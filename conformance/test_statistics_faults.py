@@ -336,28 +336,31 @@ def test_temporary_file_is_locked_while_written(rt, runtimes, tmp_path, monkeypa
         f"the temporary file was not under an exclusive flock while written: {seen} [STAT-10]"
 
 
-@pytest.mark.clause("STAT-10")
-def test_temporary_file_swept_before_it_is_locked_is_made_again(rt, runtimes, tmp_path,
-                                                                monkeypatch, caplog) -> None:
-    """Another writer's first dump removes the temporary file of this one between its
-    creation and its lock (forced: the first ``flock`` of a temporary of the status file
-    unlinks it first); the dump still replaces the status file, with no error logged."""
-    path = tmp_path / NAME
+def dump_with_temporaries_swept(rt, runtimes, tmp_path: Path, monkeypatch, caplog, *,
+                                at_most: int, nonblocking_too: bool) -> tuple[list[str], bool,
+                                                                              list]:
+    """One first dump of ``tmp_path / NAME`` whose first ``at_most`` temporary files are
+    removed between their creation and their lock, as another writer's sweep would (forced:
+    such an exclusive ``flock`` of a temporary of the status file unlinks it first; with
+    ``nonblocking_too`` a ``LOCK_NB`` one too). Returns the names removed, whether the
+    status file then holds valid statistics, and the runtime's ERROR records. Skips where
+    ``/proc/self/fd`` is missing or the runtime locks no temporary file."""
     swept: list[str] = []
     real_flock = fcntl.flock
 
     def flock(fd, operation) -> None:
-        if not swept and os.path.isdir("/proc/self/fd"):
+        if len(swept) < at_most and os.path.isdir("/proc/self/fd"):
             name = os.path.basename(os.readlink(f"/proc/self/fd/{fd}"))
             if name.startswith(f".{NAME}.") and name.endswith(".tmp") \
-                    and operation & fcntl.LOCK_EX:
+                    and operation & fcntl.LOCK_EX \
+                    and (nonblocking_too or not operation & fcntl.LOCK_NB):
                 os.unlink(tmp_path / name)
                 swept.append(name)
         real_flock(fd, operation)
 
     if not os.path.isdir("/proc/self/fd"):
         pytest.skip("needs /proc/self/fd")
-    ctx = runtimes()
+    path, ctx = tmp_path / NAME, runtimes()
     caplog.set_level(logging.ERROR)
     monkeypatch.setattr(fcntl, "flock", flock)
     dump_once(rt, ctx, path)
@@ -365,11 +368,22 @@ def test_temporary_file_swept_before_it_is_locked_is_made_again(rt, runtimes, tm
     if not swept:
         pytest.skip("the runtime took no flock on a temporary file named "
                     f".{NAME}.<unique>.tmp (checked by test_temporary_file_is_locked_while_written)")
-    errors = runtime_records(caplog, rt, logging.ERROR)
     try:
         written = validate_status(json.loads(path.read_text(encoding="utf-8"))) == []
     except (OSError, ValueError):
         written = False
+    return swept, written, runtime_records(caplog, rt, logging.ERROR)
+
+
+@pytest.mark.clause("STAT-10")
+def test_temporary_file_swept_before_it_is_locked_is_made_again(rt, runtimes, tmp_path,
+                                                                monkeypatch, caplog) -> None:
+    """Another writer's first dump removes the temporary file of this one between its
+    creation and its lock (forced: the first ``flock`` of a temporary of the status file
+    unlinks it first); the dump still replaces the status file, with no error logged."""
+    swept, written, errors = dump_with_temporaries_swept(
+        rt, runtimes, tmp_path, monkeypatch, caplog, at_most=1, nonblocking_too=True)
+    path = tmp_path / NAME
     assert written and errors == [], (
         f"the temporary file {swept[0]} was removed by another writer's sweep before it was "
         f"locked, and the dump {'wrote' if path.exists() else 'did not write'} the status "
@@ -410,6 +424,42 @@ def test_special_file_of_the_temporary_name_form_is_not_swept(rt, runtimes, tmp_
 
 
 @pytest.mark.clause("STAT-10")
+def test_symlink_of_the_temporary_name_form_is_not_followed(rt, runtimes, tmp_path,
+                                                            monkeypatch) -> None:
+    """A symlink named as a temporary file, to a regular file elsewhere: the first dump
+    neither removes the symlink nor opens its target (every ``os.open`` of the dump is
+    watched through ``/proc/self/fd``; a runtime that opens files otherwise is not seen)."""
+    if not os.path.isdir("/proc/self/fd"):
+        pytest.skip("needs /proc/self/fd")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    victim = elsewhere / "victim.json"
+    victim.write_text("{}", encoding="utf-8")
+    link = tmp_path / f".{NAME}.planted.tmp"
+    os.symlink(victim, link)
+    opened: list[str] = []
+    real_open = os.open
+
+    def watched_open(path, flags, *args, **kwargs):
+        fd = real_open(path, flags, *args, **kwargs)
+        try:
+            opened.append(os.readlink(f"/proc/self/fd/{fd}"))
+        except OSError:
+            pass
+        return fd
+
+    ctx = runtimes()
+    monkeypatch.setattr(os, "open", watched_open)
+    dump_once(rt, ctx, tmp_path / NAME)
+    monkeypatch.undo()
+    assert os.path.islink(link) and victim.read_text(encoding="utf-8") == "{}", \
+        f"the first dump removed or changed the symlink {link.name} or its target [STAT-10]"
+    assert str(victim) not in opened, (
+        f"the first dump followed the symlink {link.name}, named as a temporary file, and "
+        f"opened its target {victim} [STAT-10]")
+
+
+@pytest.mark.clause("STAT-10")
 def test_removal_of_stale_temporaries_is_logged_with_their_number(rt, runtimes, tmp_path,
                                                                   caplog) -> None:
     path = tmp_path / NAME
@@ -433,34 +483,9 @@ def test_temporary_file_swept_at_every_attempt_fails_or_writes(rt, runtimes, tmp
     """Every temporary file of the status file is removed between its creation and its lock
     (forced, the first SWEPT_AT_MOST times): the dump either replaces the status file
     after all or fails with an error logged, never neither."""
-    path = tmp_path / NAME
-    swept: list[str] = []
-    real_flock = fcntl.flock
-
-    def flock(fd, operation) -> None:
-        if len(swept) < SWEPT_AT_MOST and os.path.isdir("/proc/self/fd"):
-            name = os.path.basename(os.readlink(f"/proc/self/fd/{fd}"))
-            if name.startswith(f".{NAME}.") and name.endswith(".tmp") \
-                    and operation & fcntl.LOCK_EX and not operation & fcntl.LOCK_NB:
-                os.unlink(tmp_path / name)
-                swept.append(name)
-        real_flock(fd, operation)
-
-    if not os.path.isdir("/proc/self/fd"):
-        pytest.skip("needs /proc/self/fd")
-    ctx = runtimes()
-    caplog.set_level(logging.ERROR)
-    monkeypatch.setattr(fcntl, "flock", flock)
-    dump_once(rt, ctx, path)
-    monkeypatch.undo()
-    if not swept:
-        pytest.skip("the runtime took no flock on a temporary file named "
-                    f".{NAME}.<unique>.tmp (checked by test_temporary_file_is_locked_while_written)")
-    try:
-        written = validate_status(json.loads(path.read_text(encoding="utf-8"))) == []
-    except (OSError, ValueError):
-        written = False
-    errors = runtime_records(caplog, rt, logging.ERROR)
+    swept, written, errors = dump_with_temporaries_swept(
+        rt, runtimes, tmp_path, monkeypatch, caplog, at_most=SWEPT_AT_MOST,
+        nonblocking_too=False)
     assert written or errors, (
         f"{len(swept)} temporary files were removed before they were locked and the dump "
         f"neither wrote the status file nor logged an error: a failure to write is logged "

@@ -163,15 +163,18 @@ def test_invalid_knobs_fall_back_to_their_defaults(worker, step_ms: str, max_ste
 @pytest.mark.clause("WORKER-3")
 def test_valid_and_empty_knobs_write_no_line(worker) -> None:
     """``ANTMAN_WORKER_SEED=0`` is valid (the smallest seed) and an empty
-    ``ANTMAN_WORKER_MAX_STEPS`` is unset (0: training until stopped): neither is reported."""
+    ``ANTMAN_WORKER_MAX_STEPS`` is unset (0: training until stopped): neither is reported,
+    nor are the valid ``ANTMAN_WORKER_STEP_MS`` (50) and ``ANTMAN_WORKER_POLL_INTERVAL_S``
+    (0.1) every worker is started with (WORKER-1)."""
     w = worker(ANTMAN_WORKER_SEED="0", ANTMAN_WORKER_MAX_STEPS="")
     steps = w.steps(3)
     assert [r["step"] for r in steps] == [0, 1, 2], \
         f"a worker with an empty MAX_STEPS wrote steps {[r['step'] for r in steps]} [WORKER-3]"
     tail = w.stderr_tail(1 << 20)
-    named = [k for k in ("ANTMAN_WORKER_SEED", "ANTMAN_WORKER_MAX_STEPS") if k in tail]
-    assert not named, (f"standard error names {named}, set to 0 (valid) and empty (unset): "
-                       f"{tail[-600:]!r} [WORKER-3]")
+    named = [k for k in ("ANTMAN_WORKER_SEED", "ANTMAN_WORKER_MAX_STEPS",
+                         "ANTMAN_WORKER_STEP_MS", "ANTMAN_WORKER_POLL_INTERVAL_S") if k in tail]
+    assert not named, (f"standard error names {named}, set to 0 (valid), empty (unset), 50 "
+                       f"and 0.1 (valid): {tail[-600:]!r} [WORKER-3]")
 
 
 @pytest.mark.clause("WORKER-4")

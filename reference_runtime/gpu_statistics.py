@@ -232,8 +232,9 @@ class GPUStatistics(SessionRunAction):
         return {"Durations": durations, "gpuUsageInfo": usage,
                 "miniBatchDuration": max_duration}
 
-    def dump_gpu_statistics(self) -> bool:
-        """Replace the status file atomically (temp file, fsync, rename); False on error.
+    def dump_gpu_statistics(self) -> None:
+        """Replace the status file atomically (temp file, fsync, rename); a failure is logged
+        (once per distinct reason, STAT-8) and the step goes on.
 
         A symlink at the path is followed and its target replaced; anything at the
         (resolved) path that is not a regular file is left alone (STAT-9). The first dump
@@ -255,9 +256,8 @@ class GPUStatistics(SessionRunAction):
                 log.error("%s: cannot write the statistics file (%s)",
                           quote(self.status_file, 4096), reason)
             self._last_error = reason
-            return False
+            return
         self._last_error = None
-        return True
 
     @property
     def last_write(self) -> int | None:

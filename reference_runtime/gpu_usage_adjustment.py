@@ -99,10 +99,8 @@ class GPUUsageAdjustment:
                     log.error("Failed to get the allocator of gpu_pci_bus_id: %s",
                               quote(pci_bus_id))
                     return AdjustOutcome.NOT_FOUND
-                stats = bfc.get_stats()
-                initial = stats.bytes_limit if stats is not None \
-                    and stats.bytes_limit is not None else UINT64_MAX
-                info = _UsageInfo(bfc, UINT64_MAX, initial)
+                # a BFCAllocator's stats always carry its memory limit, an int (BFC-13)
+                info = _UsageInfo(bfc, UINT64_MAX, bfc.get_stats().bytes_limit)
                 self._usage[pci_bus_id] = info
             if new_limit > info.initial_mem_limit:
                 log.warning("The new mem size limit %d of gpu_pci_bus_id %s exceeds "

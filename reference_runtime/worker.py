@@ -35,7 +35,6 @@ PROTOCOL_VERSION = 1
 STOP_JOIN_S = 1.0          # wait for the step boundary before waking a suspended step
 CLOSE_JOIN_S = 2.5         # then wait this long for the training thread to end
 COST_SHARE = 0.9           # share of ANTMAN_WORKER_STEP_MS spent as simulated device time
-MODEL = dict(batch=64, input_dim=64, hidden=128, layers=3, classes=10)
 DEVICE = "/device:GPU:0"
 BLAS_THREADS_ENV_VAR = "OPENBLAS_NUM_THREADS"
 # Knob ranges: a step of an hour, a poll of a minute (WORKER-2 bounds poll_interval_s at
@@ -127,7 +126,7 @@ def _hello(ctx: Any, knobs: Knobs, workload: Any) -> dict[str, Any]:
             "pid": os.getpid(), "t_us": ctx.clock.now_us(),
             "poll_interval_s": ctx.file_listener.poll_interval_us / 1e6,
             "devices": devices,
-            "workload": {"model": "mlp", **MODEL,
+            "workload": {"model": "mlp",
                          "cost_us": workload.graph.node("matmul0").attrs["cost_us"],
                          "param_bytes": workload.param_bytes,
                          "step_bytes": workload.step_bytes, "backend": ctx.backend.name,
@@ -136,7 +135,8 @@ def _hello(ctx: Any, knobs: Knobs, workload: Any) -> dict[str, Any]:
 
 
 def _build_workload(ctx: Any, knobs: Knobs) -> Any:
-    """The MLP, with ``COST_SHARE`` of the step budget as simulated device time.
+    """``MLPWorkload``'s default model (E2E-1), with ``COST_SHARE`` of the step budget as
+    simulated device time.
 
     The whole simulated time sits on the first forward MatMul, so a step makes a single
     clock wait: on a loaded machine every wait costs a scheduling delay, and one wait per
@@ -152,7 +152,7 @@ def _build_workload(ctx: Any, knobs: Knobs) -> Any:
             graph.node("matmul0").attrs["cost_us"] = cost_us
             return graph
 
-    return _WorkerMLP(ctx, seed=knobs.seed, device=DEVICE, **MODEL)
+    return _WorkerMLP(ctx, seed=knobs.seed, device=DEVICE)
 
 
 def _train(ctx: Any, workload: Any, knobs: Knobs, out: _Output, stop: threading.Event,
@@ -173,8 +173,8 @@ def _train(ctx: Any, workload: Any, knobs: Knobs, out: _Output, stop: threading.
                        "host_bytes_in_use": _stat(host_alloc, "bytes_in_use") or 0,
                        "device_limit": _stat(device_alloc, "bytes_limit")})
             step += 1
-    except BaseException as exc:             # reported by the main thread
-        if not (stop.is_set() and ctx.closed):
+    except BaseException as exc:             # reported by the main thread, unless
+        if not ctx.closed:                   # shutdown cut the step (close() follows stop)
             failure.append(exc)
 
 
@@ -204,8 +204,9 @@ def _single_threaded_blas(argv: Sequence[str]) -> None:
     os.execve(sys.executable, [sys.executable, "-m", __spec__.name if __spec__ else __name__, *argv], env)
 
 
-def main(argv: list[str] | None = None) -> int:
-    _single_threaded_blas(argv or [])
+def main(argv: Sequence[str]) -> int:
+    """The worker; ``argv`` is the command line after the program (it takes none)."""
+    _single_threaded_blas(argv)
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if argv:
@@ -236,7 +237,6 @@ def main(argv: list[str] | None = None) -> int:
     finally:                                 # boundary
         ctx.close()                          # wakes a suspended or throttled step
     trainer.join(CLOSE_JOIN_S)
-    sys.stdout.flush()
     if failure:
         log.error("training failed", exc_info=failure[0])
         return 1

@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 from typing import Any, Sequence
 
 from ..workload import MLPWorkload
@@ -44,7 +43,8 @@ def _allocator_json(device: Any) -> dict[str, Any]:
     return out
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None) -> None:
+    """The command line; a usage error exits with status 2 (argparse), success with 0."""
     p = argparse.ArgumentParser(prog=f"python -m {__package__}",
                                 description="Train an MLP on synthetic data; one JSON line "
                                             "per step.")
@@ -62,7 +62,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--target-bytes", type=_bytes, default=None,
                    help="size the hidden width for about this much device memory (e.g. 2G); "
                         "overrides --hidden")
-    p.add_argument("--backend", default=None, help="sim, cuda or auto (default: $ANTMAN_DEVICE)")
+    p.add_argument("--backend", help="sim, cuda or auto (default: $ANTMAN_DEVICE)")
     p.add_argument("--gpu-memory", type=_bytes, default=1 << 30,
                    help="GPU memory limit per GPU (default 1G)")
     p.add_argument("--cost-us", type=int, default=0,
@@ -100,8 +100,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             record = {"step": i, "loss": loss, "duration_us": ctx.clock.now_us() - start}
             record.update(_allocator_json(device))
             print(json.dumps(record), flush=True)
-    return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()
