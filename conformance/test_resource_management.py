@@ -493,6 +493,9 @@ def test_the_warning_describes_the_rejected_value(rt, managed, caplog, kind) -> 
     doc, path, words = DESCRIBED[kind]
     caplog.set_level(logging.WARNING)
     ok = rm.parse_manage_info_from_json(doc)
+    if kind == "perf_number":       # a number out of range is rejected by RM-6's range
+        precondition_holds("RM-6", ok is False, f"{doc} is rejected as out of range: "
+                                                f"returned {ok}")
     recs = runtime_records(caplog, rt, containing=str(writer.path))
     assert ok is False and len(recs) == 1, (
         f"{doc}: returned {ok} and logged {[r.getMessage()[:160] for r in recs]}, expected "
