@@ -126,6 +126,39 @@ def assert_queued_launches(log: Log, names: list[str], t0: int, slot_us: int,
         f"the CPU node {cpu_tag!r} ran on {cpu_thread}, not the runner [OPM-2]"
 
 
+def run_gated_step(rt, managed, log: Log, tracer, checked: threading.Event, seen: list[bool],
+                   *, tail: bool) -> tuple[bool, dict]:
+    """Run the managed step c0 (CPU) -> g (GPU, queued on the manager) [-> tail (CPU), when
+    ``tail``: the step then ends off the manager thread] under ``tracer``, and close its
+    session. c0 waits until ``checked`` is set (the trace saw the manager thread check its
+    queue) and fails the step, instead of queueing g, when a check in ``seen`` ran without
+    the manager's condition held. Returns (run() returned within PROMPT_S, its outcome)."""
+    def c0():
+        checked.wait(PROMPT_S)
+        if not all(seen):
+            raise RuntimeError("the manager thread checked its queue without its condition")
+        return np.float32(1)
+
+    g = rt.Graph()
+    g.add_node("c0", "PyFunc", device=CPU, func=c0)
+    g.add_node("g", "PyFunc", ["c0"], device=GPU,
+               func=probe(log, "g", managed.clock, managed.rm))
+    if tail:
+        g.add_node("tail", "PyFunc", ["g"], device=CPU, func=lambda x: x)
+    s = managed.ctx.new_session(g)
+    managed.throttle(50, 1000)
+    threading.settrace(tracer)
+    try:
+        runner, out = run_in_thread(lambda: s.run(["tail" if tail else "g"]), "test-managed-run")
+        runner.join(PROMPT_S)
+        in_time = not runner.is_alive()
+    finally:
+        threading.settrace(None)  # type: ignore[arg-type]
+        s.close()                           # ends a step whose queued op nobody launches
+        runner.join(PROMPT_S)
+    return in_time, out
+
+
 # -- OPM-6: the shutdown's wake-up (first in the module: a shutdown that wakes the manager
 # thread without its condition fails every managed step, and one that the thread misses hangs
 # the next test's step for ever, so this test must fail first) --------------------------------
@@ -175,28 +208,9 @@ def test_shutdown_wakes_the_manager_thread_under_its_condition(rt, managed) -> N
             return shutdown_lines
         return None
 
-    def c0():
-        checked.wait(PROMPT_S)
-        if not all(checks):
-            raise RuntimeError("the manager thread checked its queue without its condition")
-        return np.float32(1)
-
     log = Log()
-    g = rt.Graph()
-    g.add_node("c0", "PyFunc", device=CPU, func=c0)
-    g.add_node("g", "PyFunc", ["c0"], device=GPU,
-               func=probe(log, "g", managed.clock, managed.rm))   # the step ends on the manager
-    s = managed.ctx.new_session(g)
-    managed.throttle(50, 1000)
-    threading.settrace(tracer)
-    try:
-        runner, out = run_in_thread(lambda: s.run(["g"]), "test-managed-run")
-        runner.join(PROMPT_S)
-        in_time = not runner.is_alive()
-    finally:
-        threading.settrace(None)  # type: ignore[arg-type]
-        s.close()                           # ends a step whose queued op nobody launches
-        runner.join(PROMPT_S)
+    # no CPU tail: the step ends on the manager thread
+    in_time, out = run_gated_step(rt, managed, log, tracer, checked, checks, tail=False)
     if not checks or not writes:
         pytest.skip("the check follows the reference's design (GpuOpManager._run reading "
                     "_queue, shutdown setting _terminate); this runtime ran no such line")
@@ -252,29 +266,8 @@ def test_the_manager_thread_waits_for_its_first_op_under_its_condition(rt, manag
             return lines
         return None
 
-    def c0():
-        checked.wait(PROMPT_S)
-        if not all(seen):
-            raise RuntimeError("the manager thread checked its queue without its condition")
-        return np.float32(1)
-
     log = Log()
-    g = rt.Graph()
-    g.add_node("c0", "PyFunc", device=CPU, func=c0)
-    g.add_node("g", "PyFunc", ["c0"], device=GPU,
-               func=probe(log, "g", managed.clock, managed.rm))
-    g.add_node("tail", "PyFunc", ["g"], device=CPU, func=lambda x: x)   # ends off the manager
-    s = managed.ctx.new_session(g)
-    managed.throttle(50, 1000)
-    threading.settrace(tracer)
-    try:
-        runner, out = run_in_thread(lambda: s.run(["tail"]), "test-managed-run")
-        runner.join(PROMPT_S)
-        in_time = not runner.is_alive()
-    finally:
-        threading.settrace(None)  # type: ignore[arg-type]
-        s.close()                           # ends a step whose queued op nobody launches
-        runner.join(PROMPT_S)
+    in_time, out = run_gated_step(rt, managed, log, tracer, checked, seen, tail=True)
     if not seen:
         pytest.skip("the check follows the reference's design (GpuOpManager._run reading "
                     "_queue); this runtime ran no such line")
