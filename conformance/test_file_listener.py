@@ -10,6 +10,7 @@ import gc
 import logging
 import os
 import socket
+import stat as stat_module
 import threading
 import weakref
 
@@ -591,6 +592,145 @@ def test_socket_at_path_is_named(rt, listener, vclock, tmp_path, caplog, monkeyp
     message = warnings[0].getMessage().replace(str(path), "<path>").lower()   # its name
     assert names_the_word(message, "socket"), (
         f"the warning for a socket at the path does not say it is one: {message!r} [FL-9]")
+
+
+class FrozenStat:
+    """``os.stat`` of ``path`` answers ``frozen`` (when set) while a regular file is there: a
+    file system whose timestamps are too coarse to show a rewrite, and whose rewrite kept the
+    inode and size, shows the signature of the last read (FL-3's simulation). The content
+    read is the real one; ``os.fstat`` is not changed."""
+
+    def __init__(self, monkeypatch, path) -> None:
+        self.path, self.frozen = str(path), None
+        real = os.stat
+
+        def stat(p, *args, **kwargs):
+            st = real(p, *args, **kwargs)
+            if self.frozen is not None and isinstance(p, (str, os.PathLike)) \
+                    and os.fspath(p) == self.path and not args and not kwargs \
+                    and stat_module.S_ISREG(st.st_mode):
+                return self.frozen
+            return st
+
+        monkeypatch.setattr(os, "stat", stat)
+
+
+@pytest.mark.clause("FL-4")
+def test_a_recreated_file_is_read_at_the_next_check(rt, listener, vclock, tmp_path,
+                                                    monkeypatch) -> None:
+    """A deleted file re-created with new content is delivered at the next check, also where
+    it shows the signature of the file read before the deletion (a coarse file system reusing
+    the inode): the deletion forgets that signature."""
+    path = tmp_path / "c.json"
+    write_text(path, "v1")
+    cb = register(listener, vclock, path)
+    stat = FrozenStat(monkeypatch, path)
+    stat.frozen = os.stat(path)                            # the signature of the last read
+    path.unlink()
+    poll(vclock)
+    write_text(path, "v2")
+    poll(vclock)                                           # 2 s after the last read
+    assert cb.contents == ["v1", "v2"], (
+        f"a file re-created after a check found it missing, showing the last read's stat "
+        f"signature, delivered {cb.contents[1:]} at the next check, expected ['v2'] [FL-4]")
+
+
+def _refuse_open(path, error: type[OSError], errno_: int):
+    real = os.open
+
+    def refusing(p, *args, **kwargs):
+        if isinstance(p, (str, os.PathLike)) and os.fspath(p) == str(path):
+            raise error(errno_, os.strerror(errno_), str(path))
+        return real(p, *args, **kwargs)
+    return refusing
+
+
+def _of_path(path, fd: int) -> bool:
+    """``fd`` is open on the file at ``path`` now."""
+    try:
+        return os.fstat(fd).st_ino == os.stat(path).st_ino
+    except OSError:
+        return False
+
+
+def _fstat_says_fifo(path):
+    real = os.fstat
+
+    def fstat(fd, *args, **kwargs):
+        st = real(fd, *args, **kwargs)
+        if st.st_ino == os.stat(path).st_ino:              # swapped in after the check
+            return os.stat_result((stat_module.S_IFIFO | 0o644,) + tuple(st)[1:],
+                                  {"st_atime_ns": st.st_atime_ns, "st_mtime_ns": st.st_mtime_ns,
+                                   "st_ctime_ns": st.st_ctime_ns})
+        return st
+    return fstat
+
+
+def _read_fails(path):
+    real = os.read
+
+    def read(fd, *args, **kwargs):
+        if _of_path(path, fd):
+            raise OSError(5, os.strerror(5))
+        return real(fd, *args, **kwargs)
+    return read
+
+
+#: A problem found after the stat check -> (the function of ``os`` it replaces, its fault).
+READ_FAULTS = {
+    "open_enoent": ("open", lambda p: _refuse_open(p, FileNotFoundError, 2)),
+    "open_eacces": ("open", lambda p: _refuse_open(p, PermissionError, 13)),
+    "fstat_fifo": ("fstat", _fstat_says_fifo),
+    "read_eio": ("read", _read_fails),
+}
+
+
+@pytest.mark.clause("FL-9")
+@pytest.mark.parametrize("fault", sorted(READ_FAULTS))
+def test_after_a_failed_read_the_next_content_is_delivered(rt, listener, vclock, tmp_path,
+                                                           monkeypatch, fault) -> None:
+    """A change whose read fails (the file vanishes or is refused at its open, a FIFO is
+    swapped in after the check, the read fails) is no read: the next content, delivered at
+    the next check, also where the file then shows the signature of the last read again (a
+    coarse file system, a rewrite back to the same size in place)."""
+    path = tmp_path / "c.json"
+    write_text(path, "v1")
+    cb = register(listener, vclock, path)
+    last_read = os.stat(path)
+    stat = FrozenStat(monkeypatch, path)
+    write_text(path, "v22")                                # a changed signature
+    name, make = READ_FAULTS[fault]
+    real = getattr(os, name)
+    monkeypatch.setattr(os, name, make(path))
+    poll(vclock)
+    monkeypatch.setattr(os, name, real)
+    assert cb.contents == ["v1"], f"{fault}: a failed read delivered {cb.contents[1:]} [FL-9]"
+    write_text(path, "v3")
+    stat.frozen = last_read                                # the last read's signature again
+    poll(vclock)
+    assert cb.contents == ["v1", "v3"], (
+        f"{fault}: after a check whose read failed, the next content, showing the stat "
+        f"signature of the last read, delivered {cb.contents[1:]} at the next check, "
+        f"expected ['v3'] [FL-9]")
+
+
+@pytest.mark.clause("FL-9")
+def test_after_a_directory_the_next_content_is_delivered(rt, listener, vclock, config_writer,
+                                                         monkeypatch) -> None:
+    """A file that replaces a directory at the path is delivered at the next check, also
+    where it shows the signature of the last read (a coarse file system)."""
+    config_writer.write(perf=40)
+    cb = register(listener, vclock, config_writer.path)
+    stat = FrozenStat(monkeypatch, config_writer.path)
+    stat.frozen = os.stat(config_writer.path)
+    config_writer.replace_with_directory()
+    poll(vclock)
+    config_writer.delete()
+    text = config_writer.write(perf=41)
+    poll(vclock)
+    assert cb.contents[1:] == [text], (
+        f"a file replacing a directory, showing the last read's stat signature, delivered "
+        f"{cb.contents[1:]} at the next check, expected its content [FL-9]")
 
 
 @pytest.mark.clause("FL-9")

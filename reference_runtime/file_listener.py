@@ -296,6 +296,7 @@ class FileListener:
             watch.signature = None
             return None
         except OSError as exc:
+            watch.signature = None
             self._problem(watch, f"cannot open ({exc.strerror or exc})")
             return None
         try:
