@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import contextlib
 import linecache
+import logging
 import threading
 import time
 
 import numpy as np
 import pytest
 
+from conformance.control_helpers import runtime_records
 from conformance.execution_helpers import (CPU, GPU, INTER_OP_PREFIX, OP_MANAGER_PREFIX, POST,
                                            Log, RecordingBackend, manager_threads,
                                            recording_action, run_in_thread, sim_runtime,
@@ -508,11 +510,15 @@ def test_a_failing_queued_op_count_fails_the_step(rt, refusing) -> None:
 
 
 @pytest.mark.clause("OPM-5")
-def test_a_failed_steps_first_error_outranks_a_failing_queued_op_count(rt, refusing) -> None:
+def test_a_failed_steps_first_error_outranks_a_failing_queued_op_count(rt, refusing,
+                                                                        caplog) -> None:
     """The step's last node fails, then set_executor_queued_op_num raises as the step
-    finishes: run raises the step's first error, not the later one."""
+    finishes: run raises the step's first error, not the later one, and the later one, which
+    that error does not carry, is logged as an error (its text in the record's message or in
+    its exception)."""
     m = refusing
     log = Log()
+    caplog.set_level(logging.ERROR)
 
     def fail(x):
         raise rt.InvalidArgumentError("planned failure of tail")
@@ -529,6 +535,13 @@ def test_a_failed_steps_first_error_outranks_a_failing_queued_op_count(rt, refus
         f"{error!r}, expected the step's first error, tail's InvalidArgumentError [OPM-5]")
     assert manager_threads() == [], \
         f"run() raised with manager threads alive: {manager_threads()} [OPM-5]"
+    logged = [r for r in runtime_records(caplog, rt, logging.ERROR)
+              if REFUSAL in r.getMessage()
+              or (r.exc_info and r.exc_info[1] is not None and REFUSAL in str(r.exc_info[1]))]
+    assert logged, (
+        f"set_executor_queued_op_num raised RuntimeError({REFUSAL!r}) after the step had "
+        f"failed; run raised the step's first error and no error record of the runtime "
+        f"carries the later one [OPM-5]")
 
 
 @pytest.mark.clause("OPM-3", "OPM-4")
