@@ -648,7 +648,14 @@ def _refuse_open(path, error: type[OSError], errno_: int):
 def _of_path(path, fd: int) -> bool:
     """``fd`` is open on the file at ``path`` now."""
     try:
-        return os.fstat(fd).st_ino == os.stat(path).st_ino
+        return os.path.samestat(os.fstat(fd), os.stat(path))
+    except OSError:
+        return False
+
+
+def _same_file(st: os.stat_result, path) -> bool:
+    try:
+        return os.path.samestat(st, os.stat(path))
     except OSError:
         return False
 
@@ -658,7 +665,7 @@ def _fstat_says_fifo(path):
 
     def fstat(fd, *args, **kwargs):
         st = real(fd, *args, **kwargs)
-        if st.st_ino == os.stat(path).st_ino:              # swapped in after the check
+        if _same_file(st, path):                           # swapped in after the check
             return os.stat_result((stat_module.S_IFIFO | 0o644,) + tuple(st)[1:],
                                   {"st_atime_ns": st.st_atime_ns, "st_mtime_ns": st.st_mtime_ns,
                                    "st_ctime_ns": st.st_ctime_ns})
