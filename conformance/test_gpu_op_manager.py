@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import contextlib
 import linecache
+import logging
 import threading
 import time
 
 import numpy as np
 import pytest
 
+from conformance.control_helpers import runtime_records
 from conformance.execution_helpers import (CPU, GPU, INTER_OP_PREFIX, OP_MANAGER_PREFIX, POST,
                                            Log, RecordingBackend, manager_threads,
                                            recording_action, run_in_thread, sim_runtime,
@@ -126,6 +128,39 @@ def assert_queued_launches(log: Log, names: list[str], t0: int, slot_us: int,
         f"the CPU node {cpu_tag!r} ran on {cpu_thread}, not the runner [OPM-2]"
 
 
+def run_gated_step(rt, managed, log: Log, tracer, checked: threading.Event, seen: list[bool],
+                   *, tail: bool) -> tuple[bool, dict]:
+    """Run the managed step c0 (CPU) -> g (GPU, queued on the manager) [-> tail (CPU), when
+    ``tail``: the step then ends off the manager thread] under ``tracer``, and close its
+    session. c0 waits until ``checked`` is set (the trace saw the manager thread check its
+    queue) and fails the step, instead of queueing g, when a check in ``seen`` ran without
+    the manager's condition held. Returns (run() returned within PROMPT_S, its outcome)."""
+    def c0():
+        checked.wait(PROMPT_S)
+        if not all(seen):
+            raise RuntimeError("the manager thread checked its queue without its condition")
+        return np.float32(1)
+
+    g = rt.Graph()
+    g.add_node("c0", "PyFunc", device=CPU, func=c0)
+    g.add_node("g", "PyFunc", ["c0"], device=GPU,
+               func=probe(log, "g", managed.clock, managed.rm))
+    if tail:
+        g.add_node("tail", "PyFunc", ["g"], device=CPU, func=lambda x: x)
+    s = managed.ctx.new_session(g)
+    managed.throttle(50, 1000)
+    threading.settrace(tracer)
+    try:
+        runner, out = run_in_thread(lambda: s.run(["tail" if tail else "g"]), "test-managed-run")
+        runner.join(PROMPT_S)
+        in_time = not runner.is_alive()
+    finally:
+        threading.settrace(None)  # type: ignore[arg-type]
+        s.close()                           # ends a step whose queued op nobody launches
+        runner.join(PROMPT_S)
+    return in_time, out
+
+
 # -- OPM-6: the shutdown's wake-up (first in the module: a shutdown that wakes the manager
 # thread without its condition fails every managed step, and one that the thread misses hangs
 # the next test's step for ever, so this test must fail first) --------------------------------
@@ -175,28 +210,9 @@ def test_shutdown_wakes_the_manager_thread_under_its_condition(rt, managed) -> N
             return shutdown_lines
         return None
 
-    def c0():
-        checked.wait(PROMPT_S)
-        if not all(checks):
-            raise RuntimeError("the manager thread checked its queue without its condition")
-        return np.float32(1)
-
     log = Log()
-    g = rt.Graph()
-    g.add_node("c0", "PyFunc", device=CPU, func=c0)
-    g.add_node("g", "PyFunc", ["c0"], device=GPU,
-               func=probe(log, "g", managed.clock, managed.rm))   # the step ends on the manager
-    s = managed.ctx.new_session(g)
-    managed.throttle(50, 1000)
-    threading.settrace(tracer)
-    try:
-        runner, out = run_in_thread(lambda: s.run(["g"]), "test-managed-run")
-        runner.join(PROMPT_S)
-        in_time = not runner.is_alive()
-    finally:
-        threading.settrace(None)  # type: ignore[arg-type]
-        s.close()                           # ends a step whose queued op nobody launches
-        runner.join(PROMPT_S)
+    # no CPU tail: the step ends on the manager thread
+    in_time, out = run_gated_step(rt, managed, log, tracer, checked, checks, tail=False)
     if not checks or not writes:
         pytest.skip("the check follows the reference's design (GpuOpManager._run reading "
                     "_queue, shutdown setting _terminate); this runtime ran no such line")
@@ -252,29 +268,8 @@ def test_the_manager_thread_waits_for_its_first_op_under_its_condition(rt, manag
             return lines
         return None
 
-    def c0():
-        checked.wait(PROMPT_S)
-        if not all(seen):
-            raise RuntimeError("the manager thread checked its queue without its condition")
-        return np.float32(1)
-
     log = Log()
-    g = rt.Graph()
-    g.add_node("c0", "PyFunc", device=CPU, func=c0)
-    g.add_node("g", "PyFunc", ["c0"], device=GPU,
-               func=probe(log, "g", managed.clock, managed.rm))
-    g.add_node("tail", "PyFunc", ["g"], device=CPU, func=lambda x: x)   # ends off the manager
-    s = managed.ctx.new_session(g)
-    managed.throttle(50, 1000)
-    threading.settrace(tracer)
-    try:
-        runner, out = run_in_thread(lambda: s.run(["tail"]), "test-managed-run")
-        runner.join(PROMPT_S)
-        in_time = not runner.is_alive()
-    finally:
-        threading.settrace(None)  # type: ignore[arg-type]
-        s.close()                           # ends a step whose queued op nobody launches
-        runner.join(PROMPT_S)
+    in_time, out = run_gated_step(rt, managed, log, tracer, checked, seen, tail=True)
     if not seen:
         pytest.skip("the check follows the reference's design (GpuOpManager._run reading "
                     "_queue); this runtime ran no such line")
@@ -515,11 +510,15 @@ def test_a_failing_queued_op_count_fails_the_step(rt, refusing) -> None:
 
 
 @pytest.mark.clause("OPM-5")
-def test_a_failed_steps_first_error_outranks_a_failing_queued_op_count(rt, refusing) -> None:
+def test_a_failed_steps_first_error_outranks_a_failing_queued_op_count(rt, refusing,
+                                                                        caplog) -> None:
     """The step's last node fails, then set_executor_queued_op_num raises as the step
-    finishes: run raises the step's first error, not the later one."""
+    finishes: run raises the step's first error, not the later one, and the later one, which
+    that error does not carry, is logged as an error (its text in the record's message or in
+    its exception)."""
     m = refusing
     log = Log()
+    caplog.set_level(logging.ERROR)
 
     def fail(x):
         raise rt.InvalidArgumentError("planned failure of tail")
@@ -536,6 +535,13 @@ def test_a_failed_steps_first_error_outranks_a_failing_queued_op_count(rt, refus
         f"{error!r}, expected the step's first error, tail's InvalidArgumentError [OPM-5]")
     assert manager_threads() == [], \
         f"run() raised with manager threads alive: {manager_threads()} [OPM-5]"
+    logged = [r for r in runtime_records(caplog, rt, logging.ERROR)
+              if REFUSAL in r.getMessage()
+              or (r.exc_info and r.exc_info[1] is not None and REFUSAL in str(r.exc_info[1]))]
+    assert logged, (
+        f"set_executor_queued_op_num raised RuntimeError({REFUSAL!r}) after the step had "
+        f"failed; run raised the step's first error and no error record of the runtime "
+        f"carries the later one [OPM-5]")
 
 
 @pytest.mark.clause("OPM-3", "OPM-4")

@@ -508,6 +508,28 @@ def test_the_warning_describes_the_rejected_value(rt, managed, caplog, kind) -> 
 
 
 @pytest.mark.clause("RM-5")
+def test_a_short_number_is_described_by_its_literal_alone(rt, managed, caplog) -> None:
+    """Two fractions rejected for the same reason: a number is described by its literal
+    (RM-5), and a short literal is no excerpt (RM-21 cuts long texts only), so the warning
+    for ``40.25`` is the warning for ``40.5`` with the one literal in place of the other (a
+    short literal marked as cut, with its length, differs in more than the literal)."""
+    rm, writer = managed
+    caplog.set_level(logging.WARNING)
+    reasons = []
+    for literal in ("40.5", "40.25"):
+        caplog.clear()
+        assert rm.parse_manage_info_from_json('{"perfControl": %s}' % literal) is False, \
+            f"perfControl {literal} was accepted [RM-5]"
+        recs = runtime_records(caplog, rt, containing=str(writer.path))
+        assert len(recs) == 1, f"perfControl {literal} logged {len(recs)} warnings [RM-5]"
+        reasons.append(recs[0].getMessage().replace(str(writer.path), "<path>"))
+    assert names_identifier(reasons[0], "40.5") \
+        and reasons[1] == reasons[0].replace("40.5", "40.25"), (
+        f"the warnings for perfControl 40.5 and 40.25 differ in more than the literal: "
+        f"{reasons[0][:300]!r} and {reasons[1][:300]!r} [RM-5]")
+
+
+@pytest.mark.clause("RM-5")
 def test_torn_write_then_completion(rt, managed, vclock, caplog) -> None:
     rm, writer = managed
     deliver(lambda: writer.write(GOOD), vclock)

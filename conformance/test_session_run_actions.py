@@ -170,6 +170,25 @@ def test_get_action_exact_match(rt) -> None:
     assert reg.get_action(1, 3, "Other") is other, "[REG-4]"
 
 
+@pytest.mark.clause("REG-4")
+def test_get_action_skips_an_action_without_a_name(rt) -> None:
+    """An action with ``run_action`` and no ``name`` attribute has no name: no name, the
+    empty one included, finds it; a named action after it at the same phase is found."""
+    class Nameless:
+        def run_action(self, options) -> None:
+            pass
+
+    reg = rt.SessionRunActionRegistry()
+    nameless, named = Nameless(), Recorder(rt, [], 1)
+    named.name = ""
+    reg.register(1, 2, nameless)
+    assert reg.get_action(1, 2, "") is None, \
+        "get_action(POST, 2, '') found an action that has no name attribute [REG-4]"
+    reg.register(1, 2, named)
+    assert reg.get_action(1, 2, "") is named, \
+        "get_action(POST, 2, '') did not find the action named '' [REG-4]"
+
+
 @pytest.mark.clause("REG-5")
 def test_duplicates_run_once_per_registration(rt) -> None:
     reg, log = rt.SessionRunActionRegistry(), []

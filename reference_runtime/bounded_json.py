@@ -54,10 +54,12 @@ class JSONNumber:
         return Decimal(self.text)
 
     def __str__(self) -> str:
-        """The literal, cut as ``log_text.quote`` cuts a text from outside (RM-21)."""
-        if len(self.text) <= QUOTE_CHARS:
-            return self.text
-        return f"{self.text[:QUOTE_CHARS]}...({len(self.text)} characters)"
+        """The literal, cut as ``log_text.quote`` cuts a text from outside (RM-21): whole
+        when its first ``QUOTE_CHARS`` characters are all of it."""
+        head = self.text[:QUOTE_CHARS]
+        if head == self.text:
+            return head
+        return f"{head}...({len(self.text)} characters)"
 
     def __repr__(self) -> str:
         return f"JSONNumber({str(self)!r})"

@@ -11,14 +11,11 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Protocol, runtime_checkable
+from typing import Protocol
 
 __all__ = ["Clock", "RealClock", "REAL_CLOCK"]
 
-_LONGEST_WAIT_S = min(threading.TIMEOUT_MAX, 86_400.0 * 365)   # one wait of a longer one
 
-
-@runtime_checkable
 class Clock(Protocol):
     """Time source and waiting primitive of the runtime."""
 
@@ -49,7 +46,7 @@ class Clock(Protocol):
 class RealClock:
     """The process's real clocks: ``time.monotonic_ns`` and ``time.time``.
 
-    Waits of any length are accepted: ``threading`` and ``time.sleep`` refuse timeouts above
+    Waits of any length are accepted: ``threading`` refuses timeouts above
     ``threading.TIMEOUT_MAX`` (about 292 years) with ``OverflowError``, so a longer wait is
     made of waits of at most that length (a poll interval of 1e10 s is a valid, if useless,
     setting and must not kill the thread that waits).
@@ -69,18 +66,12 @@ class RealClock:
             left_s = (deadline_ns - time.monotonic_ns()) / 1e9
             if left_s <= 0:
                 return event.is_set()
-            if event.wait(min(left_s, _LONGEST_WAIT_S)):
+            if event.wait(min(left_s, threading.TIMEOUT_MAX)):   # a piece of a longer wait
                 return True
 
     def sleep_us(self, duration_us: int, cancel: threading.Event | None = None) -> bool:
-        if duration_us <= 0:
-            return not (cancel is not None and cancel.is_set())
-        if cancel is not None:
-            return not self.wait(cancel, duration_us)
-        deadline_ns = time.monotonic_ns() + int(duration_us) * 1000
-        while (left_s := (deadline_ns - time.monotonic_ns()) / 1e9) > 0:
-            time.sleep(min(left_s, _LONGEST_WAIT_S))
-        return True
+        # A sleep is a wait on ``cancel``, or on an event nobody sets: one deadline rule.
+        return not self.wait(cancel if cancel is not None else threading.Event(), duration_us)
 
     def __repr__(self) -> str:
         return "RealClock()"

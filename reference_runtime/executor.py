@@ -156,8 +156,8 @@ class ExecutorImpl:
             self.items[ids[node_name]].fetches.setdefault(slot, []).append(f)
         self.roots = [it.id for it in self.items if it.num_in_edges == 0]
         self.num_gpu_nodes = sum(1 for it in self.items if it.is_gpu)
-        self.gpu_devices = list({id(it.device): it.device
-                                 for it in self.items if it.is_gpu}.values())
+        self.gpu_devices = {id(it.device): it.device     # each GPU once, a fresh view
+                            for it in self.items if it.is_gpu}.values()
 
     def run(self, *, feeds: dict[str, np.ndarray], runner: Runner,
             resources: SessionResources, clock: Clock, resource_management: Any,

@@ -31,6 +31,7 @@ import os
 import stat as stat_module
 import threading
 import time
+import weakref
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -112,7 +113,9 @@ class FileListener:
         self._thread: threading.Thread | None = None
         self._stop: threading.Event | None = None
         self._stopped: list[threading.Thread] = []     # stopped threads not joined yet
-        self._given_up: set[threading.Thread] = set()  # not ended within CLOSE_TIMEOUT_S
+        # not ended within CLOSE_TIMEOUT_S; weak: a thread that ended and was dropped from
+        # _stopped is forgotten here too
+        self._given_up: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
         self._activity: dict[threading.Thread, str] = {}   # what each monitor thread does
 
     # -- public API ------------------------------------------------------------------
@@ -184,7 +187,6 @@ class FileListener:
     def _start_locked(self) -> None:
         if self._thread is not None:
             return
-        self._stopped = [t for t in self._stopped if t.is_alive()]
         stop = threading.Event()
         thread = threading.Thread(target=self._monitor, args=(stop,), name=THREAD_NAME,
                                   daemon=True)
@@ -218,8 +220,7 @@ class FileListener:
                           "close (it is %s); it ends when that call returns and delivers "
                           "nothing more", CLOSE_TIMEOUT_S, doing)
         with self._lock:
-            self._stopped = [t for t in self._stopped if t.is_alive()]
-            self._given_up = {t for t in self._given_up if t.is_alive()}
+            self._stopped = [t for t in self._stopped if t.is_alive()]   # joined: dropped
 
     def _doing(self, what: str | None) -> None:
         """Record what the calling monitor thread is doing (named if close() gives up)."""

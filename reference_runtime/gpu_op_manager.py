@@ -59,8 +59,10 @@ class GpuOpManager:
         self._aborted = False
         self.num_queued = 0                       # ops queued so far in this step
         suffix = f"{label}-{next(_ids)}" if label else str(next(_ids))
-        self._thread = threading.Thread(target=self._run, name=f"{THREAD_NAME_PREFIX}-{suffix}",
-                                        daemon=True)
+        # Not a daemon, as the session's pool threads are not: the end of the step joins it
+        # (OPM-6), and a daemon thread still in a kernel at interpreter shutdown is stopped
+        # wherever it is, a device call included.
+        self._thread = threading.Thread(target=self._run, name=f"{THREAD_NAME_PREFIX}-{suffix}")
         self._thread.start()
 
     def enqueue(self, op: QueuedOp) -> None:

@@ -91,7 +91,7 @@ class Graph:
             placed = canonical_device_name(device)
         except GraphError as exc:
             raise GraphError(f"add_node({name!r}, {op!r}): {exc}") from None
-        node = Node(name, op, tuple(data), tuple(control), placed, dict(attrs))
+        node = Node(name, op, tuple(data), tuple(control), placed, attrs)   # **attrs: a fresh dict
         self._nodes[name] = node
         return name
 

@@ -232,7 +232,7 @@ def _axis(attrs: dict) -> Any:
 
 @register_kernel("NoOp", num_outputs=0, is_expensive=False)
 def _no_op(ctx: OpKernelContext) -> None:
-    return None
+    """Nothing to compute: the node only orders its control inputs."""
 
 
 @register_kernel("Const", is_expensive=False)

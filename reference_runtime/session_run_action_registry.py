@@ -99,8 +99,8 @@ class SessionRunActionRegistry:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        # grouping -> phase -> actions in registration order
-        self._groups: dict[Grouping, dict[int, list[Any]]] = {g: {} for g in Grouping}
+        # grouping -> (phase, action) registrations in registration order
+        self._groups: dict[Grouping, list[tuple[int, Any]]] = {g: [] for g in Grouping}
         # grouping -> flattened (phase, action) tuples in run order; replaced on change
         self._snapshots: dict[Grouping, tuple[tuple[int, Any], ...]] = {g: () for g in Grouping}
 
@@ -111,7 +111,7 @@ class SessionRunActionRegistry:
             raise TypeError(f"register({g.name}, {p}, {action!r}): not a SessionRunAction "
                             f"(no run_action method)")
         with self._lock:
-            self._groups[g].setdefault(p, []).append(action)
+            self._groups[g].append((p, action))
             self._rebuild(g)
         log.debug("registered session run action %s at %s/%d",
                   getattr(action, "name", action), g.name, p)
@@ -120,19 +120,17 @@ class SessionRunActionRegistry:
         """Remove the first registration of this very object; False when absent."""
         g, p = _grouping(grouping), _phase(phase)
         with self._lock:
-            actions = self._groups[g].get(p, [])
-            for i, a in enumerate(actions):
-                if a is action:
-                    del actions[i]
-                    if not actions:
-                        del self._groups[g][p]
+            registrations = self._groups[g]
+            for i, (q, a) in enumerate(registrations):
+                if q == p and a is action:
+                    del registrations[i]
                     self._rebuild(g)
                     return True
         return False
 
     def _rebuild(self, g: Grouping) -> None:
-        phases = self._groups[g]
-        self._snapshots[g] = tuple((p, a) for p in sorted(phases) for a in phases[p])
+        # Ascending phase; a stable sort keeps registration order within a phase.
+        self._snapshots[g] = tuple(sorted(self._groups[g], key=lambda entry: entry[0]))
 
     def run_grouping(self, grouping: Grouping | int, options: SessionRunActionOptions) -> None:
         """Run every action of ``grouping``; the first exception stops and propagates."""

@@ -24,6 +24,6 @@ _forks.patch_source(_registry.SessionRunActionRegistry, "run_grouping", (
     "        g = _grouping(grouping)\n"
     "        for phase in sorted({p for p, _ in snapshot}):\n"
     "            with self._lock:                          # the fork: read when reached\n"
-    "                actions = list(self._groups[g].get(phase, ()))\n"
+    "                actions = [a for q, a in self._groups[g] if q == phase]\n"
     "            for action in actions:\n"
     "                action.run_action(options)\n"))

@@ -1,7 +1,7 @@
 """Breaks REG-2 (phase order): a grouping runs its phases in descending order.
 
-``SessionRunActionRegistry._rebuild`` flattens the phases with ``sorted(phases,
-reverse=True)``: within a phase registration order is kept, but phase 2 (resource
+``SessionRunActionRegistry._rebuild`` sorts the registrations by phase with
+``reverse=True`` (a stable sort): within a phase registration order is kept, but phase 2 (resource
 management) runs before phase 1 (statistics), as a fork iterating its ``std::map`` with
 ``rbegin()`` would.
 """
@@ -23,5 +23,5 @@ ALSO_BREAKS = {"REG-8": "REG-8's registration made during a run at a phase still
 
 _forks.log_as(__name__)
 _forks.patch_source(_registry.SessionRunActionRegistry, "_rebuild", (
-    "for p in sorted(phases)",
-    "for p in sorted(phases, reverse=True)"))                      # the fork
+    "key=lambda entry: entry[0])",
+    "key=lambda entry: entry[0], reverse=True)"))                      # the fork
