@@ -61,6 +61,21 @@ def test_another_failure_differs_from_both() -> None:
                         "note": "differs from both the specification and AntMan 1.15"}
 
 
+def test_a_load_bound_failure_is_recognised_by_its_clause_whatever_its_message() -> None:
+    """A CPU-time test AntMan fails: the pin saw one check give out (the CPU-time bound),
+    a slower machine another (the test's time limit); both are AntMan's failure. On
+    another clause it still differs from both."""
+    data = pins()
+    data["deviations"]["D-DEVICE-1"]["failures"][NODE]["load_bound"] = True
+    timeout = "Failed: Timeout (>300.0s) from pytest-timeout."
+    seen = recognition.annotate(report(NODE, timeout), data)["tests"][0]["antman"]
+    assert seen["verdict"] == recognition.SAME and seen["deviations"] == ["D-DEVICE-1"]
+    other = recognition.annotate(report(NODE, timeout, clause="DEVICE-6"), data)
+    assert other["tests"][0]["antman"]["verdict"] == recognition.DIFFERS
+    plain = recognition.annotate(report(NODE, timeout), pins())["tests"][0]["antman"]
+    assert plain["verdict"] == recognition.DIFFERS, "only a load-bound pin matches any message"
+
+
 def test_a_failure_only_every_switch_together_makes_is_recognised_as_antman_as_shipped(
         ) -> None:
     # No switch alone fails the test; the run with every switch on (the whole suite) did.

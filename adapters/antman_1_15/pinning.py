@@ -217,14 +217,19 @@ def _record(run: Run, clauses: Iterable[str] | None = None,
                 else load_bound(nodeid, f) and not keep & set(f["clauses"])):
             slow.append(nodeid)
             continue
-        out[nodeid] = _described(f)
+        out[nodeid] = _described(f, load_bound(nodeid, f))
     return out, slow
 
 
-def _described(failure: dict[str, Any]) -> dict[str, Any]:
-    """A failure as the pin keeps it: outcome, clauses and patterns of its messages."""
-    return {"outcome": failure["outcome"], "clauses": failure["clauses"],
-            "patterns": sorted({message_pattern(m) for m in failure["messages"]})}
+def _described(failure: dict[str, Any], bound: bool = False) -> dict[str, Any]:
+    """A failure as the pin keeps it: outcome, clauses and patterns of its messages; a
+    load-bound one (``bound``) is marked so, for its message depends on the machine (a
+    document read past the CPU-time bound here runs out of the test's time there)."""
+    described = {"outcome": failure["outcome"], "clauses": failure["clauses"],
+                 "patterns": sorted({message_pattern(m) for m in failure["messages"]})}
+    if bound:
+        described["load_bound"] = True
+    return described
 
 
 def generate(ids: Iterable[str], *, all_on: bool, jobs: int, base: Path,
@@ -283,7 +288,7 @@ def document(results: dict[str, Run], previous: dict[str, Any] | None) -> dict[s
                   "only_together": sorted(set(kept) - pinned),
                   # how the timed-out and load-sensitive ones failed: not pinned as a set
                   # (the machine decides whether they fail), but recognised when they do
-                  "unstable": {n: _described(every[n]) for n in slow}}
+                  "unstable": {n: _described(every[n], True) for n in slow}}
     else:
         all_on = dict((previous or {}).get("all_on", {"modules": [], "failures": {},
                                                       "timed_out": []}))
