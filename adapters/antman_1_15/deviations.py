@@ -231,15 +231,17 @@ DEVIATIONS: tuple[Deviation, ...] = (
               "the registry has no locking and a run iterates the live map, so an action "
               "registered during a run runs in it",
               ((REG, "        for _, action in snapshot:\n            action.run_action(options)\n",
-                     "        phases = self._groups[_grouping(grouping)]   # AntMan: the live std::map\n"
+                     "        regs = self._groups[_grouping(grouping)]   # AntMan: the live std::map\n"
                      "        p = None\n"
                      "        while True:                         # an iterator: later phases added now are seen\n"
-                     "            later = [q for q in phases if p is None or q > p]\n"
+                     "            later = [q for q, _ in regs if p is None or q > p]\n"
                      "            if not later:\n"
                      "                break\n"
-                     "            p = min(later)\n"
-                     "            actions, i = phases.get(p, []), 0\n"
-                     "            while i < len(actions):             # the live vector\n"
+                     "            p, i = min(later), 0\n"
+                     "            while True:                         # the live vector of phase p\n"
+                     "                actions = [a for q, a in regs if q == p]\n"
+                     "                if i >= len(actions):\n"
+                     "                    break\n"
                      "                actions[i].run_action(options)\n"
                      "                i += 1\n"),),
               modules=("conformance/test_session_run_actions.py",)),
