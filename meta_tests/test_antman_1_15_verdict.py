@@ -22,6 +22,7 @@ meta-test runs forks.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -162,6 +163,21 @@ def test_each_switch_fails_its_own_clauses(ident: str) -> None:
                        f"reason, or fix the test that blames it")
     unused = set(d.also) - {c for f in failures.values() for c in f["clauses"]}
     assert not unused, f"{ident}: also={sorted(unused)} no longer fail: remove them"
+
+
+#: Errors of Python itself, not of a behaviour AntMan's C++ has: a switch whose pinned failure
+#: is one of these patches code the reference no longer has in that shape (its anchor still
+#: matched, its body did not), and its run fails everything for that reason alone.
+PATCH_ERRORS = re.compile(r"(AttributeError|NameError|UnboundLocalError)\b")
+
+
+@pytest.mark.parametrize("ident", [d.id for d in SWITCHES])
+def test_no_switch_fails_by_a_patch_that_no_longer_fits(ident: str) -> None:
+    broken = {n: p for n, f in DATA["deviations"][ident]["failures"].items()
+              for p in f["patterns"] if PATCH_ERRORS.search(p.replace("\\", ""))}
+    assert not broken, (f"{ident}'s pinned failures are Python errors of its own patch, not "
+                        f"AntMan's behaviour: {dict(list(broken.items())[:3])}; fix the patch "
+                        f"to the reference's code, then regenerate with {pinning.COMMAND}")
 
 
 def test_the_pin_and_a_later_run_set_apart_the_same_failures() -> None:
