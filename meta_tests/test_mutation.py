@@ -828,11 +828,13 @@ def test_an_untagged_kill_is_blamed_on_the_tests_only_clause(tmp_path: Path) -> 
         ("test_session", "test_the_context_keeps_its_sessions_under_its_lock[close]",
          "failure", "AssertionError: boom [SESS-1]"): "SESS-1",
         ("test_executor", "test_a_run_of_a_deep_graph_of_diamonds_ends", "failure",
+         "Failed: Timeout (&gt;45.0s) from pytest-timeout."): "EXEC-10",
+        ("test_session_run_actions", "test_phases_have_no_bound", "failure",
          "Failed: Timeout (&gt;45.0s) from pytest-timeout."): None,
         ("test_nowhere", "test_x", "failure", "no tag"): None,
     }
-    assert marked_clauses("conformance.test_executor::test_a_run_of_a_deep_graph_of_diamonds_ends"
-                          ) == ("SESS-3", "EXEC-10")
+    assert marked_clauses("conformance.test_session_run_actions::test_phases_have_no_bound"
+                          ) == ("REG-5", "REG-2")
     for (module, test, kind, msg), clause in cases.items():
         junit = tmp_path / "junit.xml"
         junit.write_text("<testsuites><testsuite>"
