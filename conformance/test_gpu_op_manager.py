@@ -496,7 +496,7 @@ def test_a_failing_queued_op_count_fails_the_step(rt, refusing) -> None:
         f"{alloc.get_stats().bytes_in_use - before} bytes still in use on {GPU} after the step "
         f"whose queued-op count failed [OPM-5]")
     assert manager_threads() == [], \
-        f"run() raised with manager threads alive: {manager_threads()} [OPM-5]"
+        f"run() raised with its manager thread not joined: {manager_threads()} [OPM-6]"
     assert m.post.snapshot() == [], \
         f"POST actions ran after the step failed: {m.post.snapshot()} [OPM-5]"
     m.rm.refuse = False
@@ -534,7 +534,7 @@ def test_a_failed_steps_first_error_outranks_a_failing_queued_op_count(rt, refus
         f"a step failed at its tail, then set_executor_queued_op_num raised: run raised "
         f"{error!r}, expected the step's first error, tail's InvalidArgumentError [OPM-5]")
     assert manager_threads() == [], \
-        f"run() raised with manager threads alive: {manager_threads()} [OPM-5]"
+        f"run() raised with its manager thread not joined: {manager_threads()} [OPM-6]"
     logged = [r for r in runtime_records(caplog, rt, logging.ERROR)
               if REFUSAL in r.getMessage()
               or (r.exc_info and r.exc_info[1] is not None and REFUSAL in str(r.exc_info[1]))]
