@@ -213,7 +213,7 @@ class ExecutorState:
             raise self._status
         self._sync_gpus()   # TF Finish with sync_on_finish: GPU work is in the step (EXEC-14)
         # A step without error ran every node it needs, so every fetch was set (_propagate).
-        return list(self.fetch_values)  # type: ignore[arg-type]
+        return self.fetch_values  # type: ignore[return-value]
 
     def _sync_gpus(self) -> None:
         """Wait until every GPU the step placed a node on has finished its queued work."""
