@@ -808,6 +808,36 @@ def test_size_limit_is_inclusive(rt, vclock, config_writer, caplog) -> None:
 
 
 @pytest.mark.clause("FL-9")
+def test_a_file_above_the_size_limit_is_not_opened_again_unchanged(rt, vclock, config_writer,
+                                                                  monkeypatch) -> None:
+    """The check that finds a file above ``max_file_bytes`` counts as its read (FL-3): the
+    next checks, 1, 2 and 3 s later with the file unchanged, do not open it again."""
+    opened: list[str] = []
+    real_open = os.open
+
+    def counting_open(p, *args, **kwargs):
+        if isinstance(p, (str, os.PathLike)) and os.fspath(p) == str(config_writer.path):
+            opened.append(os.fspath(p))
+        return real_open(p, *args, **kwargs)
+
+    with rt.FileListener(clock=vclock, max_file_bytes=4096) as fl:
+        config_writer.write(perf=40)
+        cb = register(fl, vclock, config_writer.path)
+        config_writer.write_large(perf=50, size=8192)
+        poll(vclock)                                       # finds the file above the limit
+        monkeypatch.setattr(os, "open", counting_open)
+        try:
+            poll(vclock, 3)
+        finally:
+            monkeypatch.undo()
+        assert len(cb.calls) == 1, "a file above max_file_bytes was delivered [FL-9]"
+        assert opened == [], (
+            f"a file above max_file_bytes, unchanged since the check that found it so, was "
+            f"opened {len(opened)} times by the next 3 checks, within the content check "
+            f"interval, expected 0 [FL-9]")
+
+
+@pytest.mark.clause("FL-9")
 def test_default_size_limit_is_64_mib(rt, vclock, tmp_path) -> None:
     """Without ``max_file_bytes`` the limit is 64 MiB, inclusive: a (sparse) file of NUL
     bytes, valid UTF-8, of exactly 64 MiB is delivered, one of 64 MiB + 1 byte is not."""

@@ -222,6 +222,28 @@ def test_bad_names_and_missing_feeds(rt, ctx) -> None:
 
 
 @pytest.mark.clause("SESS-2")
+@pytest.mark.parametrize("dtype", ["int32", "int64"])   # TF names them so too
+def test_missing_feed_names_the_placeholder_dtype(rt, ctx, dtype: str) -> None:
+    """The error of a needed Placeholder that is not fed names its ``dtype`` after the
+    placeholder (TF: "... placeholder tensor 'p' with dtype int32")."""
+    g = rt.Graph()
+    g.add_node("p", "Placeholder", device=CPU, dtype=dtype)
+    g.add_node("use", "Identity", ["p"], device=CPU)
+    s = ctx.new_session(g)
+    try:
+        s.run(["use"])
+    except rt.InvalidArgumentError as exc:
+        message = str(exc)
+    else:
+        pytest.fail(f"an unfed Placeholder of dtype {dtype} did not raise InvalidArgumentError "
+                    f"[SESS-2]")
+    head = "You must feed a value for placeholder tensor 'p'"
+    assert head in message and names_identifier(message.split(head, 1)[1], dtype), (
+        f"an unfed Placeholder of dtype {dtype} raised {message!r}, expected "
+        f"{head!r} then its dtype {dtype!r} [SESS-2]")
+
+
+@pytest.mark.clause("SESS-2")
 @pytest.mark.parametrize("args", [
     ([""], FEED), (["out"], {"": FEED["x"]}), (["out"], FEED, [""]),
     (["out:\uff11"], FEED), (["out:\u00b2"], FEED), (["out: 1"], FEED), (["out "], FEED),

@@ -126,9 +126,7 @@ def loads(text: str, *, max_depth: int, max_values: int) -> Any:
         else:
             m = _NUMBER.match(text, pos)
             if m is not None:
-                # Inside a container too deep to build, only the syntax matters.
-                value = JSONNumber(m.group()) if not stack or stack[-1][0] is not None \
-                    else None
+                value = JSONNumber(m.group())   # dropped below inside a container not built
                 pos = m.end()
             else:
                 for word, constant in _LITERALS:

@@ -117,10 +117,6 @@ class DirectSession:
         return self._registry
 
     @property
-    def clock(self) -> Clock:
-        return self._clock
-
-    @property
     def closed(self) -> bool:
         return self._closed
 

@@ -212,7 +212,8 @@ class ExecutorState:
         if self._status is not None:
             raise self._status
         self._sync_gpus()   # TF Finish with sync_on_finish: GPU work is in the step (EXEC-14)
-        return [v if v is not None else np.empty(0) for v in self.fetch_values]
+        # A step without error ran every node it needs, so every fetch was set (_propagate).
+        return self.fetch_values  # type: ignore[return-value]
 
     def _sync_gpus(self) -> None:
         """Wait until every GPU the step placed a node on has finished its queued work."""
@@ -344,15 +345,14 @@ class ExecutorState:
 
     # -- running one node -------------------------------------------------------------------
     def _run_node(self, item: NodeItem) -> tuple[OpError | None, list[int]]:
-        inputs = self._inputs[item.id]
-        buffers: list[Buffer] = [b for b in inputs if b is not None]
+        # A node runs once every producer propagated to it (a failed one aborts the step, and
+        # its consumers are skipped), so each of its input slots holds a buffer.
+        buffers: list[Buffer] = [b for b in self._inputs[item.id] if b is not None]
         ctx = OpKernelContext(node=item.node, device=item.device, inputs=buffers,
                               step=self.step, resources=self.resources, feeds=self.feeds,
                               num_outputs=item.num_outputs)
         error: OpError | None = None
         try:
-            if len(buffers) != len(inputs):
-                raise InvalidArgumentError(f"node {item.name!r}: missing input")
             if item.cost_us:
                 if not self.clock.sleep_us(item.cost_us, self._abort):
                     raise CancelledError("step aborted during the kernel's compute time")

@@ -83,8 +83,7 @@ def _kind(mode: int) -> str:
 
 # Opening never blocks (a FIFO or a device swapped in after the check), never makes a
 # terminal the controlling one, and the descriptor is not inherited by child processes.
-_OPEN_FLAGS = (os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
-               | getattr(os, "O_CLOEXEC", 0))
+_OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC     # POSIX
 _READ_CHUNK = 1 << 20
 
 

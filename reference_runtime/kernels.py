@@ -248,7 +248,6 @@ def _const(ctx: OpKernelContext) -> None:
 def _check_shape(ctx: OpKernelContext, value: np.ndarray, shape: Any) -> None:
     if shape is None:
         return
-    shape = tuple(shape)
     ok = len(shape) == value.ndim and all(
         s is None or s == -1 or s == v for s, v in zip(shape, value.shape))
     if not ok:
@@ -314,7 +313,7 @@ def _apply_gradient_descent(ctx: OpKernelContext) -> None:
     if tuple(var.shape) != tuple(delta.shape):
         raise ctx.invalid(f"var and delta shapes differ: {list(var.shape)} vs "
                           f"{list(delta.shape)}")
-    if getattr(alpha, "ndim", 0) != 0:
+    if alpha.ndim != 0:                   # an input is always an array
         raise ctx.invalid(f"alpha is not a scalar: shape {list(alpha.shape)}")
     _subtract_scaled(ctx.xp, var, alpha, delta)
     ctx.forward_input(0, 0)
