@@ -319,13 +319,13 @@ def _resolve(path: str) -> str:
         try:
             st = os.lstat(candidate)
         except (FileNotFoundError, NotADirectoryError):
-            return os.path.normpath(os.path.join(candidate, *pending[::-1]))
+            return os.path.normpath(os.path.join(candidate, *reversed(pending)))
         if not stat_module.S_ISLNK(st.st_mode):
             resolved = candidate
             continue
         hops += 1
         if hops > _MAX_SYMLINK_HOPS:
-            return os.path.normpath(os.path.join(candidate, *pending[::-1]))
+            return os.path.normpath(os.path.join(candidate, *reversed(pending)))
         _check_protected(candidate, st, resolved)
         link = os.readlink(candidate)
         if os.path.isabs(link):
