@@ -118,6 +118,30 @@ def test_chain_of_symlinks_is_followed(rt, runtimes, tmp_path) -> None:
         f"({problems}): {text[:200]!r} [STAT-9]")
 
 
+@pytest.mark.clause("STAT-9")
+def test_chain_of_symlinks_longer_than_the_kernel_follows_is_not_followed(rt, runtimes,
+                                                                          tmp_path) -> None:
+    """41 symlinks, each to the next, the last to a file: one more than the kernel follows
+    (40), so the path is a symlink that does not resolve; the file at the end is not
+    written and no symlink of the chain is replaced."""
+    target = tmp_path / "status-target.json"
+    links = [tmp_path / f"link-{i:02d}" for i in range(41)]
+    for link, to in zip(links, links[1:] + [target]):
+        os.symlink(to, link)
+    target.write_text("previous content\n", encoding="utf-8")
+    try:
+        open(links[0], encoding="utf-8").close()
+        pytest.skip("this kernel follows a chain of 41 symlinks")
+    except OSError:
+        pass
+    dump_once(rt, runtimes(), links[0])
+    assert all(os.path.islink(link) for link in links), \
+        "a dump replaced a symlink of a chain of 41 at the status path [STAT-9]"
+    assert target.read_text(encoding="utf-8") == "previous content\n", (
+        "a dump followed a chain of 41 symlinks, one more than the kernel follows, and "
+        "replaced the file at its end [STAT-9]")
+
+
 SWEEP_WAIT_S = 20.0        # bound on a first dump beside a FIFO (generous under load; a sweep
                            # that waits on the FIFO never ends by itself: no speed check)
 SWEPT_AT_MOST = 50         # temporaries removed before their lock in a row (a bound for forks
@@ -421,6 +445,28 @@ def test_special_file_of_the_temporary_name_form_is_not_swept(rt, runtimes, tmp_
         f"the first dump removed or replaced the {kind} named {special.name} [STAT-10]"
     assert validate_status(json.loads(path.read_text(encoding="utf-8"))) == [], \
         f"the first dump beside a {kind} named {special.name} wrote no statistics [STAT-8]"
+
+
+@pytest.mark.clause("STAT-10")
+def test_stale_temporaries_among_directories_of_the_name_form_are_all_removed(
+        rt, runtimes, tmp_path) -> None:
+    """Ten directories of the temporary name form, made between ten temporaries of dead
+    writers: whatever order the directory lists them in, the first dump keeps every
+    directory and removes every temporary (a sweep that stops at the first file that is not
+    a regular file leaves the temporaries listed after it)."""
+    directories, stale = [], []
+    for i in range(10):
+        directories.append(tmp_path / f".{NAME}.directory-{i}.tmp")
+        directories[-1].mkdir()
+        stale.append(tmp_path / f".{NAME}.dead-{i}.tmp")
+        stale[-1].write_text("x", encoding="utf-8")
+    dump_once(rt, runtimes(), tmp_path / NAME)
+    assert all(d.is_dir() for d in directories), \
+        "the first dump removed a directory named as a temporary file [STAT-10]"
+    left = [p.name for p in stale if p.exists()]
+    assert left == [], (
+        f"the first dump left {len(left)} of {len(stale)} temporaries of dead writers "
+        f"({left[:3]}...) among directories of the same name form [STAT-10]")
 
 
 @pytest.mark.clause("STAT-10")
