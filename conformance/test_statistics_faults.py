@@ -523,6 +523,24 @@ def test_removal_of_stale_temporaries_is_logged_with_their_number(rt, runtimes, 
         f"the number {len(stale)} [STAT-10]")
 
 
+@pytest.mark.clause("STAT-10")
+def test_no_removal_is_logged_where_the_directory_cannot_be_listed(rt, runtimes, tmp_path,
+                                                                   caplog) -> None:
+    """The status path in a directory that does not exist: the first dump's sweep cannot
+    list it and removes nothing, so no record below ERROR (the write's failure, STAT-8, is
+    an error) names the status file with a number of files other than 0."""
+    path = tmp_path / "missing" / NAME
+    caplog.set_level(logging.INFO)
+    dump_once(rt, runtimes(), path)
+    claims = [r.getMessage() for r in runtime_records(caplog, rt, logging.INFO, containing=NAME)
+              if r.levelno < logging.ERROR
+              and any(n.strip("0") for n in re.findall(r"\d+", r.getMessage().replace(
+                  str(path), "").replace(NAME, "")))]
+    assert claims == [], (
+        f"the first dump in the missing directory {path.parent}, where it removed nothing, "
+        f"logged {[m[:300] for m in claims]} [STAT-10]")
+
+
 @pytest.mark.clause("STAT-8")
 def test_temporary_file_swept_at_every_attempt_fails_or_writes(rt, runtimes, tmp_path,
                                                                monkeypatch, caplog) -> None:
