@@ -785,6 +785,28 @@ def test_unknown_bus_id_logs_and_is_dropped(rt, rt_managed, vclock, caplog) -> N
 
 
 @pytest.mark.clause("RM-9")
+def test_reached_limit_stops_being_pending(rt, rt_managed, runtimes, vclock, caplog) -> None:
+    """A limit a boundary reached is pending no more: a later boundary whose device manager
+    has no GPU of that bus id (another runtime's, without GPUs) neither logs it as unknown
+    nor forgets it (RM-20 drops only pending limits)."""
+    ctx, writer, (g0, _) = rt_managed
+    rm = ctx.resource_management
+    deliver(lambda: writer.write(limits_doc(rt, {g0: 4 * MiB})), vclock)
+    rm.run_action(post(rt, ctx))
+    assert bytes_limit(g0) == 4 * MiB, "[RM-8]"
+    caplog.set_level(logging.WARNING)
+    caplog.clear()
+    rm.run_action(post(rt, runtimes(num_gpus=0)))
+    bus = bus_id(rt, g0)
+    assert rm.memory_limits.get(bus) == 4 * MiB and not runtime_records(
+        caplog, rt, logging.ERROR, containing=bus), (
+        f"the limit of {bus}, reached at a boundary, was still pending at the next: a device "
+        f"manager without that GPU made it {rm.memory_limits.get(bus)} in memory_limits and "
+        f"logged {[r.getMessage()[:200] for r in runtime_records(caplog, rt, logging.ERROR)]} "
+        f"[RM-9]")
+
+
+@pytest.mark.clause("RM-9")
 def test_pending_without_device_manager(rt, rt_managed, vclock) -> None:
     ctx, writer, (g0, _) = rt_managed
     rm = ctx.resource_management
