@@ -81,7 +81,11 @@ def test_enabling_forces_growth_and_vmem(rt, control_env, vclock, listener, tmp_
 
 @pytest.mark.clause("RM-1")
 @pytest.mark.parametrize("path", [None, ""])
-def test_disabled_changes_nothing(rt, control_env, vclock, listener, path) -> None:
+def test_disabled_changes_nothing(rt, control_env, vclock, listener, path, tmp_path) -> None:
+    """``None`` and ``""`` disable the instance, also while ``$GPU_CONFIG_FILE`` names a
+    config file (only the argument left out reads the variable)."""
+    (tmp_path / "cfg.json").write_text('{"perfControl": 35}', encoding="utf-8")
+    control_env.setenv("GPU_CONFIG_FILE", str(tmp_path / "cfg.json"))
     control_env.setenv("TF_GPU_VMEM", "false")
     rm = rt.GPUResourceManagement(path, clock=vclock, file_listener=listener)
     try:
