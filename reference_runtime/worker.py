@@ -69,7 +69,7 @@ def _knob(env: dict[str, str], name: str, parse: Callable[[str], Any],
 
 def read_knobs(env: dict[str, str] | None = None) -> Knobs:
     """The ``ANTMAN_WORKER_*`` knobs (WORKER-3); an invalid value falls back to its default."""
-    env = dict(os.environ if env is None else env)
+    env = os.environ if env is None else env
     d = Knobs()
 
     def within(upper: float) -> Callable[[float], bool]:
