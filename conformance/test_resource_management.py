@@ -1599,6 +1599,21 @@ def test_bad_limit_is_rejected_before_the_gpu_is_looked_for(rt, runtimes, where,
 
 
 @pytest.mark.clause("RM-17")
+def test_empty_bus_id_finds_no_gpu(rt, runtimes) -> None:
+    """Every GPU the runtime builds has a bus id, so the empty string names none of them:
+    nothing is found, False, and no allocator changes."""
+    ctx = runtimes(num_gpus=2)
+    before = [bytes_limit(g) for g in gpus(ctx)]
+    try:
+        got = rt.GPUUsageAdjustment().adjust_mem_limit("", 8 * MiB, ctx.device_mgr)
+    except Exception as exc:      # noqa: BLE001 - the clause says what it returns
+        got = exc
+    assert got is False and [bytes_limit(g) for g in gpus(ctx)] == before, (
+        f"adjust_mem_limit('', 8 MiB) returned {got!r}, expected False (no GPU has the empty "
+        f"bus id); limits {before} -> {[bytes_limit(g) for g in gpus(ctx)]} [RM-17]")
+
+
+@pytest.mark.clause("RM-17")
 def test_gpu_whose_allocator_is_no_bfc_is_not_found(rt, caplog) -> None:
     """A device manager of duck-typed devices whose only GPU with the bus id has an
     allocator that is neither a BFC allocator nor a VMem allocator: nothing is found."""
