@@ -277,6 +277,22 @@ def test_dot_dot_after_a_symlink_on_the_way_leaves_its_target(rt, runtimes, tmp_
         f"{tmp_path / 'links'} holds {sorted(os.listdir(tmp_path / 'links'))} [STAT-9]")
 
 
+@pytest.mark.clause("STAT-9")
+def test_dot_dot_after_a_regular_file_fails_the_write(rt, runtimes, tmp_path, caplog) -> None:
+    """The status path ``file/../NAME`` with ``file`` a regular file: the kernel refuses it
+    (``ENOTDIR``), so the dump writes nothing at ``NAME`` beside ``file`` and logs an
+    error."""
+    (tmp_path / "file").write_text("a regular file\n", encoding="utf-8")
+    path = f"{tmp_path}{os.sep}file{os.sep}..{os.sep}{NAME}"
+    caplog.set_level(logging.ERROR)
+    dump_once(rt, runtimes(), Path(path))
+    assert not os.path.lexists(tmp_path / NAME), (
+        f"the status path {path}, which the kernel refuses (file is not a directory), was "
+        f"written at {tmp_path / NAME}, its lexical resolution [STAT-9]")
+    assert runtime_records(caplog, rt, logging.ERROR, containing=NAME), \
+        f"the refused status path {path} logged no error [STAT-8]"
+
+
 # -- STAT-10: temporary files of a writer that died ---------------------------------------------
 @pytest.mark.clause("STAT-10")
 def test_stale_temporaries_are_swept_beside_the_symlinks_target(rt, runtimes,

@@ -313,6 +313,9 @@ def _resolve(path: str) -> str:
         if name in ("", "."):
             continue
         if name == "..":
+            if not os.path.isdir(resolved):       # as the kernel: no ".." out of a file
+                raise OSError(errno.ENOTDIR, f"{quote(resolved, 4096)} is not a directory; "
+                                             f"the status path goes on through it with ..")
             resolved = os.path.dirname(resolved)
             continue
         candidate = os.path.join(resolved, name)
