@@ -355,6 +355,25 @@ def test_a_step_is_sgd_on_the_mean_loss(rt, layers, hidden, lr, expected_lr) -> 
 
 
 @pytest.mark.clause("E2E-1")
+def test_batches_are_fed_in_turn(rt) -> None:
+    """Two batches and a learning rate too small to move the loss: two steps return the
+    losses of the two batches, whose mean is what evaluate() gives (a workload that fed one
+    batch twice would give that batch's loss twice)."""
+    with sim_runtime(rt) as ctx:
+        wl = rt.MLPWorkload(ctx, batch=4, input_dim=5, hidden=6, layers=2, classes=3,
+                            num_batches=2, learning_rate=1e-12)
+        mean = wl.evaluate()
+        losses = [wl.step() for _ in range(4)]
+        assert losses[0] != pytest.approx(losses[1], rel=1e-6) \
+            and (losses[0] + losses[1]) / 2 == pytest.approx(mean, rel=1e-6) \
+            and losses[2:] == pytest.approx(losses[:2], rel=1e-6), (
+                f"with two batches the steps returned the losses {losses}, whose first two do "
+                f"not average to evaluate()'s {mean} in turn: the batches are not fed in "
+                f"turn [E2E-1]")
+        wl.close()
+
+
+@pytest.mark.clause("E2E-1")
 def test_step_returns_the_loss_before_the_update_and_evaluate_trains_nothing(rt) -> None:
     with sim_runtime(rt) as ctx:
         wl = rt.MLPWorkload(ctx, batch=4, input_dim=5, hidden=6, layers=2, classes=3,

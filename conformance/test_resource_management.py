@@ -81,7 +81,11 @@ def test_enabling_forces_growth_and_vmem(rt, control_env, vclock, listener, tmp_
 
 @pytest.mark.clause("RM-1")
 @pytest.mark.parametrize("path", [None, ""])
-def test_disabled_changes_nothing(rt, control_env, vclock, listener, path) -> None:
+def test_disabled_changes_nothing(rt, control_env, vclock, listener, path, tmp_path) -> None:
+    """``None`` and ``""`` disable the instance, also while ``$GPU_CONFIG_FILE`` names a
+    config file (only the argument left out reads the variable)."""
+    (tmp_path / "cfg.json").write_text('{"perfControl": 35}', encoding="utf-8")
+    control_env.setenv("GPU_CONFIG_FILE", str(tmp_path / "cfg.json"))
     control_env.setenv("TF_GPU_VMEM", "false")
     rm = rt.GPUResourceManagement(path, clock=vclock, file_listener=listener)
     try:
@@ -782,6 +786,28 @@ def test_unknown_bus_id_logs_and_is_dropped(rt, rt_managed, vclock, caplog) -> N
     rm.run_action(post(rt, ctx))
     assert runtime_records(caplog, rt, logging.ERROR) == [], \
         "an unknown bus id is still retried at later boundaries [RM-9]"
+
+
+@pytest.mark.clause("RM-9")
+def test_reached_limit_stops_being_pending(rt, rt_managed, runtimes, vclock, caplog) -> None:
+    """A limit a boundary reached is pending no more: a later boundary whose device manager
+    has no GPU of that bus id (another runtime's, without GPUs) neither logs it as unknown
+    nor forgets it (RM-20 drops only pending limits)."""
+    ctx, writer, (g0, _) = rt_managed
+    rm = ctx.resource_management
+    deliver(lambda: writer.write(limits_doc(rt, {g0: 4 * MiB})), vclock)
+    rm.run_action(post(rt, ctx))
+    assert bytes_limit(g0) == 4 * MiB, "[RM-8]"
+    caplog.set_level(logging.WARNING)
+    caplog.clear()
+    rm.run_action(post(rt, runtimes(num_gpus=0)))
+    bus = bus_id(rt, g0)
+    assert rm.memory_limits.get(bus) == 4 * MiB and not runtime_records(
+        caplog, rt, logging.ERROR, containing=bus), (
+        f"the limit of {bus}, reached at a boundary, was still pending at the next: a device "
+        f"manager without that GPU made it {rm.memory_limits.get(bus)} in memory_limits and "
+        f"logged {[r.getMessage()[:200] for r in runtime_records(caplog, rt, logging.ERROR)]} "
+        f"[RM-9]")
 
 
 @pytest.mark.clause("RM-9")
@@ -1570,6 +1596,21 @@ def test_bad_limit_is_rejected_before_the_gpu_is_looked_for(rt, runtimes, where,
                 else ("ff:00.0", ctx.device_mgr))
     expect_value_error(lambda: rt.GPUUsageAdjustment().adjust_mem_limit(bus, bad, mgr),
                        f"adjust_mem_limit({bus!r}, {bad}) with {where}", "RM-17")
+
+
+@pytest.mark.clause("RM-17")
+def test_empty_bus_id_finds_no_gpu(rt, runtimes) -> None:
+    """Every GPU the runtime builds has a bus id, so the empty string names none of them:
+    nothing is found, False, and no allocator changes."""
+    ctx = runtimes(num_gpus=2)
+    before = [bytes_limit(g) for g in gpus(ctx)]
+    try:
+        got = rt.GPUUsageAdjustment().adjust_mem_limit("", 8 * MiB, ctx.device_mgr)
+    except Exception as exc:      # noqa: BLE001 - the clause says what it returns
+        got = exc
+    assert got is False and [bytes_limit(g) for g in gpus(ctx)] == before, (
+        f"adjust_mem_limit('', 8 MiB) returned {got!r}, expected False (no GPU has the empty "
+        f"bus id); limits {before} -> {[bytes_limit(g) for g in gpus(ctx)]} [RM-17]")
 
 
 @pytest.mark.clause("RM-17")

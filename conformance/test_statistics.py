@@ -526,6 +526,75 @@ def test_only_devices_of_type_gpu_are_tracked(rt, runtimes, tmp_path) -> None:
 
 
 @pytest.mark.clause("STAT-5")
+def test_device_allocator_without_stats_leaves_the_host_figures(rt, runtimes, tmp_path,
+                                                                caplog) -> None:
+    """A GPU whose VMem allocator has a device allocator without stats (``get_stats()`` is
+    None, VMEM-8) and no BFC allocator: its device figures stay 0, its host figures are
+    still read, and an error names its bus id (no pool figures)."""
+
+    class NoStats:
+        def __init__(self, allocator) -> None:
+            self._allocator = allocator
+
+        def get_stats(self):
+            return None
+
+        def __getattr__(self, name: str):
+            return getattr(self._allocator, name)
+
+    class Device:
+        def __init__(self, device, allocator) -> None:
+            self._device, self._allocator = device, allocator
+
+        def get_allocator(self, *args, **kwargs):
+            return self._allocator
+
+        def __getattr__(self, name: str):
+            return getattr(self._device, name)
+
+    class Mgr:
+        def __init__(self, devices) -> None:
+            self.devices = devices
+
+        def list_devices(self):
+            return list(self.devices)
+
+    ctx = runtimes()
+    g0 = gpus(ctx)[0]
+    vmem = g0.get_allocator()
+    if not isinstance(vmem, rt.GPUVMemAllocator):
+        pytest.skip("the runtime's GPU allocator is no GPUVMemAllocator")
+    host = vmem.host_allocator
+    p = host.allocate_raw(256, MiB)
+    try:
+        h = Harness(rt, ctx, tmp_path / "status.json")
+        wrapped = rt.GPUVMemAllocator(NoStats(vmem.device_allocator), host)
+        caplog.set_level(logging.ERROR)
+        try:
+            h.stats.run_action(rt.SessionRunActionOptions(
+                device_mgr=Mgr([Device(g0, wrapped)]), graph_id=1, sess_duration_us=1000))
+        except Exception as exc:     # noqa: BLE001 - the figures are what the clause says
+            pytest.fail(f"a check over a device allocator without stats raised {exc!r} "
+                        f"[STAT-5]")
+        bus = bus_id(rt, g0)
+        info = (h.doc()["gpuUsageInfo"] or {}).get(bus)
+        if info is None:
+            pytest.skip("this runtime does not track the GPU of a device manager of the "
+                        "test's own making (STAT-5 leaves open how its GPUs are read)")
+        got = {k: info.get(k) for k in ("deviceMemUsedMax", "deviceMemUsedMin",
+                                        "hostMemUsedMin")}
+        assert got["deviceMemUsedMax"] == got["deviceMemUsedMin"] == 0 \
+            and (got["hostMemUsedMin"] or 0) >= MiB, (
+            f"a GPU whose device allocator has no stats, with 1 MiB in use on the host, "
+            f"reported {got} [STAT-5]")
+        assert runtime_records(caplog, rt, logging.ERROR, containing=bus), (
+            f"a check over the GPU {bus}, whose device allocator is no BFC allocator, logged "
+            f"no error naming it [STAT-5]")
+    finally:
+        host.deallocate_raw(p)
+
+
+@pytest.mark.clause("STAT-5")
 def test_figures_before_the_first_reading_count_as_zero(rt, runtimes, control_env,
                                                         tmp_path) -> None:
     """A GPU found by a later check (the first had no device manager) whose 7 figures are all

@@ -118,6 +118,30 @@ def test_chain_of_symlinks_is_followed(rt, runtimes, tmp_path) -> None:
         f"({problems}): {text[:200]!r} [STAT-9]")
 
 
+@pytest.mark.clause("STAT-9")
+def test_chain_of_symlinks_longer_than_the_kernel_follows_is_not_followed(rt, runtimes,
+                                                                          tmp_path) -> None:
+    """41 symlinks, each to the next, the last to a file: one more than the kernel follows
+    (40), so the path is a symlink that does not resolve; the file at the end is not
+    written and no symlink of the chain is replaced."""
+    target = tmp_path / "status-target.json"
+    links = [tmp_path / f"link-{i:02d}" for i in range(41)]
+    for link, to in zip(links, links[1:] + [target]):
+        os.symlink(to, link)
+    target.write_text("previous content\n", encoding="utf-8")
+    try:
+        open(links[0], encoding="utf-8").close()
+        pytest.skip("this kernel follows a chain of 41 symlinks")
+    except OSError:
+        pass
+    dump_once(rt, runtimes(), links[0])
+    assert all(os.path.islink(link) for link in links), \
+        "a dump replaced a symlink of a chain of 41 at the status path [STAT-9]"
+    assert target.read_text(encoding="utf-8") == "previous content\n", (
+        "a dump followed a chain of 41 symlinks, one more than the kernel follows, and "
+        "replaced the file at its end [STAT-9]")
+
+
 SWEEP_WAIT_S = 20.0        # bound on a first dump beside a FIFO (generous under load; a sweep
                            # that waits on the FIFO never ends by itself: no speed check)
 SWEPT_AT_MOST = 50         # temporaries removed before their lock in a row (a bound for forks
@@ -251,6 +275,22 @@ def test_dot_dot_after_a_symlink_on_the_way_leaves_its_target(rt, runtimes, tmp_
         json.loads(target.read_text(encoding="utf-8"))) == [], (
         f"the status path {path} resolves to {target}, which does not hold the statistics; "
         f"{tmp_path / 'links'} holds {sorted(os.listdir(tmp_path / 'links'))} [STAT-9]")
+
+
+@pytest.mark.clause("STAT-9")
+def test_dot_dot_after_a_regular_file_fails_the_write(rt, runtimes, tmp_path, caplog) -> None:
+    """The status path ``file/../NAME`` with ``file`` a regular file: the kernel refuses it
+    (``ENOTDIR``), so the dump writes nothing at ``NAME`` beside ``file`` and logs an
+    error."""
+    (tmp_path / "file").write_text("a regular file\n", encoding="utf-8")
+    path = f"{tmp_path}{os.sep}file{os.sep}..{os.sep}{NAME}"
+    caplog.set_level(logging.ERROR)
+    dump_once(rt, runtimes(), Path(path))
+    assert not os.path.lexists(tmp_path / NAME), (
+        f"the status path {path}, which the kernel refuses (file is not a directory), was "
+        f"written at {tmp_path / NAME}, its lexical resolution [STAT-9]")
+    assert runtime_records(caplog, rt, logging.ERROR, containing=NAME), \
+        f"the refused status path {path} logged no error [STAT-8]"
 
 
 # -- STAT-10: temporary files of a writer that died ---------------------------------------------
@@ -424,6 +464,28 @@ def test_special_file_of_the_temporary_name_form_is_not_swept(rt, runtimes, tmp_
 
 
 @pytest.mark.clause("STAT-10")
+def test_stale_temporaries_among_directories_of_the_name_form_are_all_removed(
+        rt, runtimes, tmp_path) -> None:
+    """Ten directories of the temporary name form, made between ten temporaries of dead
+    writers: whatever order the directory lists them in, the first dump keeps every
+    directory and removes every temporary (a sweep that stops at the first file that is not
+    a regular file leaves the temporaries listed after it)."""
+    directories, stale = [], []
+    for i in range(10):
+        directories.append(tmp_path / f".{NAME}.directory-{i}.tmp")
+        directories[-1].mkdir()
+        stale.append(tmp_path / f".{NAME}.dead-{i}.tmp")
+        stale[-1].write_text("x", encoding="utf-8")
+    dump_once(rt, runtimes(), tmp_path / NAME)
+    assert all(d.is_dir() for d in directories), \
+        "the first dump removed a directory named as a temporary file [STAT-10]"
+    left = [p.name for p in stale if p.exists()]
+    assert left == [], (
+        f"the first dump left {len(left)} of {len(stale)} temporaries of dead writers "
+        f"({left[:3]}...) among directories of the same name form [STAT-10]")
+
+
+@pytest.mark.clause("STAT-10")
 def test_symlink_of_the_temporary_name_form_is_not_followed(rt, runtimes, tmp_path,
                                                             monkeypatch) -> None:
     """A symlink named as a temporary file, to a regular file elsewhere: the first dump
@@ -475,6 +537,24 @@ def test_removal_of_stale_temporaries_is_logged_with_their_number(rt, runtimes, 
         f"the first dump removed {len(stale)} stale temporary files and logged "
         f"{[r.getMessage()[:300] for r in logged]}: no record naming the status file and "
         f"the number {len(stale)} [STAT-10]")
+
+
+@pytest.mark.clause("STAT-10")
+def test_no_removal_is_logged_where_the_directory_cannot_be_listed(rt, runtimes, tmp_path,
+                                                                   caplog) -> None:
+    """The status path in a directory that does not exist: the first dump's sweep cannot
+    list it and removes nothing, so no record below ERROR (the write's failure, STAT-8, is
+    an error) names the status file with a number of files other than 0."""
+    path = tmp_path / "missing" / NAME
+    caplog.set_level(logging.INFO)
+    dump_once(rt, runtimes(), path)
+    claims = [r.getMessage() for r in runtime_records(caplog, rt, logging.INFO, containing=NAME)
+              if r.levelno < logging.ERROR
+              and any(n.strip("0") for n in re.findall(r"\d+", r.getMessage().replace(
+                  str(path), "").replace(NAME, "")))]
+    assert claims == [], (
+        f"the first dump in the missing directory {path.parent}, where it removed nothing, "
+        f"logged {[m[:300] for m in claims]} [STAT-10]")
 
 
 @pytest.mark.clause("STAT-8")

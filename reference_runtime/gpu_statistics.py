@@ -313,19 +313,22 @@ def _resolve(path: str) -> str:
         if name in ("", "."):
             continue
         if name == "..":
+            if not os.path.isdir(resolved):       # as the kernel: no ".." out of a file
+                raise OSError(errno.ENOTDIR, f"{quote(resolved, 4096)} is not a directory; "
+                                             f"the status path goes on through it with ..")
             resolved = os.path.dirname(resolved)
             continue
         candidate = os.path.join(resolved, name)
         try:
             st = os.lstat(candidate)
         except (FileNotFoundError, NotADirectoryError):
-            return os.path.normpath(os.path.join(candidate, *pending[::-1]))
+            return os.path.normpath(os.path.join(candidate, *reversed(pending)))
         if not stat_module.S_ISLNK(st.st_mode):
             resolved = candidate
             continue
         hops += 1
         if hops > _MAX_SYMLINK_HOPS:
-            return os.path.normpath(os.path.join(candidate, *pending[::-1]))
+            return os.path.normpath(os.path.join(candidate, *reversed(pending)))
         _check_protected(candidate, st, resolved)
         link = os.readlink(candidate)
         if os.path.isabs(link):

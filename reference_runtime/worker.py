@@ -69,7 +69,7 @@ def _knob(env: dict[str, str], name: str, parse: Callable[[str], Any],
 
 def read_knobs(env: dict[str, str] | None = None) -> Knobs:
     """The ``ANTMAN_WORKER_*`` knobs (WORKER-3); an invalid value falls back to its default."""
-    env = dict(os.environ if env is None else env)
+    env = os.environ if env is None else env
     d = Knobs()
 
     def within(upper: float) -> Callable[[float], bool]:
@@ -239,7 +239,7 @@ def main(argv: Sequence[str]) -> int:
     trainer.join(CLOSE_JOIN_S)
     if failure:
         log.error("training failed", exc_info=failure[0])
-        return 1
+        return os.EX_SOFTWARE                # not 0 (WORKER-4); 2 is the usage error's
     if trainer.is_alive():  # pragma: no cover - a step that ignores shutdown
         log.error("the training thread did not stop; exiting anyway")
         os._exit(0)

@@ -11,6 +11,7 @@ The command line is ``python -m reference_runtime.workload`` (``__main__.py``).
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Any, Sequence
 
@@ -57,7 +58,8 @@ class MLPWorkload:
         self.learning_rate = float(learning_rate)
         self.seed, self.device, self.cost_us = seed, device, cost_us
         self.num_batches = num_batches
-        self.steps_done = 0
+        self._turns = itertools.cycle(range(num_batches))   # the batches, fed in turn
+        self._batch = next(self._turns)                      # the next step's
         self._rng = np.random.default_rng(seed)
         self._data = self._make_data()
         self.graph = self.build_graph()
@@ -206,13 +208,13 @@ class MLPWorkload:
 
     # -- running --------------------------------------------------------------------------
     def feed(self, step: int | None = None) -> dict[str, np.ndarray]:
-        x, y = self._data[(self.steps_done if step is None else step) % self.num_batches]
+        x, y = self._data[self._batch if step is None else step % self.num_batches]
         return {"x": x, "y": y}
 
     def step(self) -> float:
         """One training step; returns the mean loss of its batch (before the update)."""
         (loss,) = self.session.run(["loss"], self.feed(), ["train"])
-        self.steps_done += 1
+        self._batch = next(self._turns)     # a failed step feeds the same batch again
         return float(loss)
 
     def evaluate(self) -> float:
