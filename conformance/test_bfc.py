@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 
+import numpy as np
 import pytest
 
 from conformance import spec
@@ -185,6 +186,23 @@ def test_sizes_above_the_limit_fail_without_a_region(rt, huge):
         f"{sim.alloc_calls} [BFC-9]")
     assert bfc.allocate_raw(256, 256) is not None, (
         "allocator unusable after a huge request [BFC-1]")
+
+
+@pytest.mark.clause("BFC-1")
+@pytest.mark.capability("virtual_clock")   # observes the retry's wait
+@pytest.mark.parametrize("largest", [2**64 - 1, np.uint64(2**64 - 1)],
+                         ids=["int", "numpy.uint64"])
+def test_the_largest_size_t_is_an_ordinary_failing_request(rt, largest):
+    """2^64-1 is not beyond ``size_t``: as an int or a NumPy integer it is a request that
+    cannot be met, so it retries (one wait of T) instead of returning at once."""
+    clock = VirtualClock(auto_advance=True, clause="BFC-12")
+    bfc, sim = make(rt, MiB, clock=clock, timeout_us=T_10S)
+    assert bfc.allocate_raw(256, largest) is None, (
+        f"allocate_raw(256, {largest!r}) is not None [BFC-1]")
+    waits = [r.duration_us for r in clock.records]
+    assert waits == [T_10S], (
+        f"allocate_raw(256, {type(largest).__name__}(2^64-1)) waited {waits}, expected the "
+        f"retry's one wait of {T_10S} µs: only a size above 2^64-1 returns at once [BFC-1]")
 
 
 @pytest.mark.clause("BFC-1")
@@ -1018,6 +1036,9 @@ def test_only_the_final_attempt_reports_the_failure(rt, caplog):
         clock.advance(2 * T_10S)
         t.join(5)
     assert not t.is_alive() and out == [None], f"after the deadline: {out} [BFC-12]"
+    reported = runtime_records(caplog, rt, logging.WARNING, containing="GPU_0_bfc")
+    assert reported, (f"the final attempt's failure logged no warning naming the allocator "
+                      f"'GPU_0_bfc' (all records: {caplog.records}) [BFC-12]")
     bfc.deallocate_raw(p)
 
 
@@ -1612,6 +1633,20 @@ def test_allocator_interfaces_are_abstract(rt, base, methods):
         with raises(TypeError, "API-3",
                     f"instantiating a subclass of {base} that does not define {missing}"):
             partial()
+
+
+@pytest.mark.clause("API-3")
+def test_a_minimal_allocator_has_tf_defaults(rt):
+    """TF's ``Allocator`` answers for a subclass that overrides only the pure virtual
+    methods: it tracks no sizes, every allocation id is 0 and it has no statistics."""
+    minimal = type("MinimalAllocator", (rt.Allocator,),
+                   {m: _INTERFACE_METHODS[m] for m in ("name", "allocate_raw",
+                                                       "deallocate_raw")})()
+    got = (minimal.tracks_allocation_sizes(), minimal.allocation_id(4096), minimal.get_stats())
+    assert got == (False, 0, None), (
+        f"an Allocator subclass defining only name, allocate_raw and deallocate_raw: "
+        f"(tracks_allocation_sizes(), allocation_id(4096), get_stats()) = {got}, expected "
+        f"TF's defaults (False, 0, None) [API-3]")
 
 
 @pytest.mark.clause("API-3")
