@@ -756,6 +756,39 @@ def test_cpu_allocations_never_overlap(rt, runtimes) -> None:
                           f"{overlaps} [DEVICE-6]")
 
 
+@pytest.mark.clause("DEVICE-6")
+def test_cpu_addresses_are_never_null(rt, runtimes) -> None:
+    a = runtimes().device_mgr.lookup_device("CPU:0").get_allocator()
+    held = [a.allocate_raw(alignment, n) for alignment, n in ((64, 256), (4096, 0), (1, 1))]
+    for q in held:
+        a.deallocate_raw(q)
+    assert all(q > 0 for q in held), (
+        f"a new CPU allocator's first allocations returned {held}: an address is greater "
+        f"than 0, C's null pointer [DEVICE-6]")
+
+
+@pytest.mark.clause("DEVICE-6")
+@pytest.mark.parametrize("bad", [-1, -4096, 256.0, "256"], ids=repr)
+def test_cpu_allocator_refuses_a_bad_size(rt, runtimes, bad) -> None:
+    a = runtimes().device_mgr.lookup_device("CPU:0").get_allocator()
+    kept = a.allocate_raw(64, 256)
+    before = a.get_stats()
+    refused: list[ValueError] = []
+    with raises(ValueError, "DEVICE-6", f"allocate_raw(64, {bad!r})"):
+        try:
+            a.allocate_raw(64, bad)
+        except ValueError as exc:
+            refused.append(exc)
+            raise
+    after = a.get_stats()
+    a.deallocate_raw(kept)
+    assert names_identifier(refused[0], a.name), (
+        f"allocate_raw(64, {bad!r}) error {refused[0]!r} does not name the allocator "
+        f"{a.name!r} [DEVICE-6]")
+    assert after == before, (f"a refused allocate_raw(64, {bad!r}) changed the CPU "
+                             f"allocator's statistics from {before} to {after} [DEVICE-6]")
+
+
 @pytest.mark.clause("DEVICE-7")
 @pytest.mark.parametrize("name", [5, 1.5, ["sim"]], ids=repr)
 def test_select_refuses_a_name_that_is_not_a_str(rt, name) -> None:
