@@ -1710,6 +1710,45 @@ def test_a_region_in_a_freed_hole_keeps_apart_from_its_neighbour(rt, kind):
 
 
 @pytest.mark.clause("API-3")
+@pytest.mark.parametrize("kind", ["SimulatedDeviceMemory", "SimulatedHostMemory"])
+def test_a_large_region_keeps_off_the_next_instance(rt, kind):
+    """Addresses cost nothing, so an instance's capacity may exceed any address range it
+    keeps for itself: a request that no longer fits after the last region goes into the room
+    a freed one left, never past the instance's own addresses over a later instance's
+    region."""
+    tib = 1 << 40
+    memory = getattr(rt, kind)(64 * tib)
+    later = [getattr(rt, kind)(MiB) for _ in range(4)]
+    theirs = [(q, q + 4 * KiB) for q in (m.alloc(256, 4 * KiB) for m in later)]
+    x = memory.alloc(256, 8 * tib)
+    assert x is not None, f"{kind}: 8 TiB of 64 TiB [API-3]"
+    memory.free(x, 8 * tib)
+    size = 8 * tib + 4 * KiB
+    y = memory.alloc(256, size)
+    if y is not None:
+        hit = [(hex(a), hex(b)) for a, b in theirs if y < b + 1 and a < y + size + 1]
+        assert not hit, (f"{kind}: a region [{y:#x}, +{size}) touches or overlaps the live "
+                         f"region(s) {hit} of instances made after it [API-3]")
+
+
+@pytest.mark.clause("API-3")
+@pytest.mark.parametrize("kind", ["SimulatedDeviceMemory", "SimulatedHostMemory"])
+@pytest.mark.parametrize("wrong", [4096 - 256, 4096 + 256, 0])
+def test_a_free_of_the_wrong_size_is_refused(rt, kind, wrong):
+    """A sub-allocator's caller frees a region with the size it asked for: a simulated
+    memory catches a caller that gets it wrong instead of forgetting the region."""
+    memory = getattr(rt, kind)(MiB)
+    p = memory.alloc(256, 4096)
+    with raises(rt.InvalidPointerError, "API-3", f"{kind}.free({p:#x}, {wrong})"):
+        memory.free(p, wrong)
+    got = (memory.live_regions, memory.bytes_in_use)
+    assert got == ({p: 4096}, 4096), (
+        f"{kind}.free({p:#x}, {wrong}) of a 4096-byte region left (live_regions, "
+        f"bytes_in_use) {got}, expected ({{{p}: 4096}}, 4096) [API-3]")
+    memory.free(p, 4096)
+
+
+@pytest.mark.clause("API-3")
 @pytest.mark.parametrize("first", [256, None], ids=["after-a-small-region", "first-region"])
 @pytest.mark.parametrize("kind", ["SimulatedDeviceMemory", "SimulatedHostMemory"])
 def test_a_region_after_one_placed_in_a_freed_tail_keeps_apart(rt, kind, first):
