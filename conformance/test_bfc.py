@@ -1733,6 +1733,22 @@ def test_a_large_region_keeps_off_the_next_instance(rt, kind):
 
 @pytest.mark.clause("API-3")
 @pytest.mark.parametrize("kind", ["SimulatedDeviceMemory", "SimulatedHostMemory"])
+def test_a_freed_address_is_not_handed_out_again_at_once(rt, kind):
+    memory = getattr(rt, kind)(MiB)
+    a = memory.alloc(256, 4096)
+    b = memory.alloc(256, 4096)
+    memory.free(a, 4096)
+    c = memory.alloc(256, 4096)
+    memory.free(b, 4096)
+    d = memory.alloc(256, 4096)
+    assert c > b and d > c, (
+        f"{kind}: regions a={a:#x}, b={b:#x}; after a was freed the next region is {c:#x}, "
+        f"and after b was freed {d:#x}: with room after the last region placed, a region "
+        f"goes there (next fit), not into a freed one [API-3]")
+
+
+@pytest.mark.clause("API-3")
+@pytest.mark.parametrize("kind", ["SimulatedDeviceMemory", "SimulatedHostMemory"])
 @pytest.mark.parametrize("wrong", [4096 - 256, 4096 + 256, 0])
 def test_a_free_of_the_wrong_size_is_refused(rt, kind, wrong):
     """A sub-allocator's caller frees a region with the size it asked for: a simulated
