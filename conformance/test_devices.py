@@ -734,8 +734,16 @@ def test_cpu_allocator_refuses_a_pointer_that_is_not_live(rt, runtimes, call) ->
     before = a.get_stats()
     for ptr, what in ((freed, "a freed pointer"), (kept + 64, "a pointer inside an allocation"),
                       (max(kept, freed) + (1 << 20), "a pointer never returned")):
+        refused: list[Exception] = []
         with raises(rt.InvalidPointerError, "DEVICE-6", f"{call}({ptr:#x}), {what},"):
-            getattr(a, call)(ptr)
+            try:
+                getattr(a, call)(ptr)
+            except rt.InvalidPointerError as exc:
+                refused.append(exc)
+                raise
+        assert names_identifier(refused[0], call), (
+            f"{call}({ptr:#x}), {what}, raised {refused[0]!r}, which does not name the call "
+            f"[DEVICE-6]")
     after = a.get_stats()
     a.deallocate_raw(kept)
     got = (after.num_allocs, after.bytes_in_use, after.peak_bytes_in_use)
