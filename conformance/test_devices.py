@@ -177,6 +177,12 @@ def test_gpu_description(rt, runtimes) -> None:
     assert buses == ["0000:3b:00.0", "0000:3c:00.0", "0000:3d:00.0"], \
         f"simulated bus ids {buses} [DEVICE-4]"
     assert [bus_id(rt, g) for g in gpus(ctx)] == ["3b:00.0", "3c:00.0", "3d:00.0"], "[DEVICE-4]"
+    capabilities = [DESC.match(g.attributes.physical_device_desc).group(4, 5) for g in gpus(ctx)]
+    assert capabilities == [("7", "0")] * 3, (
+        f"simulated compute capabilities {capabilities}, expected 7.0 by default [DEVICE-4]")
+    built = rt.SimBackend(1, MiB, compute_capability=(8, 6)).gpu_info(0).compute_capability
+    assert tuple(built) == (8, 6), (f"SimBackend(1, compute_capability=(8, 6)) reports "
+                                    f"{built} [DEVICE-4]")
 
 
 @pytest.mark.clause("DEVICE-4")
