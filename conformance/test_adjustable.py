@@ -191,15 +191,20 @@ def test_shrink_to_zero_releases_everything_free(rt):
 
 
 @pytest.mark.clause("BFC-8", "ADJ-2")
-def test_a_pool_built_with_limit_zero_grows_once_the_limit_is_raised(rt):
+@pytest.mark.parametrize("request_bytes,region,after", [(1000, 1024, 1024), (256, 256, 512)])
+def test_a_pool_built_with_limit_zero_grows_once_the_limit_is_raised(rt, request_bytes,
+                                                                     region, after):
+    """1000 bytes: 256 doubled twice to 1024 for the request; 256 bytes: 256 is enough, so
+    the region is 256 bytes and the next region size doubles after it."""
     bfc, sim = make(rt, limit=0)
     assert bfc.memory_map().next_region_size == 0, "[BFC-8]"
     assert rt.GPUAdjustableAllocator().adjust_memory_limit(MiB, bfc) == MiB, "[ADJ-2]"
-    assert bfc.allocate_raw(256, 1000) is not None, (
-        "allocate_raw(256, 1000) after raising a limit of 0 to 1 MiB [BFC-8]")
-    assert sim.alloc_calls == [1024] and bfc.memory_map().next_region_size == 1024, (
-        f"regions {sim.alloc_calls}, next {bfc.memory_map().next_region_size}: a next "
-        f"region size of 0 counts as 256, doubled to 1024 [BFC-8]")
+    assert bfc.allocate_raw(256, request_bytes) is not None, (
+        f"allocate_raw(256, {request_bytes}) after raising a limit of 0 to 1 MiB [BFC-8]")
+    assert sim.alloc_calls == [region] and bfc.memory_map().next_region_size == after, (
+        f"allocate_raw(256, {request_bytes}): regions {sim.alloc_calls}, next "
+        f"{bfc.memory_map().next_region_size}: a next region size of 0 counts as 256, so "
+        f"expected a region of {region} and next {after} [BFC-8]")
 
 
 @pytest.mark.clause("ADJ-4", "BFC-8")

@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 
+import numpy as np
 import pytest
 
 from conformance import spec
@@ -185,6 +186,23 @@ def test_sizes_above_the_limit_fail_without_a_region(rt, huge):
         f"{sim.alloc_calls} [BFC-9]")
     assert bfc.allocate_raw(256, 256) is not None, (
         "allocator unusable after a huge request [BFC-1]")
+
+
+@pytest.mark.clause("BFC-1")
+@pytest.mark.capability("virtual_clock")   # observes the retry's wait
+@pytest.mark.parametrize("largest", [2**64 - 1, np.uint64(2**64 - 1)],
+                         ids=["int", "numpy.uint64"])
+def test_the_largest_size_t_is_an_ordinary_failing_request(rt, largest):
+    """2^64-1 is not beyond ``size_t``: as an int or a NumPy integer it is a request that
+    cannot be met, so it retries (one wait of T) instead of returning at once."""
+    clock = VirtualClock(auto_advance=True, clause="BFC-12")
+    bfc, sim = make(rt, MiB, clock=clock, timeout_us=T_10S)
+    assert bfc.allocate_raw(256, largest) is None, (
+        f"allocate_raw(256, {largest!r}) is not None [BFC-1]")
+    waits = [r.duration_us for r in clock.records]
+    assert waits == [T_10S], (
+        f"allocate_raw(256, {type(largest).__name__}(2^64-1)) waited {waits}, expected the "
+        f"retry's one wait of {T_10S} µs: only a size above 2^64-1 returns at once [BFC-1]")
 
 
 @pytest.mark.clause("BFC-1")
@@ -1018,6 +1036,9 @@ def test_only_the_final_attempt_reports_the_failure(rt, caplog):
         clock.advance(2 * T_10S)
         t.join(5)
     assert not t.is_alive() and out == [None], f"after the deadline: {out} [BFC-12]"
+    reported = runtime_records(caplog, rt, logging.WARNING, containing="GPU_0_bfc")
+    assert reported, (f"the final attempt's failure logged no warning naming the allocator "
+                      f"'GPU_0_bfc' (all records: {caplog.records}) [BFC-12]")
     bfc.deallocate_raw(p)
 
 
@@ -1615,6 +1636,20 @@ def test_allocator_interfaces_are_abstract(rt, base, methods):
 
 
 @pytest.mark.clause("API-3")
+def test_a_minimal_allocator_has_tf_defaults(rt):
+    """TF's ``Allocator`` answers for a subclass that overrides only the pure virtual
+    methods: it tracks no sizes, every allocation id is 0 and it has no statistics."""
+    minimal = type("MinimalAllocator", (rt.Allocator,),
+                   {m: _INTERFACE_METHODS[m] for m in ("name", "allocate_raw",
+                                                       "deallocate_raw")})()
+    got = (minimal.tracks_allocation_sizes(), minimal.allocation_id(4096), minimal.get_stats())
+    assert got == (False, 0, None), (
+        f"an Allocator subclass defining only name, allocate_raw and deallocate_raw: "
+        f"(tracks_allocation_sizes(), allocation_id(4096), get_stats()) = {got}, expected "
+        f"TF's defaults (False, 0, None) [API-3]")
+
+
+@pytest.mark.clause("API-3")
 def test_simulated_memories_never_collide(rt):
     mems = [rt.SimulatedDeviceMemory(MiB), rt.SimulatedDeviceMemory(MiB),
             rt.SimulatedHostMemory(MiB), rt.SimulatedHostMemory(MiB)]
@@ -1672,6 +1707,61 @@ def test_a_region_in_a_freed_hole_keeps_apart_from_its_neighbour(rt, kind):
     live = {b: 6 * tib}
     _alloc_apart(memory, kind, live, (6 * tib + 4 * KiB, 6 * tib + 256, 6 * tib))
     assert memory.live_regions == live, f"{kind}.live_regions {memory.live_regions} [API-3]"
+
+
+@pytest.mark.clause("API-3")
+@pytest.mark.parametrize("kind", ["SimulatedDeviceMemory", "SimulatedHostMemory"])
+def test_a_large_region_keeps_off_the_next_instance(rt, kind):
+    """Addresses cost nothing, so an instance's capacity may exceed any address range it
+    keeps for itself: a request that no longer fits after the last region goes into the room
+    a freed one left, never past the instance's own addresses over a later instance's
+    region."""
+    tib = 1 << 40
+    memory = getattr(rt, kind)(64 * tib)
+    later = [getattr(rt, kind)(MiB) for _ in range(4)]
+    theirs = [(q, q + 4 * KiB) for q in (m.alloc(256, 4 * KiB) for m in later)]
+    x = memory.alloc(256, 8 * tib)
+    assert x is not None, f"{kind}: 8 TiB of 64 TiB [API-3]"
+    memory.free(x, 8 * tib)
+    size = 8 * tib + 4 * KiB
+    y = memory.alloc(256, size)
+    if y is not None:
+        hit = [(hex(a), hex(b)) for a, b in theirs if y < b + 1 and a < y + size + 1]
+        assert not hit, (f"{kind}: a region [{y:#x}, +{size}) touches or overlaps the live "
+                         f"region(s) {hit} of instances made after it [API-3]")
+
+
+@pytest.mark.clause("API-3")
+@pytest.mark.parametrize("kind", ["SimulatedDeviceMemory", "SimulatedHostMemory"])
+def test_a_freed_address_is_not_handed_out_again_at_once(rt, kind):
+    memory = getattr(rt, kind)(MiB)
+    a = memory.alloc(256, 4096)
+    b = memory.alloc(256, 4096)
+    memory.free(a, 4096)
+    c = memory.alloc(256, 4096)
+    memory.free(b, 4096)
+    d = memory.alloc(256, 4096)
+    assert c > b and d > c, (
+        f"{kind}: regions a={a:#x}, b={b:#x}; after a was freed the next region is {c:#x}, "
+        f"and after b was freed {d:#x}: with room after the last region placed, a region "
+        f"goes there (next fit), not into a freed one [API-3]")
+
+
+@pytest.mark.clause("API-3")
+@pytest.mark.parametrize("kind", ["SimulatedDeviceMemory", "SimulatedHostMemory"])
+@pytest.mark.parametrize("wrong", [4096 - 256, 4096 + 256, 0])
+def test_a_free_of_the_wrong_size_is_refused(rt, kind, wrong):
+    """A sub-allocator's caller frees a region with the size it asked for: a simulated
+    memory catches a caller that gets it wrong instead of forgetting the region."""
+    memory = getattr(rt, kind)(MiB)
+    p = memory.alloc(256, 4096)
+    with raises(rt.InvalidPointerError, "API-3", f"{kind}.free({p:#x}, {wrong})"):
+        memory.free(p, wrong)
+    got = (memory.live_regions, memory.bytes_in_use)
+    assert got == ({p: 4096}, 4096), (
+        f"{kind}.free({p:#x}, {wrong}) of a 4096-byte region left (live_regions, "
+        f"bytes_in_use) {got}, expected ({{{p}: 4096}}, 4096) [API-3]")
+    memory.free(p, 4096)
 
 
 @pytest.mark.clause("API-3")

@@ -177,6 +177,12 @@ def test_gpu_description(rt, runtimes) -> None:
     assert buses == ["0000:3b:00.0", "0000:3c:00.0", "0000:3d:00.0"], \
         f"simulated bus ids {buses} [DEVICE-4]"
     assert [bus_id(rt, g) for g in gpus(ctx)] == ["3b:00.0", "3c:00.0", "3d:00.0"], "[DEVICE-4]"
+    capabilities = [DESC.match(g.attributes.physical_device_desc).group(4, 5) for g in gpus(ctx)]
+    assert capabilities == [("7", "0")] * 3, (
+        f"simulated compute capabilities {capabilities}, expected 7.0 by default [DEVICE-4]")
+    built = rt.SimBackend(1, MiB, compute_capability=(8, 6)).gpu_info(0).compute_capability
+    assert tuple(built) == (8, 6), (f"SimBackend(1, compute_capability=(8, 6)) reports "
+                                    f"{built} [DEVICE-4]")
 
 
 @pytest.mark.clause("DEVICE-4")
@@ -734,8 +740,16 @@ def test_cpu_allocator_refuses_a_pointer_that_is_not_live(rt, runtimes, call) ->
     before = a.get_stats()
     for ptr, what in ((freed, "a freed pointer"), (kept + 64, "a pointer inside an allocation"),
                       (max(kept, freed) + (1 << 20), "a pointer never returned")):
+        refused: list[Exception] = []
         with raises(rt.InvalidPointerError, "DEVICE-6", f"{call}({ptr:#x}), {what},"):
-            getattr(a, call)(ptr)
+            try:
+                getattr(a, call)(ptr)
+            except rt.InvalidPointerError as exc:
+                refused.append(exc)
+                raise
+        assert names_identifier(refused[0], call), (
+            f"{call}({ptr:#x}), {what}, raised {refused[0]!r}, which does not name the call "
+            f"[DEVICE-6]")
     after = a.get_stats()
     a.deallocate_raw(kept)
     got = (after.num_allocs, after.bytes_in_use, after.peak_bytes_in_use)
@@ -754,6 +768,39 @@ def test_cpu_allocations_never_overlap(rt, runtimes) -> None:
     overlaps = [(hex(p), n, hex(q)) for (p, n), (q, _) in zip(held, held[1:]) if p + n > q]
     assert not overlaps, (f"live CPU allocations overlap: (address, size, next address) "
                           f"{overlaps} [DEVICE-6]")
+
+
+@pytest.mark.clause("DEVICE-6")
+def test_cpu_addresses_are_never_null(rt, runtimes) -> None:
+    a = runtimes().device_mgr.lookup_device("CPU:0").get_allocator()
+    held = [a.allocate_raw(alignment, n) for alignment, n in ((64, 256), (4096, 0), (1, 1))]
+    for q in held:
+        a.deallocate_raw(q)
+    assert all(q > 0 for q in held), (
+        f"a new CPU allocator's first allocations returned {held}: an address is greater "
+        f"than 0, C's null pointer [DEVICE-6]")
+
+
+@pytest.mark.clause("DEVICE-6")
+@pytest.mark.parametrize("bad", [-1, -4096, 256.0, "256"], ids=repr)
+def test_cpu_allocator_refuses_a_bad_size(rt, runtimes, bad) -> None:
+    a = runtimes().device_mgr.lookup_device("CPU:0").get_allocator()
+    kept = a.allocate_raw(64, 256)
+    before = a.get_stats()
+    refused: list[ValueError] = []
+    with raises(ValueError, "DEVICE-6", f"allocate_raw(64, {bad!r})"):
+        try:
+            a.allocate_raw(64, bad)
+        except ValueError as exc:
+            refused.append(exc)
+            raise
+    after = a.get_stats()
+    a.deallocate_raw(kept)
+    assert names_identifier(refused[0], a.name), (
+        f"allocate_raw(64, {bad!r}) error {refused[0]!r} does not name the allocator "
+        f"{a.name!r} [DEVICE-6]")
+    assert after == before, (f"a refused allocate_raw(64, {bad!r}) changed the CPU "
+                             f"allocator's statistics from {before} to {after} [DEVICE-6]")
 
 
 @pytest.mark.clause("DEVICE-7")

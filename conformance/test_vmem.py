@@ -115,8 +115,9 @@ def test_vmem_enabled_builds_the_wrapper(rt, tf_env, value):
 
 
 @pytest.mark.clause("VMEM-1", "VMEM-6")
-def test_factory_and_constructor_defaults(rt, tf_env):
+def test_factory_and_constructor_defaults(rt, tf_env, caplog):
     """tf_gpu_id=0 and physical_total_memory=0, when not given."""
+    caplog.set_level(logging.WARNING)
     gpu = rt.BFCAllocator(rt.SimulatedDeviceMemory(MiB), MiB, False, "GPU_0_bfc")
     vmem = rt.maybe_create_gpu_vmem_allocator(gpu, host_sub_allocator=rt.SimulatedHostMemory(0))
     got = (vmem.name, vmem.host_allocator.name, vmem.memory_planned)
@@ -128,6 +129,9 @@ def test_factory_and_constructor_defaults(rt, tf_env):
     assert (direct.name, direct.memory_planned) == ("GPUVMem_0_bfc", 0), (
         f"GPUVMemAllocator(device, host): ({direct.name!r}, {direct.memory_planned}), "
         f"expected ('GPUVMem_0_bfc', 0) [VMEM-6]")
+    errors = runtime_records(caplog, rt, logging.ERROR)
+    assert not errors, (f"GPUVMemAllocator(device, host) logged {errors}: the default "
+                        f"physical_total_memory is 0, not a negative value [VMEM-6]")
 
 
 @pytest.mark.clause("BFC-12", "VMEM-4")
@@ -274,8 +278,9 @@ def _planned_stack(rt, tf_env):
 
 
 @pytest.mark.clause("VMEM-5", "VMEM-8")
-def test_three_argument_fallback_planned_check(rt, tf_env):
+def test_three_argument_fallback_planned_check(rt, tf_env, caplog):
     s = _planned_stack(rt, tf_env)
+    caplog.set_level(logging.WARNING)
     attrs = rt.AllocationAttributes()
     a = s.vmem.allocate_raw(256, 2 * MiB, attrs)  # merged peak 1 MiB → host region 2 MiB
     b = s.vmem.allocate_raw(256, 2 * MiB, attrs)  # merged 3 MiB → host region 2 MiB
@@ -290,6 +295,9 @@ def test_three_argument_fallback_planned_check(rt, tf_env):
         f"must be refused [VMEM-5]")
     assert s.host_sim.alloc_calls == calls, "[VMEM-5]"
     assert s.host.get_stats().num_allocs == 3, "the refused request reached the host [VMEM-5]"
+    refused = runtime_records(caplog, rt, logging.WARNING, containing=s.vmem.name)
+    assert refused, (f"the refused fallback logged no warning naming {s.vmem.name!r} "
+                     f"(records: {caplog.records}) [VMEM-5]")
     d = s.vmem.allocate_raw(256, 256)             # the two-argument call is not checked
     assert d is not None and in_region(s.host_sim, d), f"2-arg after refusal: {d} [VMEM-4]"
 

@@ -27,7 +27,7 @@ class AllocatorRetry:
 
     __slots__ = ("_clock", "_mu", "_event", "_waiters")
 
-    def __init__(self, clock: Clock | None = None) -> None:
+    def __init__(self, clock: Clock | None) -> None:
         self._clock = clock if clock is not None else REAL_CLOCK
         self._mu = threading.Lock()
         self._event = threading.Event()

@@ -67,8 +67,7 @@ def rounded_bytes(n: int) -> int:
 
 def bin_num_for_size(n: int) -> int:
     """``BinNumForSize``: ``min(20, floor(log2(max(n, 256) >> 8)))``."""
-    b = (max(n, 256) >> 8).bit_length() - 1
-    return b if b < 20 else 20
+    return min((max(n, 256) >> 8).bit_length() - 1, 20)
 
 
 def backpedal_size(n: int) -> int:
@@ -245,10 +244,9 @@ class BFCAllocator(Allocator):
         bins = self._bins
         key = rounded << _SHIFT
         while mask:
-            if not mask & 1:
-                step = (mask & -mask).bit_length() - 1
-                b += step
-                mask >>= step
+            step = (mask & -mask).bit_length() - 1     # to the next non-empty bin
+            b += step
+            mask >>= step
             lst = bins[b]
             i = bisect_left(lst, key)
             if i < len(lst):

@@ -97,7 +97,8 @@ def get_allow_growth_value(option: bool) -> bool:
         value = raw == "true"
         if value != bool(option):
             _log.warning("Overriding allow_growth setting because the TF_FORCE_GPU_ALLOW_GROWTH "
-                         "environment variable is set. Original config value was %s.", option)
+                         "environment variable is set. Original config value was %s.",
+                         bool(option))
         return value
     _log.error('The TF_FORCE_GPU_ALLOW_GROWTH environment variable is set but could not be '
                'parsed: %s. Valid values are "true" or "false". Using original config value '

@@ -87,9 +87,9 @@ class RuntimeContext:
             except Exception as exc:         # keep tearing down; report the first error
                 log.exception("closing session %r failed", session)
                 errors.append(exc)
-        if rm is not None:
-            self.registry.unregister(Grouping.POST_SESSION_RUN, RM_PHASE, rm)
-        # Statistics disabled (None) was never registered: unregister then finds nothing.
+        # Resource management or statistics disabled (None) was never registered:
+        # unregister then finds nothing.
+        self.registry.unregister(Grouping.POST_SESSION_RUN, RM_PHASE, rm)
         self.registry.unregister(Grouping.POST_SESSION_RUN, STAT_PHASE, self.statistics)
         self.file_listener.close()
         self.device_mgr.close()
