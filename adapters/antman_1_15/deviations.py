@@ -327,8 +327,8 @@ DEVIATIONS: tuple[Deviation, ...] = (
     Deviation("D-FL-6", ("FL-13",),
               "the path is stat'ed, then opened and read with blocking calls: a FIFO swapped "
               "in stops the thread for good",
-              ((FL, "_OPEN_FLAGS = (os.O_RDONLY | getattr(os, \"O_NONBLOCK\", 0) | getattr(os, \"O_NOCTTY\", 0)\n",
-                    "_OPEN_FLAGS = (os.O_RDONLY | getattr(os, \"O_NOCTTY\", 0)   # AntMan: blocking\n"),
+              ((FL, "_OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC",
+                    "_OPEN_FLAGS = os.O_RDONLY | os.O_NOCTTY | os.O_CLOEXEC   # AntMan: blocking"),
                (FL, "            st = os.fstat(fd)\n",
                     "            pass                                 # AntMan: checked on the path only\n")),
               bounded="a monitor thread blocked in open() is a daemon and close() stops waiting "
