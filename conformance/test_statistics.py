@@ -492,6 +492,16 @@ def test_gpus_are_found_once_by_the_first_check_that_finds_any(rt, runtimes, tmp
     gpus(other)[1].get_allocator().deallocate_raw(p)
 
 
+class ListedDevices:
+    """A duck-typed device manager: ``list_devices()`` of the devices it is given."""
+
+    def __init__(self, devices) -> None:
+        self.devices = devices
+
+    def list_devices(self):
+        return list(self.devices)
+
+
 @pytest.mark.clause("STAT-5")
 def test_only_devices_of_type_gpu_are_tracked(rt, runtimes, tmp_path) -> None:
     """A device manager of duck-typed devices: GPU 0 as it is, and GPU 1 presented as an
@@ -505,18 +515,11 @@ def test_only_devices_of_type_gpu_are_tracked(rt, runtimes, tmp_path) -> None:
         def __getattr__(self, name: str):
             return getattr(self._device, name)
 
-    class Mgr:
-        def __init__(self, devices) -> None:
-            self.devices = devices
-
-        def list_devices(self):
-            return list(self.devices)
-
     ctx = runtimes(num_gpus=2)
     g0, g1 = gpus(ctx)
     h = Harness(rt, ctx, tmp_path / "status.json")
     h.stats.run_action(rt.SessionRunActionOptions(
-        device_mgr=Mgr([g0, Typed(g1, "XLA_GPU")]), graph_id=1, sess_duration_us=1000))
+        device_mgr=ListedDevices([g0, Typed(g1, "XLA_GPU")]), graph_id=1, sess_duration_us=1000))
     assert h.path.exists(), "the first run was not checked [STAT-3]"
     tracked = sorted(h.doc()["gpuUsageInfo"] or {})
     assert tracked == [bus_id(rt, g0)], (
@@ -552,13 +555,6 @@ def test_device_allocator_without_stats_leaves_the_host_figures(rt, runtimes, tm
         def __getattr__(self, name: str):
             return getattr(self._device, name)
 
-    class Mgr:
-        def __init__(self, devices) -> None:
-            self.devices = devices
-
-        def list_devices(self):
-            return list(self.devices)
-
     ctx = runtimes()
     g0 = gpus(ctx)[0]
     vmem = g0.get_allocator()
@@ -572,7 +568,7 @@ def test_device_allocator_without_stats_leaves_the_host_figures(rt, runtimes, tm
         caplog.set_level(logging.ERROR)
         try:
             h.stats.run_action(rt.SessionRunActionOptions(
-                device_mgr=Mgr([Device(g0, wrapped)]), graph_id=1, sess_duration_us=1000))
+                device_mgr=ListedDevices([Device(g0, wrapped)]), graph_id=1, sess_duration_us=1000))
         except Exception as exc:     # noqa: BLE001 - the figures are what the clause says
             pytest.fail(f"a check over a device allocator without stats raised {exc!r} "
                         f"[STAT-5]")
