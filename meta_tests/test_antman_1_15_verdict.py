@@ -180,6 +180,18 @@ def test_no_switch_fails_by_a_patch_that_no_longer_fits(ident: str) -> None:
                         f"to the reference's code, then regenerate with {pinning.COMMAND}")
 
 
+@pytest.mark.parametrize("argv", [["--all-on-workers", "-1"], ["--all-on-workers", "65"],
+                                  ["--jobs", "0"], ["--only", "D-NOPE-1"]])
+def test_the_pinning_tool_refuses_bad_arguments_before_any_run(
+        argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """A usage error (exit 2, one line naming the argument), and the pin is left as it is."""
+    before = pinning.DATA_PATH.read_bytes()
+    assert pinning.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("pinning: ") and len(err.splitlines()) == 1, err
+    assert pinning.DATA_PATH.read_bytes() == before
+
+
 def test_the_pin_and_a_later_run_set_apart_the_same_failures() -> None:
     """The all-on pin and the runs compared with it use one rule: a load-bound failure
     (TIMEOUT, or a CPU-time test) is set apart only where no switch is pinned to fail the

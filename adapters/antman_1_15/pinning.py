@@ -26,7 +26,7 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Collection, Iterable
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 if str(ROOT) not in sys.path:
@@ -194,23 +194,22 @@ def load_bound(nodeid: str, failure: dict[str, Any]) -> bool:
     return failure["outcome"] == "TIMEOUT" or nodeid.startswith(LOAD_SENSITIVE)
 
 
-def set_apart(nodeid: str, failure: dict[str, Any], pinned: Iterable[str]) -> bool:
+def set_apart(nodeid: str, failure: dict[str, Any], pinned: Collection[str]) -> bool:
     """Whether a failure of the run with every switch on is set apart from its verdict: a
     load-bound failure of a test no switch is pinned to fail. One rule for the pin and for
     the runs compared with it, so that a test a switch fails for certain (its failure a
     TIMEOUT or not) is in the pinned verdict whenever it fails in a later run."""
-    return load_bound(nodeid, failure) and nodeid not in set(pinned)
+    return load_bound(nodeid, failure) and nodeid not in pinned
 
 
 def _record(run: Run, clauses: Iterable[str] | None = None,
-            pinned: Iterable[str] = ()) -> tuple[dict[str, Any], list[str]]:
+            pinned: Collection[str] = frozenset()) -> tuple[dict[str, Any], list[str]]:
     """The run's failures, and apart the load-bound ones (a test that ran out of time on a
     loaded machine, not the deviation's doing: a suite whose own per-test limit is reached
     is not evidence of AntMan's behaviour): for a switch's run, those on none of its
     ``clauses``; for the run with every switch on (``clauses`` None), those of tests no
     switch is ``pinned`` to fail."""
     keep = set(clauses) if clauses is not None else None
-    pinned = set(pinned)
     out, slow = {}, []
     for nodeid, f in sorted(run.failures().items()):
         if (set_apart(nodeid, f, pinned) if keep is None
@@ -332,10 +331,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     only = [s.strip() for s in args.only.split(",") if s.strip()]
     unknown = [s for s in only if s not in BY_ID and s != "all-on"]
-    if unknown or args.jobs < 1 or (args.all_on_workers or 0) < 0:
+    workers = args.all_on_workers
+    if unknown or args.jobs < 1 or (workers is not None and not 0 <= workers <= 64):
         print(f"pinning: unknown deviation(s) {', '.join(unknown)}" if unknown
               else "pinning: --jobs must be at least 1" if args.jobs < 1
-              else "pinning: --all-on-workers must be at least 0", file=sys.stderr)
+              else "pinning: --all-on-workers must be from 0 to 64", file=sys.stderr)
         return 2
     previous = load() if DATA_PATH.exists() else None
     if args.source is not None:
