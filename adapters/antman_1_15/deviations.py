@@ -239,11 +239,12 @@ DEVIATIONS: tuple[Deviation, ...] = (
                      "                break\n"
                      "            p, i = min(later), 0\n"
                      "            while True:                         # the live vector of phase p\n"
-                     "                actions = [a for q, a in regs if q == p]\n"
-                     "                if i >= len(actions):\n"
-                     "                    break\n"
-                     "                actions[i].run_action(options)\n"
-                     "                i += 1\n"),),
+                     "                actions = [a for q, a in regs if q == p]   # read again once\n"
+                     "                if i >= len(actions):          # its end is reached: what\n"
+                     "                    break                      # was appended runs too\n"
+                     "                while i < len(actions):\n"
+                     "                    actions[i].run_action(options)\n"
+                     "                    i += 1\n"),),
               modules=("conformance/test_session_run_actions.py",)),
     Deviation("D-FL-1", ("FL-6", "FL-7"),
               "handlers run under the listener's lock, so a handler that (un)registers "
