@@ -59,7 +59,7 @@ class Buffer:
     __slots__ = ("allocator", "ptr", "nbytes", "array", "refs", "persistent", "freed")
 
     def __init__(self, allocator: Allocator | None, ptr: int | None, nbytes: int, array: Any,
-                 *, persistent: bool = False) -> None:
+                 *, persistent: bool) -> None:
         self.allocator = allocator
         self.ptr = ptr
         self.nbytes = nbytes
