@@ -35,13 +35,11 @@ def device_xp(device: Any) -> Any:
 
 
 def to_host(array: Any) -> np.ndarray:
-    """A NumPy copy of an array of any device."""
+    """A NumPy copy of a buffer's array: a NumPy array (simulated device, CPU) or a CuPy
+    array (the cuda backend), whose ``get`` copies it to the host."""
     if isinstance(array, np.ndarray):
         return array.copy()
-    get = getattr(array, "get", None)
-    if callable(get):  # CuPy
-        return get()
-    return np.array(array)
+    return array.get()
 
 
 def copy_from_host(out: Any, value: np.ndarray) -> None:
