@@ -308,6 +308,38 @@ def test_variables_assign_and_gradient_descent(rt, ctx, device: str) -> None:
         s.run(["assign"], {"value": np.zeros(3, np.float32)})
 
 
+@pytest.mark.clause("EXEC-4")
+@pytest.mark.parametrize("device", [CPU, GPU])
+def test_const_takes_its_dtype_attribute(rt, ctx, device: str) -> None:
+    """``Const(value, dtype)``: the constant is ``value`` converted to ``dtype``."""
+    g = rt.Graph()
+    g.add_node("c", "Const", device=device, value=[1, 2], dtype="float32")
+    (c,) = ctx.new_session(g).run(["c"])
+    assert c.dtype == np.float32, (
+        f"Const(value=[1, 2], dtype='float32') on {device} has dtype {c.dtype} [EXEC-4]")
+    np.testing.assert_array_equal(c, [1.0, 2.0], err_msg=f"Const on {device} [EXEC-4]")
+
+
+@pytest.mark.clause("EXEC-4")
+@pytest.mark.parametrize("device", [CPU, GPU])
+def test_a_pyfunc_without_outputs_runs_for_its_effect(rt, ctx, device: str) -> None:
+    """``PyFunc`` with ``num_outputs=0`` (``tf.py_func`` with ``Tout=[]``): ``func`` runs
+    and whatever it returns, ``None`` included, is dropped."""
+    calls: list[int] = []
+    g = rt.Graph()
+    g.add_node("effect", "PyFunc", device=device, num_outputs=0,
+               func=lambda: calls.append(1))          # returns None
+    s = ctx.new_session(g)
+    try:
+        out = s.run([], None, ["effect"])
+    except rt.OpError as exc:
+        pytest.fail(f"a PyFunc of num_outputs=0 whose func returns None failed the step on "
+                    f"{device}: {exc} [EXEC-4]")
+    assert out == [] and calls == [1], (
+        f"run([], target_nodes=['effect']) returned {out!r} and called func {len(calls)} "
+        f"time(s), expected [] and once [EXEC-4]")
+
+
 @pytest.mark.clause("EXEC-5")
 @pytest.mark.parametrize("device", [CPU, GPU])
 def test_forwarded_outputs_are_the_variable(rt, ctx, device: str) -> None:
@@ -1093,6 +1125,37 @@ def test_async_attribute_hands_every_consumer_to_the_runner(rt, ctx) -> None:
         assert t["c1"][0] != t["c2"][0], (
             f"the two consumers of an async node ran on one thread: {log.snapshot()} "
             f"[EXEC-11]")
+
+
+@pytest.mark.clause("EXEC-3")
+def test_a_pyfunc_node_without_the_attribute_is_expensive(rt, ctx) -> None:
+    """``PyFunc`` is an expensive kernel: a CPU ``PyFunc`` node given no ``is_expensive``
+    attribute is expensive. root's consumers are that node ``p`` and the inexpensive ``j``:
+    ``j`` runs inline on root's thread, so ``p`` is handed to the runner (EXEC-11); were
+    ``p`` inexpensive, it would run inline on root's thread too."""
+    log = Log()
+    p_started = threading.Event()
+
+    def j_waits_for_p():
+        assert p_started.wait(10), "'p' was not dispatched to the runner while 'j' ran [EXEC-3]"
+
+    g = rt.Graph()
+    g.add_node("root", "PyFunc", device=CPU, is_expensive=False,
+               func=py_func(log, "root", record="thread"))
+    g.add_node("p", "PyFunc", ["root"], device=CPU,
+               func=py_func(log, "p", record="thread", before=p_started.set))
+    g.add_node("j", "PyFunc", ["root"], device=CPU, is_expensive=False,
+               func=py_func(log, "j", record="thread", before=j_waits_for_p))
+    s = ctx.new_session(g)
+    for _ in range(3):
+        log.clear()
+        p_started.clear()
+        s.run(["j", "p"])
+        t = _threads(log)
+        assert t["p"][0] != t["root"][0], (
+            f"the PyFunc node 'p' without an is_expensive attribute ran inline on root's "
+            f"thread as an inexpensive node: {log.snapshot()}; PyFunc is expensive unless "
+            f"the node says otherwise [EXEC-3]")
 
 
 @pytest.mark.clause("EXEC-3")

@@ -199,6 +199,43 @@ def test_feeding_a_node_replaces_its_kernel(rt, ctx) -> None:
 
 
 @pytest.mark.clause("SESS-2")
+def test_only_a_fed_placeholder_converts_the_fed_value(rt, ctx) -> None:
+    """A fed ``Placeholder`` without a ``dtype`` attribute, and a fed node of another op that
+    has one (a ``Const``), output the fed value in its own dtype."""
+    g = rt.Graph()
+    g.add_node("any", "Placeholder", device=CPU)
+    g.add_node("c", "Const", device=CPU, value=np.zeros(2, np.float32), dtype="float32")
+    g.add_node("use_any", "Identity", ["any"], device=CPU)
+    g.add_node("use_c", "Identity", ["c"], device=CPU)
+    s = ctx.new_session(g)
+    fed = np.array([5, 6], np.int64)
+    what = {"any": "a Placeholder without dtype", "c": "a Const of dtype float32"}
+    for name in ("any", "c"):
+        try:
+            (out,) = s.run([f"use_{name}"], {name: fed})
+        except rt.OpError as exc:
+            pytest.fail(f"feeding {name!r} an int64 array failed the step: {exc} [SESS-2]")
+        assert out.dtype == np.int64, (
+            f"fed {name!r} ({what[name]}) an int64 array, its consumer got dtype "
+            f"{out.dtype}: the fed value is the output as it is [SESS-2]")
+        np.testing.assert_array_equal(out, fed, err_msg=f"feeding {name!r} [SESS-2]")
+
+
+@pytest.mark.clause("SESS-2")
+def test_a_fed_value_that_does_not_convert_to_the_dtype_is_an_invalid_argument(rt,
+                                                                              ctx) -> None:
+    g = rt.Graph()
+    g.add_node("p", "Placeholder", device=CPU, dtype="float32")
+    g.add_node("use", "Identity", ["p"], device=CPU)
+    s = ctx.new_session(g)
+    with pytest.raises(rt.InvalidArgumentError) as info:
+        s.run(["use"], {"p": "abc"})
+        pytest.fail("'abc' fed to a float32 Placeholder was accepted [SESS-2]")
+    assert names_identifier(info.value, "p"), (
+        f"the error {info.value} does not name the Placeholder 'p' [SESS-2]")
+
+
+@pytest.mark.clause("SESS-2")
 def test_bad_names_and_missing_feeds(rt, ctx) -> None:
     log = Log()
     ctx.registry.register(PRE, 0, recording_action(rt, "pre", log))

@@ -179,17 +179,13 @@ class OpKernelContext:
         self._set(i, buf)
         return buf.array
 
-    def set_output_value(self, i: int, value: Any) -> None:
-        """Allocate output ``i`` and copy ``value`` (any array-like) into it: a host value
-        is copied straight into the output buffer, with no device temporary."""
-        if not isinstance(value, self.xp.ndarray):
-            value = np.asarray(value)
+    def set_output_value(self, i: int, value: np.ndarray) -> None:
+        """Allocate output ``i`` and copy the host array ``value`` into it, straight into the
+        output buffer, with no device temporary (a fed value is a NumPy array: the session
+        converts every feed; a PyFunc result is converted by its kernel)."""
         out = self.allocate_output(i, value.shape, value.dtype)
         if out.size:
-            if isinstance(value, np.ndarray):
-                copy_from_host(out, value)
-            else:
-                out[...] = value
+            copy_from_host(out, value)
 
     def forward_input(self, i_in: int, i_out: int) -> None:
         """Output ``i_out`` is input ``i_in``'s buffer (no allocation, TF ``set_output``)."""

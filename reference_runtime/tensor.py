@@ -35,13 +35,11 @@ def device_xp(device: Any) -> Any:
 
 
 def to_host(array: Any) -> np.ndarray:
-    """A NumPy copy of an array of any device."""
+    """A NumPy copy of a buffer's array: a NumPy array (simulated device, CPU) or a CuPy
+    array (the cuda backend), whose ``get`` copies it to the host."""
     if isinstance(array, np.ndarray):
         return array.copy()
-    get = getattr(array, "get", None)
-    if callable(get):  # CuPy
-        return get()
-    return np.array(array)
+    return array.get()
 
 
 def copy_from_host(out: Any, value: np.ndarray) -> None:
@@ -59,7 +57,7 @@ class Buffer:
     __slots__ = ("allocator", "ptr", "nbytes", "array", "refs", "persistent", "freed")
 
     def __init__(self, allocator: Allocator | None, ptr: int | None, nbytes: int, array: Any,
-                 *, persistent: bool = False) -> None:
+                 *, persistent: bool) -> None:
         self.allocator = allocator
         self.ptr = ptr
         self.nbytes = nbytes
