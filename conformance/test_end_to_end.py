@@ -374,6 +374,39 @@ def test_batches_are_fed_in_turn(rt) -> None:
 
 
 @pytest.mark.clause("E2E-1")
+def test_labels_are_one_hot(rt, monkeypatch) -> None:
+    """The labels each step feeds (what its session run receives for the ``y`` placeholder)
+    are one-hot rows: the loss is then the mean cross-entropy of one class per example, not
+    a multiple of it."""
+    fed: list = []
+    with sim_runtime(rt) as ctx:
+        wl = rt.MLPWorkload(ctx, batch=8, input_dim=5, hidden=6, layers=2, classes=4,
+                            num_batches=2)
+        _, y_name, _ = training_graph(wl)
+        run = wl.session.run
+
+        def recording_run(fetches, feed_dict=None, *args, **kwargs):
+            fed.append(dict(feed_dict or {}))
+            return run(fetches, feed_dict, *args, **kwargs)
+
+        monkeypatch.setattr(wl.session, "run", recording_run)
+        for _ in range(2):
+            wl.step()
+        monkeypatch.undo()
+        wl.close()
+    labels = [np.asarray(value) for feed in fed for key, value in feed.items()
+              if str(getattr(key, "name", key)).split(":")[0] == y_name]
+    if not labels:
+        pytest.skip(f"the workload's step() feeds no {y_name!r} through its session's run "
+                    f"attribute, so the labels cannot be seen")
+    for i, y in enumerate(labels):
+        one_hot = (y.shape == (8, 4) and bool(np.all((y == 0) | (y == 1)))
+                   and bool(np.all(y.sum(axis=1) == 1)))
+        assert one_hot, (f"step {i} fed the labels {y.tolist()} for {y_name!r}, expected "
+                         f"one-hot rows (a 1 for the teacher's class, 0 elsewhere) [E2E-1]")
+
+
+@pytest.mark.clause("E2E-1")
 def test_step_returns_the_loss_before_the_update_and_evaluate_trains_nothing(rt) -> None:
     with sim_runtime(rt) as ctx:
         wl = rt.MLPWorkload(ctx, batch=4, input_dim=5, hidden=6, layers=2, classes=3,

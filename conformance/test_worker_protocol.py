@@ -8,6 +8,7 @@ the worker's (``t_us``). Tolerances and bounds are the ones SPEC.md states.
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -16,6 +17,7 @@ import pytest
 
 from conformance.control_measurement import (CONTROL_ATTEMPTS, InvalidMeasurement,
                                              describe_attempts, steady)
+from conformance.device_choice import DEVICE_VARIABLE, SIMULATED
 from conformance.preconditions import relies_on
 from fixtures.worker import MIB, TERMINATION_S, Record, WorkerProcess, median_period_us
 
@@ -31,6 +33,15 @@ SUSPENDED_CHECK_S = 0.5         # WORKER-4: is the worker silent before SIGTERM?
 THROTTLE_STEP_MS = 100          # longer steps: throttling overheads weigh less (WORKER-10)
 THROTTLE_LEVELS = (50, 25, 100)  # perfControl written in turn (WORKER-10)
 CONTROL_BAND = (0.75, 1.25)      # P_100 / B: the control (WORKER-10)
+
+
+def on_simulated_backend(rt, request: pytest.FixtureRequest) -> bool:
+    """Whether the worker's devices are the runtime's simulated GPUs: it is the in-process
+    runtime's own (no ``--worker-cmd``), which selects its backend by DEVICE-7, and the test
+    runs with ``ANTMAN_DEVICE=sim`` (section 5), which the worker inherits."""
+    return (not request.config.getoption("--worker-cmd")
+            and callable(getattr(rt, "select_backend", None))
+            and os.environ.get(DEVICE_VARIABLE) == SIMULATED)
 
 
 def figure(rec: Record, name: str, clause: str) -> int:
@@ -114,12 +125,18 @@ def assert_exited_0(rc: int | None, cause: str, clause: str) -> None:
 
 # -- WORKER-1..4: start, records, knobs, termination ------------------------------------
 @pytest.mark.clause("WORKER-1", "WORKER-2")
-def test_hello_then_one_record_per_step(worker) -> None:
+def test_hello_then_one_record_per_step(worker, rt, request) -> None:
     w = worker()
     hello = w.hello
     assert hello is not None, "[WORKER-2]"
     buses = [d["pci_bus_id"] for d in hello["devices"]]
     assert len(buses) == len(set(buses)), f"hello lists a pci_bus_id twice: {buses} [WORKER-2]"
+    if on_simulated_backend(rt, request):
+        unmarked = [d["name"] for d in hello["devices"] if d.get("simulated") is not True]
+        assert not unmarked, (
+            f"the worker of {rt.NAME} ran with {DEVICE_VARIABLE}=sim, so its devices are "
+            f"simulated, but its hello record does not mark {unmarked} \"simulated\": true "
+            f"(the report would call them GPUs) [WORKER-2]")
     # The harness checks every record (JSON, members, types, numbering, clock) as it reads.
     steps = w.steps(10)
     assert [r["step"] for r in steps] == list(range(10)), "[WORKER-2]"
@@ -161,20 +178,25 @@ def test_invalid_knobs_fall_back_to_their_defaults(worker, step_ms: str, max_ste
 
 
 @pytest.mark.clause("WORKER-3")
-def test_valid_and_empty_knobs_write_no_line(worker) -> None:
-    """``ANTMAN_WORKER_SEED=0`` is valid (the smallest seed) and an empty
-    ``ANTMAN_WORKER_MAX_STEPS`` is unset (0: training until stopped): neither is reported,
-    nor are the valid ``ANTMAN_WORKER_STEP_MS`` (50) and ``ANTMAN_WORKER_POLL_INTERVAL_S``
-    (0.1) every worker is started with (WORKER-1)."""
-    w = worker(ANTMAN_WORKER_SEED="0", ANTMAN_WORKER_MAX_STEPS="")
+@pytest.mark.parametrize("seed,max_steps", [pytest.param("0", "", id="seed-0"),
+                                            pytest.param("", "0", id="max-steps-0")])
+def test_valid_and_empty_knobs_write_no_line(worker, seed: str, max_steps: str) -> None:
+    """``ANTMAN_WORKER_SEED=0`` is valid (the smallest seed), and so is
+    ``ANTMAN_WORKER_MAX_STEPS=0`` (training until stopped, the value WORKER-1 starts every
+    worker with); an empty value is unset (the default): none is reported, nor are the valid
+    ``ANTMAN_WORKER_STEP_MS`` (50) and ``ANTMAN_WORKER_POLL_INTERVAL_S`` (0.1) every worker
+    is started with (WORKER-1)."""
+    w = worker(ANTMAN_WORKER_SEED=seed, ANTMAN_WORKER_MAX_STEPS=max_steps)
     steps = w.steps(3)
-    assert [r["step"] for r in steps] == [0, 1, 2], \
-        f"a worker with an empty MAX_STEPS wrote steps {[r['step'] for r in steps]} [WORKER-3]"
+    assert [r["step"] for r in steps] == [0, 1, 2], (
+        f"a worker with ANTMAN_WORKER_MAX_STEPS={max_steps!r} wrote steps "
+        f"{[r['step'] for r in steps]} [WORKER-3]")
     tail = w.stderr_tail(1 << 20)
     named = [k for k in ("ANTMAN_WORKER_SEED", "ANTMAN_WORKER_MAX_STEPS",
                          "ANTMAN_WORKER_STEP_MS", "ANTMAN_WORKER_POLL_INTERVAL_S") if k in tail]
-    assert not named, (f"standard error names {named}, set to 0 (valid), empty (unset), 50 "
-                       f"and 0.1 (valid): {tail[-600:]!r} [WORKER-3]")
+    assert not named, (f"standard error names {named}, set to SEED={seed!r} and "
+                       f"MAX_STEPS={max_steps!r} (0 valid, empty unset), 50 and 0.1 (valid): "
+                       f"{tail[-600:]!r} [WORKER-3]")
 
 
 @pytest.mark.clause("WORKER-4")

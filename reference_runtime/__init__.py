@@ -54,7 +54,10 @@ VERSION = "0.1.0"
 SPEC_VERSION = "2026.11"
 
 #: The worker of the black-box protocol (SPEC.md WORKER-1): ``python -m <package>.worker``,
-#: with single-threaded BLAS (reference_runtime/worker.py says why).
+#: with single-threaded BLAS: OpenBLAS worker threads spin while they wait, and on a small,
+#: loaded machine they steal the CPU from the training step and make step periods swing by
+#: an order of magnitude, which would drown the throttling WORKER-10 measures. NumPy reads
+#: the variable when it loads, so it is set before the process starts.
 WORKER_COMMAND: list[str] = ["env", "OPENBLAS_NUM_THREADS=1", _sys.executable, "-m",
                              f"{__name__}.worker"]
 

@@ -10,6 +10,7 @@ runtime's own doing. The step is sized by ``ANTMAN_WORKER_STEP_MS``: a small MLP
 for real, plus a simulated compute time per compute node (``cost_us``, EXEC-12) that stands
 for the device's kernel time. Standard input at end of file, or SIGTERM, stops it at the
 next step boundary (a suspended step is woken by closing the runtime); it exits with 0.
+``WORKER_COMMAND`` starts it with single-threaded BLAS (reference_runtime/__init__.py says why).
 """
 
 from __future__ import annotations
@@ -36,7 +37,6 @@ STOP_JOIN_S = 1.0          # wait for the step boundary before waking a suspende
 CLOSE_JOIN_S = 2.5         # then wait this long for the training thread to end
 COST_SHARE = 0.9           # share of ANTMAN_WORKER_STEP_MS spent as simulated device time
 DEVICE = "/device:GPU:0"
-BLAS_THREADS_ENV_VAR = "OPENBLAS_NUM_THREADS"
 # Knob ranges: a step of an hour, a poll of a minute (WORKER-2 bounds poll_interval_s at
 # 60 s). Beyond them a value is invalid (WORKER-3: replaced by the default), before it can
 # overflow the step's simulated time.
@@ -189,24 +189,8 @@ def _watch_stdin(stop: threading.Event) -> None:
     stop.set()
 
 
-def _single_threaded_blas(argv: Sequence[str]) -> None:
-    """Re-execute with single-threaded BLAS unless it already is.
-
-    OpenBLAS worker threads spin while they wait; on a small, loaded machine they steal the
-    CPU from the training step and make step periods swing by an order of magnitude, which
-    would drown the throttling the suite measures (WORKER-10). The variable is read when
-    NumPy loads, before this module runs, hence the new process.
-    """
-    if os.environ.get(BLAS_THREADS_ENV_VAR):
-        return
-    env = dict(os.environ, **{BLAS_THREADS_ENV_VAR: "1"})
-    sys.stdout.flush()
-    os.execve(sys.executable, [sys.executable, "-m", __spec__.name if __spec__ else __name__, *argv], env)
-
-
 def main(argv: Sequence[str]) -> int:
     """The worker; ``argv`` is the command line after the program (it takes none)."""
-    _single_threaded_blas(argv)
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if argv:

@@ -65,8 +65,6 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--backend", help="sim, cuda or auto (default: $ANTMAN_DEVICE)")
     p.add_argument("--gpu-memory", type=_bytes, default=1 << 30,
                    help="GPU memory limit per GPU (default 1G)")
-    p.add_argument("--cost-us", type=int, default=0,
-                   help="simulated compute time per compute node, in µs")
     args = p.parse_args(argv)
     if args.steps < 0:
         p.error("--steps must be >= 0")
@@ -81,8 +79,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         common = dict(batch=chosen(args.batch, 256 if sized else 32),
                       input_dim=chosen(args.input_dim, 256 if sized else 32),
                       layers=chosen(args.layers, 3 if sized else 2), classes=args.classes,
-                      learning_rate=args.learning_rate, seed=args.seed, device=args.device,
-                      cost_us=args.cost_us)
+                      learning_rate=args.learning_rate, seed=args.seed, device=args.device)
         try:
             if sized:
                 wl = MLPWorkload.sized_for(ctx, args.target_bytes, **common)
