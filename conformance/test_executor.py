@@ -66,6 +66,30 @@ def test_graph_nodes_is_a_copy(rt) -> None:
 
 
 @pytest.mark.clause("EXEC-1")
+def test_graph_nodes_are_hashable_and_setting_them_changes_no_graph(rt) -> None:
+    g = rt.Graph()
+    g.add_node("a", "Placeholder", dtype="float32")
+    g.add_node("b", "Identity", ["a"], device="/device:CPU:0", cost_us=1)
+    try:
+        by_node = {n: n.name for n in g.nodes}
+    except TypeError as exc:
+        pytest.fail(f"a node of Graph.nodes cannot key a dict: {exc} [EXEC-1]")
+    assert sorted(by_node.values()) == ["a", "b"], f"{by_node} [EXEC-1]"
+    for node in g.nodes:
+        for attr, value in (("name", "z"), ("op", "NoOp"), ("inputs", ("z",)),
+                            ("device", "/device:GPU:0")):
+            try:
+                setattr(node, attr, value)
+            except AttributeError:
+                pass                       # a read-only node: nothing to change
+    seen = [(n.name, n.op, list(n.inputs), n.device) for n in g.nodes]
+    assert seen == [("a", "Placeholder", [], "/device:CPU:0"),
+                    ("b", "Identity", ["a"], "/device:CPU:0")], (
+        f"setting the attributes of the nodes Graph.nodes returned changed the graph: {seen} "
+        f"[EXEC-1]")
+
+
+@pytest.mark.clause("EXEC-1")
 @pytest.mark.parametrize("ref", ["a:\u00b2", "a:\uff11", "a: 1"])
 def test_non_ascii_output_index_is_part_of_the_name(rt, ref) -> None:
     g = rt.Graph()
