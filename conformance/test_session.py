@@ -1037,6 +1037,29 @@ def test_inter_op_threads_from_two_run_that_many_nodes_at_once(rt, ctx, monkeypa
     assert len(out) == parties, f"inter_op_threads={threads!r}: fetched {out} [SESS-1]"
 
 
+@pytest.mark.clause("SESS-1")
+@pytest.mark.parametrize("cores,expected", [(None, 4), (1, 4), (2, 4), (4, 4), (6, 6), (48, 48)])
+def test_inter_op_threads_none_sizes_the_pool_from_the_cpu_count(rt, ctx, monkeypatch, cores,
+                                                                 expected) -> None:
+    """None means ``max(4, os.cpu_count())`` (a count os cannot tell counts as 1): the size of
+    the pool the session made. White-box: the reference's session keeps a
+    ``concurrent.futures.ThreadPoolExecutor`` in ``_pool``; that the pool runs that many nodes
+    at once is checked through the API above, that it runs no more cannot be without a
+    real-time wait."""
+    monkeypatch.setattr(os, "cpu_count", lambda: cores)
+    s = rt.DirectSession(ctx.device_mgr, step_graph(rt, Log()), registry=ctx.registry)
+    try:
+        workers = getattr(getattr(s, "_pool", None), "_max_workers", None)
+    finally:
+        s.close()
+    if not isinstance(workers, int):
+        pytest.skip("the check follows the reference's design (the session's thread pool in "
+                    "_pool); this runtime has no such pool")
+    assert workers == expected, (
+        f"inter_op_threads=None on a machine of {cores} cores made a pool of {workers} "
+        f"threads, expected max(4, {cores or 1}) = {expected} [SESS-1]")
+
+
 # -- the session's shared state changes under its lock (forced, not hoped for) --------------
 
 # (function of the session, a field it reads or changes, what a concurrent call can do
