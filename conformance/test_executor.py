@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from conformance.checks import names_identifier
+from conformance.control_helpers import joined, run_in_thread
 from conformance.execution_helpers import (CPU, GPU, INTER_OP_PREFIX, Log, RecordingBackend,
                                            antman_threads, py_func, sim_runtime)
 from fixtures.virtual_clock import VirtualClock
@@ -63,6 +64,30 @@ def test_graph_nodes_is_a_copy(rt) -> None:
     nodes.clear()
     assert [n.name for n in g.nodes] == ["a", "b"], \
         "changing the list Graph.nodes returned changed the graph [EXEC-1]"
+
+
+@pytest.mark.clause("EXEC-1")
+def test_graph_nodes_are_hashable_and_setting_them_changes_no_graph(rt) -> None:
+    g = rt.Graph()
+    g.add_node("a", "Placeholder", dtype="float32")
+    g.add_node("b", "Identity", ["a"], device="/device:CPU:0", cost_us=1)
+    try:
+        by_node = {n: n.name for n in g.nodes}
+    except TypeError as exc:
+        pytest.fail(f"a node of Graph.nodes cannot key a dict: {exc} [EXEC-1]")
+    assert sorted(by_node.values()) == ["a", "b"], f"{by_node} [EXEC-1]"
+    for node in g.nodes:
+        for attr, value in (("name", "z"), ("op", "NoOp"), ("inputs", ("z",)),
+                            ("device", "/device:GPU:0")):
+            try:
+                setattr(node, attr, value)
+            except AttributeError:
+                pass                       # a read-only node: nothing to change
+    seen = [(n.name, n.op, list(n.inputs), n.device) for n in g.nodes]
+    assert seen == [("a", "Placeholder", [], "/device:CPU:0"),
+                    ("b", "Identity", ["a"], "/device:CPU:0")], (
+        f"setting the attributes of the nodes Graph.nodes returned changed the graph: {seen} "
+        f"[EXEC-1]")
 
 
 @pytest.mark.clause("EXEC-1")
@@ -1156,6 +1181,44 @@ def test_a_pyfunc_node_without_the_attribute_is_expensive(rt, ctx) -> None:
             f"the PyFunc node 'p' without an is_expensive attribute ran inline on root's "
             f"thread as an inexpensive node: {log.snapshot()}; PyFunc is expensive unless "
             f"the node says otherwise [EXEC-3]")
+
+
+@pytest.mark.clause("EXEC-3")
+@pytest.mark.capability("virtual_clock")
+def test_an_async_root_that_completes_first_neither_ends_nor_fails_the_step(
+        rt, virtual_clock) -> None:
+    """``a``, an asynchronous root, completes while the other root ``slow`` is in its compute
+    time (EXEC-12) on a clock only the test moves: the step goes on until ``slow`` is done
+    and returns both values."""
+    clock = virtual_clock
+    a_done = threading.Event()
+
+    def a():
+        clock.wait_for_waiters(1, clause="EXEC-12")        # 'slow' is in its compute time
+        a_done.set()
+        return np.float32(1.0)
+
+    with sim_runtime(rt, clock=clock) as c:
+        g = rt.Graph()
+        g.add_node("slow", "Const", device=CPU, value=np.float32(2.0), cost_us=500)
+        g.add_node("a", "PyFunc", device=CPU, is_async=True, func=a)
+        s = c.new_session(g)
+        # 20 steps: what the executor does right after a's completion races with the test's
+        # advance of the clock, so one step may not show a mishandled completion
+        for _ in range(20):
+            a_done.clear()
+            runner, out = run_in_thread(lambda: s.run(["a", "slow"]), name="test-async-root")
+            try:
+                assert a_done.wait(10), "the asynchronous root did not run [EXEC-3]"
+            finally:
+                clock.advance(500)                          # 'slow' has its compute time
+            assert joined(runner), (
+                "the step did not end once 'slow' had its 500 us of compute time [EXEC-3]")
+            assert "error" not in out, (
+                f"the step of an asynchronous root and a root in its compute time failed: "
+                f"{out.get('error')!r} [EXEC-3]")
+            assert [float(v) for v in out["result"]] == [1.0, 2.0], (
+                f"run(['a', 'slow']) returned {out['result']} [EXEC-3]")
 
 
 @pytest.mark.clause("EXEC-3")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import subprocess
 import sys
 import threading
@@ -236,6 +237,23 @@ def test_a_fed_value_that_does_not_convert_to_the_dtype_is_an_invalid_argument(r
 
 
 @pytest.mark.clause("SESS-2")
+def test_a_node_fed_twice_is_an_invalid_argument(rt, ctx) -> None:
+    """``"x"`` and ``"x:0"`` name one tensor: a feed_dict giving both is refused before any
+    action runs, whichever value comes first (neither is silently chosen)."""
+    log = Log()
+    ctx.registry.register(PRE, 0, recording_action(rt, "pre", log))
+    s = ctx.new_session(step_graph(rt, log))
+    one, two = np.ones(2, np.float32), np.full(2, 2.0, np.float32)
+    for feeds in ({"x": one, "x:0": two}, {"x:0": two, "x": one}):
+        with pytest.raises(rt.InvalidArgumentError):
+            s.run(["out"], feeds)
+            pytest.fail(f"feed_dict with keys {list(feeds)} fed 'x' twice and was accepted "
+                        f"[SESS-2]")
+    assert log.snapshot() == [], (
+        f"a node fed twice ran {kinds(log)} before it was refused [SESS-2]")
+
+
+@pytest.mark.clause("SESS-2")
 def test_bad_names_and_missing_feeds(rt, ctx) -> None:
     log = Log()
     ctx.registry.register(PRE, 0, recording_action(rt, "pre", log))
@@ -405,6 +423,66 @@ def test_graph_id_names_a_signature_without_running_it(rt, ctx) -> None:
 
 
 
+@pytest.mark.clause("SESS-3")
+def test_graph_id_of_many_targets_in_any_order(rt, ctx) -> None:
+    """The targets of a signature are a set: 64 target names given in other orders (and
+    repeated) name one signature. With that many names, orders that a hash table keeps as
+    given would make other signatures."""
+    g = rt.Graph()
+    names = [f"t{i}" for i in range(64)]
+    for name in names:
+        g.add_node(name, "NoOp", device=CPU)
+    s = ctx.new_session(g)
+    first = s.graph_id([], None, names)
+    shuffle = random.Random(7)
+    orders = [names[::-1], names + names[:5]]
+    for _ in range(4):
+        order = list(names)
+        shuffle.shuffle(order)
+        orders.append(order)
+    ids = {s.graph_id([], None, order) for order in orders}
+    assert ids == {first}, (
+        f"64 target names in other orders gave graph_ids {sorted(ids)}, the first order "
+        f"{first}: the targets of a signature are a set [SESS-3]")
+
+
+@pytest.mark.clause("SESS-3")
+def test_graph_id_refuses_the_feed_keys_run_refuses(rt, ctx) -> None:
+    s = ctx.new_session(step_graph(rt, Log()))
+    for key, expected in ((3, TypeError), ("", rt.InvalidArgumentError)):
+        try:
+            s.graph_id(["out"], {key: FEED["x"]})
+        except expected as exc:
+            assert expected is not TypeError or names_identifier(exc, "feed_dict"), (
+                f"graph_id with a feed key {key!r}: the TypeError {str(exc)!r} does not name "
+                f"feed_dict [SESS-3]")
+        except Exception as exc:  # noqa: BLE001 - any other error is the wrong one
+            pytest.fail(f"graph_id(['out'], {{{key!r}: ...}}) raised {exc!r}, expected "
+                        f"{expected.__name__} as run's does [SESS-3]")
+        else:
+            pytest.fail(f"graph_id(['out'], {{{key!r}: ...}}) accepted the feed key "
+                        f"{key!r} [SESS-3]")
+
+
+@pytest.mark.clause("SESS-3")
+def test_graph_id_defaults_are_those_of_run(rt, ctx) -> None:
+    """``graph_id(fetches)``: no feeds and no targets, as ``run(fetches)``."""
+    log = Log()
+    ctx.registry.register(POST, 0, recording_action(rt, "post", log))
+    g = rt.Graph()
+    g.add_node("c", "Const", device=CPU, value=np.float32(3.0))
+    s = ctx.new_session(g)
+    try:
+        gid = s.graph_id(["c"])
+    except Exception as exc:  # noqa: BLE001 - any error: the defaults are not run's
+        pytest.fail(f"graph_id(['c']) with the default feed_dict and target_nodes raised "
+                    f"{exc!r} [SESS-3]")
+    s.run(["c"])
+    ((_, ran, *_),) = log.snapshot()
+    assert gid == ran == s.graph_id("c", None, None), (
+        f"graph_id(['c']) = {gid}, the run(['c']) had graph_id {ran} [SESS-3]")
+
+
 #: Run in a new process: the graph_id of the process's first signature (SESS-3).
 FIRST_GRAPH_ID_PROBE = r"""
 import importlib, json, sys
@@ -529,6 +607,23 @@ def test_sess_duration_counts_from_run_entry(rt, auto_clock) -> None:
             assert entry[2] == 400, (
                 f"sess_duration_us = {entry[2]} for a step whose only clock time is the 400 µs "
                 f"feed conversion: the start must be taken on entry to run() [SESS-4]")
+
+
+@pytest.mark.clause("SESS-4")
+@pytest.mark.capability("virtual_clock")
+def test_a_run_that_takes_no_clock_time_reports_0(rt, virtual_clock) -> None:
+    """On a clock nothing advances, ``sess_duration_us`` is exactly 0: no minimum is added."""
+    with sim_runtime(rt, clock=virtual_clock) as c:
+        log = Log()
+        c.registry.register(POST, 1, recording_action(rt, "post", log))
+        s = c.new_session(step_graph(rt, Log()))
+        for _ in range(2):
+            log.clear()
+            s.run(["out"], FEED)
+            ((_, _, duration_us, *_),) = log.snapshot()
+            assert duration_us == 0, (
+                f"sess_duration_us = {duration_us!r} for a run during which the clock did not "
+                f"move, expected 0 [SESS-4]")
 
 
 @pytest.mark.clause("SESS-5")
@@ -977,6 +1072,29 @@ def test_inter_op_threads_from_two_run_that_many_nodes_at_once(rt, ctx, monkeypa
     finally:
         s.close()
     assert len(out) == parties, f"inter_op_threads={threads!r}: fetched {out} [SESS-1]"
+
+
+@pytest.mark.clause("SESS-1")
+@pytest.mark.parametrize("cores,expected", [(None, 4), (1, 4), (2, 4), (4, 4), (6, 6), (48, 48)])
+def test_inter_op_threads_none_sizes_the_pool_from_the_cpu_count(rt, ctx, monkeypatch, cores,
+                                                                 expected) -> None:
+    """None means ``max(4, os.cpu_count())`` (a count os cannot tell counts as 1): the size of
+    the pool the session made. White-box: the reference's session keeps a
+    ``concurrent.futures.ThreadPoolExecutor`` in ``_pool``; that the pool runs that many nodes
+    at once is checked through the API above, that it runs no more cannot be without a
+    real-time wait."""
+    monkeypatch.setattr(os, "cpu_count", lambda: cores)
+    s = rt.DirectSession(ctx.device_mgr, step_graph(rt, Log()), registry=ctx.registry)
+    try:
+        workers = getattr(getattr(s, "_pool", None), "_max_workers", None)
+    finally:
+        s.close()
+    if not isinstance(workers, int):
+        pytest.skip("the check follows the reference's design (the session's thread pool in "
+                    "_pool); this runtime has no such pool")
+    assert workers == expected, (
+        f"inter_op_threads=None on a machine of {cores} cores made a pool of {workers} "
+        f"threads, expected max(4, {cores or 1}) = {expected} [SESS-1]")
 
 
 # -- the session's shared state changes under its lock (forced, not hoped for) --------------

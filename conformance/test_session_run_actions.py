@@ -357,6 +357,21 @@ def test_registration_at_a_phase_still_to_run_waits_for_the_next_run(rt) -> None
         f"the next run ran {log[3:]}, expected first, late-0, second, late-5 [REG-8]"
 
 
+@pytest.mark.clause("REG-5")
+def test_clear_removes_every_registration(rt) -> None:
+    reg, log = rt.SessionRunActionRegistry(), []
+    for grouping, label in ((0, "pre"), (1, "post"), (1, "post-again")):
+        reg.register(grouping, 3, Recorder(rt, log, label))
+    reg.clear()
+    left = {g: reg.actions(g) for g in (0, 1)}
+    assert left == {0: [], 1: []}, f"clear() left registrations {left} [REG-5]"
+    assert reg.get_action(1, 3, "rec-post") is None, (
+        "get_action found an action registered before clear() [REG-5]")
+    for grouping in (0, 1):
+        reg.run_grouping(grouping, options(rt))
+    assert log == [], f"run_grouping after clear() ran {log} [REG-5]"
+
+
 #: The registry's changes, each a compound change of the phase lists and the run-order
 #: snapshot, and what a concurrent change can do to one made without the registry's lock.
 REGISTRY_CHANGES = {

@@ -50,7 +50,7 @@ class Node:
     inputs: tuple[str, ...]            # data inputs, "name" or "name:k"
     control_inputs: tuple[str, ...]    # node names (without the "^")
     device: str
-    attrs: dict[str, Any] = field(default_factory=dict, compare=False)
+    attrs: dict[str, Any] = field(compare=False)   # add_node's keyword attributes
 
     def input_refs(self) -> list[tuple[str, int]]:
         return [parse_tensor_name(i) for i in self.inputs]
