@@ -54,7 +54,7 @@ K_INVALID_BIN_NUM = -1
 K_BACKPEDAL_FACTOR = np.float32(0.9)                  # C++ `static constexpr float`
 MAX_SIZE_T = (1 << 64) - 1
 _GROWTH_FIRST_REGION = 1 << 20                        # 1 MiB in TF 1.15
-_SHIFT = 64                                           # bin key = size << 64 | ptr (ptr <= MAX_SIZE_T)
+_SHIFT = 64                                   # bin key = size << 64 | ptr (ptr <= MAX_SIZE_T)
 _NO_RETRY_WARNINGS_MAX = 10
 _no_retry_warnings = 0
 
