@@ -120,3 +120,65 @@ def test_simulated_memory_changes_its_regions_under_its_lock(rt, monkeypatch, ki
         f"{kind}.{method} ran {len(held)} line(s), none with the memory's lock held: two "
         f"allocations at once can be handed overlapping regions, and a free can be lost or "
         f"leave the live regions inconsistent [API-3]")
+
+
+@pytest.mark.clause("API-3")
+@pytest.mark.parametrize("kind", ["SimulatedDeviceMemory", "SimulatedHostMemory"])
+def test_simulated_memory_fail_is_a_bool_false_at_first(rt, kind: str) -> None:
+    memory = getattr(rt, kind)(1 << 20)
+    assert memory.fail is False, (
+        f"a new {kind}'s fail is {memory.fail!r}, expected the bool False [API-3]")
+    memory.fail = True
+    assert memory.alloc(256, 1024) is None, f"{kind}.alloc with fail True served [API-3]"
+    memory.fail = False
+    assert memory.alloc(256, 1024) is not None, f"{kind}.alloc with fail False refused [API-3]"
+
+
+@pytest.mark.clause("API-3")
+def test_host_regions_never_overlap_a_live_device_region_however_many_host_memories(rt) -> None:
+    """One device region stays live while 65536 host memories are made one after another,
+    each with one region: none of them overlaps the device region."""
+    device = rt.SimulatedDeviceMemory(1 << 20)
+    d = device.alloc(256, 1 << 20)
+    overlapping = []
+    for i in range(1 << 16):
+        h = rt.SimulatedHostMemory(1 << 20).alloc(256, 1 << 20)
+        if h < d + (1 << 20) and d < h + (1 << 20):
+            overlapping.append((i, h))
+    assert not overlapping, (
+        f"of 65536 host memories, {len(overlapping)} (the first: number {overlapping[0][0]}) "
+        f"handed out a region over the live device region [{d:#x}, +1 MiB) [API-3]")
+
+
+@pytest.mark.clause("API-3")
+@pytest.mark.parametrize("kind", ["SimulatedDeviceMemory", "SimulatedHostMemory"])
+def test_next_fit_holds_up_to_the_end_of_the_address_space(rt, kind: str) -> None:
+    """Next fit at the edge: the largest region a new memory serves (found by bisection, its
+    capacity no bound) marks where its addresses end. A region that ends exactly there, after
+    the last region placed, goes after it, not in the room a freed region left."""
+    memory_of = getattr(rt, kind)
+    huge = 1 << 62
+    lo, hi = 256, huge                          # lo is served, hi is not (or is the cap)
+    if memory_of(huge).alloc(256, hi) is not None:
+        pytest.skip(f"a {kind} serves {huge} bytes: no end of its addresses to test at")
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if memory_of(huge).alloc(256, mid) is not None:
+            lo = mid
+        else:
+            hi = mid
+    largest = lo
+    memory = memory_of(huge)
+    a_size = largest // 2 // 256 * 256
+    a = memory.alloc(256, a_size)
+    b = memory.alloc(256, 256)
+    assert a is not None and b is not None and b > a, f"{kind}: a={a!r} b={b!r} [API-3]"
+    after_b = b + 256 + (b - (a + a_size))      # as far after b as b is after a
+    size = a + largest - after_b                # ends where the largest region ends
+    memory.free(a, a_size)
+    c = memory.alloc(256, size)
+    assert c == after_b, (
+        f"{kind}: the largest region is {largest} bytes; after regions a (freed) and b, a "
+        f"region of {size} bytes, which fits after b up to that end, was placed at "
+        f"{c if c is None else hex(c)}, expected {after_b:#x} after b, not in the room a "
+        f"freed region left (next fit) [API-3]")

@@ -716,6 +716,29 @@ def test_gc_releases_every_free_region(rt):
 
 
 @pytest.mark.clause("BFC-11")
+def test_gc_after_the_sub_allocator_refused_the_region(rt):
+    """Extending fails because the sub-allocator refuses the region (the device is full),
+    not because of the limit: garbage collection still releases the free region, and the
+    second extension succeeds."""
+    bfc, sim = make(rt, 16 * MiB, gc=True, capacity=6 * MiB)
+    a = bfc.allocate_raw(256, MiB)            # R1 = 1 MiB, next 2 MiB
+    b = bfc.allocate_raw(256, 2 * MiB)        # R2 = 2 MiB, next 4 MiB; device 3 of 6 MiB
+    bfc.deallocate_raw(a)                     # R1 fully free: F = 1 MiB
+    p = bfc.allocate_raw(256, 4 * MiB, no_retry(rt))
+    # Extend: region 4 MiB refused (3 + 4 > 6 MiB); the backpedal's 3.6 MiB < r stops it.
+    # F = 1 MiB, r <= 16 - 3 + 1 → release R1; Extend: 4 MiB fits (2 + 4 <= 6 MiB).
+    assert p is not None and sim.free_calls == [(a, MiB)], (
+        f"allocate_raw(256, 4 MiB) with GC on, the 4 MiB region refused by the sub-allocator "
+        f"while R1 (1 MiB) was free: returned {p!r}, released {sim.free_calls}; expected R1 "
+        f"released and the request served from a new 4 MiB region [BFC-11]")
+    assert sim.alloc_calls == [MiB, 2 * MiB, 4 * MiB, 4 * MiB], (
+        f"regions {sim.alloc_calls} [BFC-11]")
+    bfc.deallocate_raw(p)
+    bfc.deallocate_raw(b)
+    assert_bfc_valid(bfc, sim)
+
+
+@pytest.mark.clause("BFC-11")
 def test_gc_feasibility_check(rt):
     bfc, sim, a, b = _gc_setup(rt, gc=True)
     # 2 MiB + 256 > limit - pool + F = 2 MiB → nothing released

@@ -352,6 +352,15 @@ def test_sim_backend_defaults(rt) -> None:
 
 
 @pytest.mark.clause("DEVICE-7")
+def test_sim_backend_host_memory_holds_one_tib(rt) -> None:
+    host = rt.SimBackend(2, 16 * MiB).host_memory(1)
+    got = (type(host).__name__, host.capacity)
+    assert isinstance(host, rt.SimulatedHostMemory) and host.capacity == 1 << 40, (
+        f"SimBackend.host_memory(1) is (type, capacity) {got}, expected a SimulatedHostMemory "
+        f"of 1 TiB [DEVICE-7]")
+
+
+@pytest.mark.clause("DEVICE-7")
 @pytest.mark.parametrize("index", [-1, 2, 3, 0.0, 1.0, True, False, "0", None])
 @pytest.mark.parametrize("call", ["gpu_info", "device_memory", "host_memory"])
 def test_sim_backend_refuses_a_bad_gpu_index(rt, call, index) -> None:
@@ -544,6 +553,22 @@ def test_a_failed_create_runtime_leaves_no_action_registered(rt, no_thread_leak,
     assert left == [], (
         f"a create_runtime that raised left {[(phase, a.name) for phase, a in left]} "
         f"registered [DEVICE-8]")
+
+
+@pytest.mark.clause("DEVICE-8")
+def test_a_string_num_gpus_with_a_config_file_names_num_gpus(rt, control_env, tmp_path) -> None:
+    """The resource management is built before the devices: a num_gpus that is no number
+    at all still ends in the ValueError naming num_gpus, not in an error of the action."""
+    cfg = tmp_path / "cfg.json"
+    cfg.write_text('{"perfControl": 100}')
+    registry = rt.SessionRunActionRegistry()
+    with pytest.raises(Exception) as info:
+        rt.create_runtime(num_gpus="two", backend=rt.SimBackend(2, 16 * MiB),
+                          config_file=str(cfg), status_file=None, registry=registry).close()
+        pytest.fail("create_runtime(num_gpus='two') built a runtime [DEVICE-8]")
+    assert isinstance(info.value, ValueError) and names_identifier(info.value, "num_gpus"), (
+        f"create_runtime(num_gpus='two') with a config file raised {info.value!r}, expected a "
+        f"ValueError naming num_gpus [DEVICE-8]")
 
 
 @pytest.mark.clause("DEVICE-8")

@@ -1568,6 +1568,31 @@ def test_adjustment_takes_the_first_gpu_of_any_case(rt) -> None:
 
 
 @pytest.mark.clause("RM-17")
+def test_lookup_goes_past_gpus_without_a_bus_id_and_repeated_bus_ids(rt) -> None:
+    """The GPU looked for comes after a GPU whose description carries no bus id and after a
+    second GPU with the bus id of the one before it: the lookup goes on past both."""
+    from types import SimpleNamespace
+
+    def gpu(desc: str) -> SimpleNamespace:
+        bfc = rt.BFCAllocator(rt.SimulatedDeviceMemory(64 * MiB), 64 * MiB, True, "GPU_bfc")
+        return SimpleNamespace(device_type="GPU", bfc=bfc, get_allocator=lambda *a: bfc,
+                               attributes=SimpleNamespace(physical_device_desc=desc))
+
+    no_bus = gpu("device: 0, name: X, compute capability: 7.0")
+    first, again, wanted = (gpu(f"device: {i}, name: X, pci bus id: 0000:{bus}, "
+                                f"compute capability: 7.0")
+                            for i, bus in ((1, "3c:00.0"), (2, "3c:00.0"), (3, "3b:00.0")))
+    devices = [no_bus, first, again, wanted]
+    mgr = SimpleNamespace(list_devices=lambda: list(devices))
+    got = rt.GPUUsageAdjustment().adjust_mem_limit("3b:00.0", 8 * MiB, mgr)
+    limits = [d.bfc.get_stats().bytes_limit for d in devices]
+    assert got is True and limits == [64 * MiB, 64 * MiB, 64 * MiB, 8 * MiB], (
+        f"adjust_mem_limit('3b:00.0') over (a GPU without a bus id, 3c:00.0, 3c:00.0 again, "
+        f"3b:00.0) returned {got!r} with limits {limits}: expected True and only the last "
+        f"GPU limited to 8 MiB [RM-17]")
+
+
+@pytest.mark.clause("RM-17")
 def test_adjustment_without_vmem_uses_the_bfc(rt, runtimes, control_env) -> None:
     control_env.setenv("TF_GPU_VMEM", "false")
     ctx = runtimes()

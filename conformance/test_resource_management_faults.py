@@ -377,6 +377,28 @@ def test_the_bound_never_costs_the_gpu_its_entry(rt, runtimes, vclock, tmp_path,
 
 
 @pytest.mark.clause("RM-20")
+def test_the_bound_never_costs_a_gpu_of_a_runtime_of_every_gpu(rt, runtimes, vclock,
+                                                                 tmp_path) -> None:
+    """num_gpus=None with a backend object builds every GPU of the backend (DEVICE-8): those
+    are the runtime's GPUs too, so a start-up document of 256 unknown bus ids listed before
+    the GPU's entry does not cost the GPU its entry."""
+    config = tmp_path / "gpu_config.json"
+    limit = 24 * MiB
+    backend = rt.SimBackend(1, 64 * MiB)
+    bus = bus_id(rt, gpus(runtimes(backend=backend))[0])
+    write_text(config, nemesis.unknown_bus_ids_document(MAX_BUS_IDS, extra={bus: limit}))
+    ctx = runtimes(num_gpus=None, gpu_memory_bytes=None, backend=backend,
+                   config_file=str(config), clock=vclock)
+    vclock.wait_for_waiters(1, clause="FL-2")
+    held = ctx.resource_management.memory_limits
+    assert len(held) <= MAX_BUS_IDS and held.get(bus) == limit, (
+        f"create_runtime(num_gpus=None) over a backend of one GPU {bus!r}: a start-up document "
+        f"of 256 unknown bus ids then the GPU's left memory_limits with {len(held)} bus ids "
+        f"and {'no entry' if bus not in held else held[bus]} for the GPU: the bound cost a "
+        f"GPU of the runtime its entry [RM-20]")
+
+
+@pytest.mark.clause("RM-20")
 def test_a_gpu_the_runtime_did_not_take_is_not_protected_by_the_bound(
         rt, runtimes, vclock, tmp_path) -> None:
     """A runtime of the CPU only (num_gpus=0) over a backend with a GPU: that GPU is not one

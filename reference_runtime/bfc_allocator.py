@@ -54,8 +54,7 @@ K_INVALID_BIN_NUM = -1
 K_BACKPEDAL_FACTOR = np.float32(0.9)                  # C++ `static constexpr float`
 MAX_SIZE_T = (1 << 64) - 1
 _GROWTH_FIRST_REGION = 1 << 20                        # 1 MiB in TF 1.15
-_SHIFT = 64                                           # bin key = size << 64 | ptr
-_PTR_MASK = (1 << _SHIFT) - 1
+_SHIFT = 64                                   # bin key = size << 64 | ptr (ptr <= MAX_SIZE_T)
 _NO_RETRY_WARNINGS_MAX = 10
 _no_retry_warnings = 0
 
@@ -143,7 +142,6 @@ class BFCAllocator(Allocator):
         self._retry_timeout_us = check_size(retry_timeout_us, "retry_timeout_us")
         self._sub = sub_allocator
         self._name = str(name)
-        self._allow_growth = bool(allow_growth)
         self._garbage_collection = bool(garbage_collection)
         self._lock = threading.Lock()
         self._retry = AllocatorRetry(clock)
@@ -175,10 +173,6 @@ class BFCAllocator(Allocator):
     @property
     def sub_allocator(self) -> SubAllocator:
         return self._sub
-
-    @property
-    def allow_growth(self) -> bool:
-        return self._allow_growth
 
     @property
     def garbage_collection(self) -> bool:
@@ -225,9 +219,8 @@ class BFCAllocator(Allocator):
         """``AllocateRawInternal`` after the first ``FindChunkPtr`` failed (lock held)."""
         rounded = (num_bytes + 255) & ~255
         if self._extend(alignment, rounded):
-            ptr = self._find_chunk_ptr(num_bytes)
-            if ptr is not None:
-                return ptr
+            # the new region holds one free chunk of at least ``rounded`` bytes: it fits
+            return self._find_chunk_ptr(num_bytes)
         if self._deallocate_free_regions(rounded) and self._extend(alignment, rounded):
             return self._find_chunk_ptr(num_bytes)
         return None
@@ -258,7 +251,7 @@ class BFCAllocator(Allocator):
         found = lst.pop(i)
         if not lst:
             self._nonempty &= ~(1 << b)
-        chunk = self._chunks[found & _PTR_MASK]
+        chunk = self._chunks[found & MAX_SIZE_T]
         chunk.bin_num = K_INVALID_BIN_NUM
         size = chunk.size
         if size >= rounded * 2 or size - rounded >= K_MAX_INTERNAL_FRAGMENTATION:
@@ -312,7 +305,7 @@ class BFCAllocator(Allocator):
         del lst[bisect_left(lst, (chunk.size << _SHIFT) | chunk.ptr)]
         if not lst:
             self._nonempty &= ~(1 << b)
-        chunk.bin_num = K_INVALID_BIN_NUM
+        # bin_num is left as it is: the one caller, _release_region, drops the chunk
 
     def _extend(self, alignment: int, rounded: int) -> bool:
         """``Extend``: obtain a new region from the sub-allocator (lock held)."""

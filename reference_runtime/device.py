@@ -17,7 +17,6 @@ from __future__ import annotations
 import concurrent.futures
 import importlib
 import itertools
-import logging
 import os
 import re
 import threading
@@ -34,8 +33,6 @@ __all__ = [
     "get_pci_bus_id", "parse_device_name", "GpuInfo", "Backend", "SimBackend",
     "select_backend", "create_devices", "DEVICE_ENV_VAR", "LOCAL_PREFIX",
 ]
-
-log = logging.getLogger(__name__)
 
 LOCAL_PREFIX = "/job:localhost/replica:0/task:0"
 DEVICE_ENV_VAR = "ANTMAN_DEVICE"
@@ -225,9 +222,8 @@ def select_backend(name: str | None = None, *, num_gpus: int = 1,
     """
     source = "argument"
     if name is None:
-        name, source = os.environ.get(DEVICE_ENV_VAR), f"${DEVICE_ENV_VAR}"
-        if name is None:
-            name, source = "auto", "default"
+        # unset means "auto", as an empty value does
+        name, source = os.environ.get(DEVICE_ENV_VAR, "auto"), f"${DEVICE_ENV_VAR}"
     if not isinstance(name, str):
         raise ValueError(f"backend name must be a str, got {name!r}")
     key = name.strip().lower() or "auto"          # empty, from wherever, means "auto"
@@ -265,7 +261,7 @@ class CPUAllocator(Allocator):
     _BASE = 1 << 40
     _ids = itertools.count(1)
 
-    def __init__(self, name: str = "cpu") -> None:
+    def __init__(self, name: str) -> None:
         self._name = name
         self._lock = threading.Lock()
         self._cursor = self._BASE
@@ -373,13 +369,14 @@ class Device:
 class CPUDevice(Device):
     """``/job:localhost/replica:0/task:0/device:CPU:<i>`` with a thread pool."""
 
-    def __init__(self, index: int, *, num_threads: int | None = None) -> None:
+    def __init__(self, index: int) -> None:
         attrs = DeviceAttributes(f"{LOCAL_PREFIX}/device:CPU:{index}", "CPU",
                                  CPU_MEMORY_LIMIT, "")
-        super().__init__(attrs, CPUAllocator("cpu"))
-        self.num_threads = num_threads or max(2, min(8, os.cpu_count() or 0))
+        # the allocator is named after the device type, as TF's "cpu" allocator
+        super().__init__(attrs, CPUAllocator(attrs.device_type.lower()))
+        # the pool's size is ThreadPoolExecutor's default (from the number of cores)
         self.thread_pool = concurrent.futures.ThreadPoolExecutor(
-            max_workers=self.num_threads, thread_name_prefix=f"antman-cpu-{index}")
+            thread_name_prefix=f"antman-cpu-{index}")
 
     def schedule(self, fn: Any, *args: Any, **kwargs: Any) -> concurrent.futures.Future:
         """Run ``fn`` on the device's thread pool."""
@@ -450,7 +447,7 @@ class DeviceMgr:
 
 def create_devices(*, backend: Backend, clock: Clock | None = None,
                    num_gpus: int | None = None, gpu_memory_bytes: int | None = None,
-                   allow_growth: bool, cpu_threads: int | None = None) -> DeviceMgr:
+                   allow_growth: bool) -> DeviceMgr:
     """CPU:0 then GPU:0..n-1, each GPU with TF's allocator stack (DEVICE-3).
 
     ``num_gpus`` defaults to every GPU of the backend; ``gpu_memory_bytes`` (the BFC limit)
@@ -467,7 +464,7 @@ def create_devices(*, backend: Backend, clock: Clock | None = None,
                          f"{available} GPU(s)")
     if gpu_memory_bytes is not None:
         _check_bytes("gpu_memory_bytes", gpu_memory_bytes)
-    devices: list[Device] = [CPUDevice(0, num_threads=cpu_threads)]
+    devices: list[Device] = [CPUDevice(0)]
     try:
         for i in range(num_gpus):
             info = backend.gpu_info(i)

@@ -155,13 +155,15 @@ def create_runtime(*, num_gpus: int = 1, gpu_memory_bytes: int = 1 << 30,
                           statistics=statistics)
 
 
-def _gpu_bus_ids(backend: Backend, num_gpus: int) -> list[str]:
+def _gpu_bus_ids(backend: Backend, num_gpus: int | None) -> list[str]:
     """The bus ids of the GPUs the devices will have, as ``get_pci_bus_id`` gives them (so
     that a config's entry for one is never the one RM-20's bound drops); a GPU the backend
     cannot describe is left out (creating the devices reports it)."""
     found = []
     try:
-        count = min(int(num_gpus), backend.gpu_count())
+        count = backend.gpu_count()
+        if num_gpus is not None:                # None: every GPU of the backend (DEVICE-8)
+            count = min(int(num_gpus), count)
     except Exception:                         # noqa: BLE001 - create_devices reports it
         return found
     for index in range(max(0, count)):

@@ -31,8 +31,6 @@ _host_ids = itertools.count()
 class SimulatedMemory(SubAllocator):
     """A fixed-capacity memory that hands out address ranges (a ``SubAllocator``)."""
 
-    kind = "memory"
-
     def __init__(self, capacity_bytes: int, base: int) -> None:
         capacity_bytes = check_size(capacity_bytes, "capacity_bytes")
         self._lock = threading.Lock()
@@ -99,12 +97,10 @@ class SimulatedMemory(SubAllocator):
         with self._lock:
             self.free_calls.append((ptr, num_bytes))
             size = self.live_regions.get(ptr)
-            if size is None:
-                raise InvalidPointerError(f"{self.kind} free({ptr:#x}, {num_bytes}): "
-                                          f"not a live region")
-            if size != num_bytes:
-                raise InvalidPointerError(f"{self.kind} free({ptr:#x}, {num_bytes}): the region "
-                                          f"has {size} bytes")
+            if size != num_bytes:   # None: no live region starts there
+                raise InvalidPointerError(f"{type(self).__name__}.free({ptr:#x}, {num_bytes}): "
+                                          f"no live region of {num_bytes} bytes starts there "
+                                          f"(size of the live region there: {size})")
             del self.live_regions[ptr]
             del self._starts[bisect.bisect_left(self._starts, ptr)]
             self.bytes_in_use -= size
@@ -117,8 +113,6 @@ class SimulatedMemory(SubAllocator):
 class SimulatedDeviceMemory(SimulatedMemory):
     """Simulated GPU memory (``cudaMalloc``)."""
 
-    kind = "device"
-
     def __init__(self, capacity_bytes: int) -> None:
         super().__init__(capacity_bytes,
                          _DEVICE_BASE + (next(_device_ids) % _DEVICE_SPANS) * _SPAN)
@@ -126,8 +120,6 @@ class SimulatedDeviceMemory(SimulatedMemory):
 
 class SimulatedHostMemory(SimulatedMemory):
     """Simulated pinned host memory (``cudaHostAlloc``)."""
-
-    kind = "host"
 
     def __init__(self, capacity_bytes: int) -> None:
         super().__init__(capacity_bytes,
