@@ -367,6 +367,55 @@ def test_a_failed_step_aborts_its_manager_under_its_condition(rt, managed_manual
         f"ever for that op [OPM-7]")
 
 
+
+@pytest.mark.clause("OPM-7")
+def test_a_launch_begun_as_the_step_fails_retires_its_op_unrun(rt, monkeypatch,
+                                                               managed) -> None:
+    """The manager thread has taken ``gpu_op`` from its queue, its slot is over and it has
+    begun the launch, when the CPU node ``fail`` fails the step: the launch must find the
+    step aborted and retire ``gpu_op`` unrun, and run() must end with the failure (a launch
+    that retires the op without counting it done leaves the step waiting for it for ever).
+    Forced, not hoped for: the manager thread is held at the start of the executor's launch
+    of a queued op (the reference's ``ExecutorState._launch``) until the step has failed."""
+    state = getattr(getattr(rt, "executor", None), "ExecutorState", None)
+    launch = getattr(state, "_launch", None)
+    if launch is None:
+        pytest.skip("the check follows the reference's design (ExecutorState._launch, the "
+                    "launch of a queued op); this runtime has no such method")
+    entered, failed = threading.Event(), threading.Event()
+
+    def held_launch(self, item):
+        if not entered.is_set():
+            entered.set()
+            failed.wait(PROMPT_S)      # the step fails between the manager's check and here
+        return launch(self, item)
+
+    monkeypatch.setattr(state, "_launch", held_launch)
+    m, log = managed, Log()
+
+    def fail():
+        assert entered.wait(PROMPT_S), "the queued op 'gpu_op' was never launched [OPM-2]"
+        failed.set()                   # run() records the error as this raises
+        raise RuntimeError("failure elsewhere")
+
+    g = rt.Graph()
+    g.add_node("gpu_op", "PyFunc", device=GPU, func=probe(log, "gpu_op", m.clock, m.rm))
+    g.add_node("fail", "PyFunc", device=CPU, func=fail)
+    s = m.ctx.new_session(g)
+    m.throttle(50, 1000)
+    runner, out = run_in_thread(lambda: s.run(["gpu_op", "fail"]), "test-managed-run")
+    runner.join(PROMPT_S)
+    assert not runner.is_alive(), (
+        f"run() had not returned {PROMPT_S:g} s after the step failed while the manager "
+        f"thread was launching the queued op 'gpu_op': a launch that finds the step aborted "
+        f"must retire its op and count it done [OPM-7]")
+    assert isinstance(out.get("error"), rt.OpError) and "failure elsewhere" in str(out["error"]), \
+        f"run() must raise the step's first error, got {out} [OPM-7]"
+    assert log.snapshot() == [], (
+        f"'gpu_op' ran although the step had failed before its launch: {log.snapshot()} "
+        f"[OPM-7]")
+
+
 # -- OPM-4 -----------------------------------------------------------------------------------
 
 @pytest.mark.clause("OPM-4", "OPM-3", "OPM-5")
