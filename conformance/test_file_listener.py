@@ -17,12 +17,13 @@ import weakref
 import pytest
 
 from conformance.checks import names_identifier
-from conformance.control_helpers import (joined, listener, poll, run_in_thread,  # noqa: F401
-                                         runtime_records, vclock, wait_for_poller,
-                                         write_text)
+from conformance.control_helpers import (SETTLE_TIMEOUT_S, joined, listener,  # noqa: F401
+                                         poll, run_in_thread, runtime_records, vclock,
+                                         wait_for_poller, write_text)
 from conformance.execution_helpers import wait_until
 from conformance.preconditions import precondition_holds
 from fixtures.threads import antman_threads, no_thread_leak  # noqa: F401
+from fixtures.virtual_clock import VirtualClock
 
 pytestmark = pytest.mark.capability("file_listener", "virtual_clock")
 
@@ -282,6 +283,28 @@ def test_a_registration_holds_up_no_other_path(rt, listener, vclock, tmp_path) -
         release.set()
         assert joined(t), "the registration did not return once its handler did [FL-5]"
     assert "error" not in out, f"the registration raised {out.get('error')!r} [FL-5]"
+
+
+@pytest.mark.clause("FL-5")
+@pytest.mark.parametrize("callback", [None, "handler", 0], ids=["None", "str", "int"])
+def test_a_callback_that_is_not_callable_is_refused(rt, no_thread_leak, listener, vclock,
+                                                    tmp_path, callback) -> None:
+    path = tmp_path / "c.json"
+    write_text(path, "v1")
+    try:
+        listener.register_file_listener(str(path), "h", callback)
+    except TypeError:
+        pass
+    else:
+        pytest.fail(f"register_file_listener with the callback {callback!r} did not raise "
+                    f"TypeError [FL-5]")
+    assert not listener.is_running() and monitor_threads() == [], (
+        f"register_file_listener with the callback {callback!r} raised TypeError but "
+        f"started the monitor thread: the path is watched [FL-5]")
+    cb = register(listener, vclock, path, name="later")
+    assert cb.contents == ["v1"], (
+        f"a registration after the refused one (callback {callback!r}) delivered "
+        f"{cb.contents}: the refused registration left the path watched [FL-5]")
 
 
 @pytest.mark.clause("FL-6", "FL-5")
@@ -783,22 +806,27 @@ def test_file_above_the_size_limit(rt, vclock, config_writer, caplog) -> None:
 
 
 @pytest.mark.clause("FL-9")
+@pytest.mark.parametrize("good", ["new", "delivered again"])
 def test_a_problem_that_comes_back_is_logged_again(rt, listener, vclock, config_writer,
-                                                   caplog) -> None:
+                                                   caplog, good) -> None:
+    """Non-UTF-8 content, then a good version (a new one, delivered, or the one delivered
+    last, found equal and not delivered), then the same non-UTF-8 content: either good
+    version ends the first episode, so the problem is logged twice."""
     caplog.set_level(logging.WARNING)
     config_writer.write(perf=40)
     cb = register(listener, vclock, config_writer.path)
     config_writer.write_non_utf8()
     poll(vclock, 3)
-    text = config_writer.write(perf=41)
+    text = config_writer.write(perf=41 if good == "new" else 40)
     poll(vclock)
     config_writer.write_non_utf8()
     poll(vclock, 3)
     warnings = runtime_records(caplog, rt, containing=str(config_writer.path))
     assert len(warnings) == 2, (
-        f"non-UTF-8 content, a good version, then non-UTF-8 content again logged "
+        f"non-UTF-8 content, a good version ({good}), then non-UTF-8 content again logged "
         f"{len(warnings)} warnings, expected 2 (two episodes) [FL-9]")
-    assert cb.contents[1:] == [text], f"delivered {cb.contents[1:]} [FL-9]"
+    if good == "new":                # (whether an equal content is delivered is FL-3's)
+        assert cb.contents[1:] == [text], f"delivered {cb.contents[1:]} [FL-9]"
 
 
 @pytest.mark.clause("FL-9")
@@ -907,7 +935,8 @@ def test_a_file_that_cannot_be_opened_is_not_delivered(rt, listener, vclock, tmp
 def test_size_limit_holds_for_content_beyond_the_size_stat_gives(rt, vclock, tmp_path,
                                                                   caplog) -> None:
     """A /proc file has a stat size of 0 whatever it holds: the limit applies to the bytes
-    read, so its content of n bytes is not delivered with max_file_bytes n - 1 and is with n."""
+    read, so its content of n bytes is not delivered with max_file_bytes 0 or n - 1 (not even
+    cut to the limit) and is with n."""
     target = "/proc/version"
     if not os.path.isfile(target) or os.stat(target).st_size != 0:
         pytest.skip(f"needs {target}, a regular file whose stat size is 0")
@@ -917,15 +946,15 @@ def test_size_limit_holds_for_content_beyond_the_size_stat_gives(rt, vclock, tmp
     os.symlink(target, path)
     caplog.set_level(logging.WARNING)
     control = tmp_path / "control.json"
-    control.write_text("{}", encoding="utf-8")
-    for limit in (len(content) - 1, len(content)):
+    control.write_text("", encoding="utf-8")
+    for limit in (0, len(content) - 1, len(content)):
         caplog.clear()
         with rt.FileListener(clock=vclock, max_file_bytes=limit) as fl:
             # What is delivered at registration is FL-5's: a small regular file first.
             seen = Calls()
             fl.register_file_listener(str(control), "control", seen)
-            precondition_holds("FL-5", seen.contents == ["{}"],
-                               "a small regular file's content is delivered at registration")
+            precondition_holds("FL-5", seen.contents == [""],
+                               "an empty regular file's content is delivered at registration")
             caplog.clear()
             cb = Calls()
             fl.register_file_listener(str(path), "h", cb)
@@ -1040,6 +1069,41 @@ def test_real_clock_by_default(rt, no_thread_leak, tmp_path) -> None:
 
 # -- exact accounting at the microsecond boundary ---------------------------------------------
 
+def freeze_stat(monkeypatch, path) -> None:
+    """From now on ``os.stat(path)`` keeps answering the signature ``path`` has now
+    (``FrozenStat``; ``monkeypatch.undo()`` ends it)."""
+    frozen = os.stat(path)
+    FrozenStat(monkeypatch, path).frozen = frozen
+
+
+@pytest.mark.clause("FL-3")
+def test_content_check_interval_counts_from_the_last_read(rt, no_thread_leak, tmp_path,
+                                                          monkeypatch) -> None:
+    """On a clock that reads one hour at the start, not 0: with an unchanged stat signature,
+    the checks 1 to 5 s after the registration's read do not read the path again (5 s is
+    not more than the interval), the check at 6 s does. The age of a read is the clock's
+    time since it, whatever the clock read when it was made."""
+    clock = VirtualClock(start_us=3_600_000_000, settle_timeout_s=SETTLE_TIMEOUT_S)
+    path = tmp_path / "c.json"
+    write_text(path, "old")
+    with rt.FileListener(clock=clock, poll_interval_s=1.0) as fl:
+        cb = register(fl, clock, path)                    # the last read, at 3 600 s
+        freeze_stat(monkeypatch, path)
+        try:
+            write_text(path, "new")
+            poll(clock, 5)
+            assert cb.contents == ["old"], (
+                f"with the clock started at 3 600 s, the checks 1 to 5 s after the last read "
+                f"delivered {cb.contents[1:]} with an unchanged stat signature: the content "
+                f"is read again only when more than 5 s passed since the last read [FL-3]")
+            poll(clock)
+            assert cb.contents == ["old", "new"], (
+                f"the check 6 s after the last read delivered {cb.contents[1:]}, expected "
+                f"['new'] [FL-3]")
+        finally:
+            monkeypatch.undo()
+
+
 @pytest.mark.clause("FL-3")
 @pytest.mark.parametrize("age_offset_us", [-1, 0, 1])
 def test_content_check_interval_to_the_microsecond(rt, listener, vclock, tmp_path, monkeypatch,
@@ -1054,15 +1118,7 @@ def test_content_check_interval_to_the_microsecond(rt, listener, vclock, tmp_pat
     path = tmp_path / "c.json"
     write_text(path, "old")
     cb = register(listener, vclock, path)                 # the last read of path
-    frozen = os.stat(path)
-    real_stat = os.stat
-
-    def coarse_stat(p, *args, **kwargs):
-        if os.fspath(p) == str(path) and not args and not kwargs:
-            return frozen
-        return real_stat(p, *args, **kwargs)
-
-    monkeypatch.setattr(os, "stat", coarse_stat)
+    freeze_stat(monkeypatch, path)
     try:
         write_text(path, "new")
         poll(vclock, 3)                                   # checks 1, 2 and 3 s after the read
@@ -1139,15 +1195,7 @@ def test_short_content_check_interval_to_the_microsecond(rt, no_thread_leak, vcl
     with rt.FileListener(clock=vclock, poll_interval_s=1e-6,
                          content_check_interval_s=interval_s) as fl:
         cb = register(fl, vclock, path)
-        frozen = os.stat(path)
-        real_stat = os.stat
-
-        def coarse_stat(p, *args, **kwargs):
-            if os.fspath(p) == str(path) and not args and not kwargs:
-                return frozen
-            return real_stat(p, *args, **kwargs)
-
-        monkeypatch.setattr(os, "stat", coarse_stat)
+        freeze_stat(monkeypatch, path)
         try:
             write_text(path, "new")
             vclock.tick(interval_us + age_offset_us)      # one check, at that age

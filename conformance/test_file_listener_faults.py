@@ -279,6 +279,55 @@ def test_runtime_close_waits_for_its_listener_once(rt, no_thread_leak, control_e
     wait_until(lambda: not monitor_alive(), "the released monitor thread to end [RM-16]")
 
 
+# -- FL-11: a close during a check -------------------------------------------------------------
+@pytest.mark.clause("FL-11")
+@pytest.mark.parametrize("how", ["close", "unregister_last"])
+def test_a_check_stopped_by_close_logs_no_error(rt, no_thread_leak, vclock, tmp_path, caplog,
+                                                monkeypatch, how) -> None:
+    """The listener is closed (or its last path unregistered) while the monitor thread checks
+    a changed path: from within that check, when it takes the status of the opened file. The
+    check ends: nothing is delivered and no error is logged, the thread ends."""
+    caplog.set_level(logging.ERROR)
+    path = tmp_path / "gpu_config.json"
+    write_text(path, "v1")
+    fl = rt.FileListener(clock=vclock, poll_interval_s=1.0)
+    cb = Calls()
+    try:
+        fl.register_file_listener(str(path), "h", cb)
+        wait_for_poller(vclock)
+        write_text(path, "v22")
+        real_fstat = os.fstat
+        stopped: list[bool] = []
+
+        def fstat(fd, *args, **kwargs):
+            st = real_fstat(fd, *args, **kwargs)
+            if not stopped and threading.current_thread().name == THREAD \
+                    and os.path.samestat(st, os.stat(path)):
+                stopped.append(True)
+                if how == "close":
+                    fl.close()
+                else:
+                    fl.unregister_file_listener(str(path), "h")
+            return st
+
+        monkeypatch.setattr(os, "fstat", fstat)
+        check_once(vclock, "FL-11", f"a {how} during a check")
+        monkeypatch.undo()
+        if not stopped:
+            pytest.skip("the monitor thread took no os.fstat of the opened path: the check "
+                        "cannot be stopped from within it here")
+        wait_until(lambda: not monitor_alive(), f"the monitor thread to end after {how} [FL-11]")
+        assert cb.contents == ["v1"], (
+            f"a {how} during a check delivered {cb.contents[1:]} [FL-11]")
+        errors = runtime_records(caplog, rt, logging.ERROR)
+        assert errors == [], (
+            f"a {how} during a check logged {[r.getMessage()[:200] for r in errors]}: a check "
+            f"stopped by close is no failure [FL-11]")
+    finally:
+        monkeypatch.undo()
+        fl.close()
+
+
 # -- FL-2: any positive finite interval ---------------------------------------------------------
 @pytest.mark.clause("FL-2")
 def test_huge_poll_interval_keeps_the_thread(rt, no_thread_leak, tmp_path) -> None:

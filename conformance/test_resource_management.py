@@ -421,6 +421,61 @@ def test_entries_after_a_rejected_one_apply(rt, managed) -> None:
         f"[RM-5]")
 
 
+def the_warning(managed, caplog, rt, content, what: str) -> str:
+    """The one warning naming the config file that parsing ``content`` logs (RM-5)."""
+    rm, writer = managed
+    caplog.set_level(logging.WARNING)
+    caplog.clear()
+    assert rm.parse_manage_info_from_json(content) is False, \
+        f"parse_manage_info_from_json({what}) returned True [RM-5]"
+    one_warning(caplog, rt, writer.path, what)
+    return runtime_records(caplog, rt, containing=str(writer.path))[0].getMessage()
+
+
+@pytest.mark.clause("RM-5")
+@pytest.mark.parametrize("content", ["", "  \n\t ", "\r\n", b""], ids=["empty", "white_space",
+                                                                       "line_break", "bytes"])
+def test_an_empty_document_is_reported_as_empty(rt, managed, caplog, content) -> None:
+    message = the_warning(managed, caplog, rt, content, f"{content!r}")
+    assert names_identifier(message.lower(), "empty"), (
+        f"the warning for the document {content!r} does not say it is empty: "
+        f"{message[:300]} [RM-5]")
+
+
+@pytest.mark.clause("RM-5")
+@pytest.mark.parametrize("doc,size", [
+    ('{"perfControl": [1, 2, 3]}', 3),
+    ('{"gpuConfigInfo": {"3b:00.0": [7, 8]}}', 2),
+    ('{"gpuConfigInfo": [[], {}, 5, "x"]}', 4),
+    ('{"perfControl": {"a": 1, "b": [2], "c": {}}}', 3),
+])
+def test_what_a_reason_says_of_a_value_is_true(rt, managed, caplog, doc, size) -> None:
+    """A reason may give the size of a rejected array or object (it need not): if it does,
+    it is the value's own."""
+    message = the_warning(managed, caplog, rt, doc, doc)
+    said = {int(n) for n in re.findall(r"(\d+)\s+(?:elements?|members?|items?|entries|values)\b",
+                                       message)}
+    assert said <= {size}, (
+        f"the warning for {doc} gives the rejected value {sorted(said)} elements or members; "
+        f"it holds {size}: {message[:300]} [RM-5]")
+
+
+@pytest.mark.clause("RM-5")
+@pytest.mark.parametrize("doc", ['{"perfControl" 40}', '{"perfControl" = 40}',
+                                 '{"perfControl"= 40}', '{"gpuConfigInfo" {}, "perfControl": 40}'],
+                         ids=["space", "spaced_equals", "equals", "before_an_object"])
+def test_member_name_without_a_colon_is_unparsable(rt, managed, doc) -> None:
+    """A member name followed by anything but ``:`` (RFC 8259's name separator) makes the
+    document unparsable: nothing of it is applied, not even the members around it, and no
+    character after the name is taken for the separator."""
+    rm, _ = managed
+    ok = rm.parse_manage_info_from_json(doc)
+    state = (rm.perf_control, rm.memory_limits)
+    assert ok is False and state == (100, {}), (
+        f"{doc} returned {ok} and changed the state to {state}: a member name without its "
+        f"':' separator was accepted [RM-5]")
+
+
 @pytest.mark.clause("RM-5")
 @pytest.mark.parametrize("separators", [(", ", ": "), (",", ":")], ids=["spaced", "compact"])
 def test_every_truncation_of_a_document_is_rejected(rt, managed, separators) -> None:

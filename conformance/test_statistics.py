@@ -502,6 +502,32 @@ class ListedDevices:
         return list(self.devices)
 
 
+class NoStats:
+    """An allocator without stats (``get_stats()`` None, VMEM-8); the rest is ``allocator``'s."""
+
+    def __init__(self, allocator) -> None:
+        self._allocator = allocator
+
+    def get_stats(self):
+        return None
+
+    def __getattr__(self, name: str):
+        return getattr(self._allocator, name)
+
+
+class WithAllocator:
+    """``device`` with ``allocator`` as its allocator."""
+
+    def __init__(self, device, allocator) -> None:
+        self._device, self._allocator = device, allocator
+
+    def get_allocator(self, *args, **kwargs):
+        return self._allocator
+
+    def __getattr__(self, name: str):
+        return getattr(self._device, name)
+
+
 @pytest.mark.clause("STAT-5")
 def test_only_devices_of_type_gpu_are_tracked(rt, runtimes, tmp_path) -> None:
     """A device manager of duck-typed devices: GPU 0 as it is, and GPU 1 presented as an
@@ -535,26 +561,6 @@ def test_device_allocator_without_stats_leaves_the_host_figures(rt, runtimes, tm
     None, VMEM-8) and no BFC allocator: its device figures stay 0, its host figures are
     still read, and an error names its bus id (no pool figures)."""
 
-    class NoStats:
-        def __init__(self, allocator) -> None:
-            self._allocator = allocator
-
-        def get_stats(self):
-            return None
-
-        def __getattr__(self, name: str):
-            return getattr(self._allocator, name)
-
-    class Device:
-        def __init__(self, device, allocator) -> None:
-            self._device, self._allocator = device, allocator
-
-        def get_allocator(self, *args, **kwargs):
-            return self._allocator
-
-        def __getattr__(self, name: str):
-            return getattr(self._device, name)
-
     ctx = runtimes()
     g0 = gpus(ctx)[0]
     vmem = g0.get_allocator()
@@ -568,7 +574,8 @@ def test_device_allocator_without_stats_leaves_the_host_figures(rt, runtimes, tm
         caplog.set_level(logging.ERROR)
         try:
             h.stats.run_action(rt.SessionRunActionOptions(
-                device_mgr=ListedDevices([Device(g0, wrapped)]), graph_id=1, sess_duration_us=1000))
+                device_mgr=ListedDevices([WithAllocator(g0, wrapped)]), graph_id=1,
+                sess_duration_us=1000))
         except Exception as exc:     # noqa: BLE001 - the figures are what the clause says
             pytest.fail(f"a check over a device allocator without stats raised {exc!r} "
                         f"[STAT-5]")
@@ -588,6 +595,43 @@ def test_device_allocator_without_stats_leaves_the_host_figures(rt, runtimes, tm
             f"no error naming it [STAT-5]")
     finally:
         host.deallocate_raw(p)
+
+
+@pytest.mark.clause("STAT-5")
+def test_host_allocator_without_stats_leaves_the_device_figures(rt, runtimes, tmp_path) -> None:
+    """A GPU whose VMem allocator has a host allocator without stats (``get_stats()`` is
+    None): the check raises nothing, its host figures stay 0 and its device figures are
+    still read."""
+    ctx = runtimes()
+    g0 = gpus(ctx)[0]
+    vmem = g0.get_allocator()
+    if not isinstance(vmem, rt.GPUVMemAllocator):
+        pytest.skip("the runtime's GPU allocator is no GPUVMemAllocator")
+    device = vmem.device_allocator
+    p = device.allocate_raw(256, MiB)
+    try:
+        h = Harness(rt, ctx, tmp_path / "status.json")
+        wrapped = rt.GPUVMemAllocator(device, NoStats(vmem.host_allocator))
+        try:
+            h.stats.run_action(rt.SessionRunActionOptions(
+                device_mgr=ListedDevices([WithAllocator(g0, wrapped)]), graph_id=1,
+                sess_duration_us=1000))
+        except Exception as exc:     # noqa: BLE001 - the figures are what the clause says
+            pytest.fail(f"a check over a host allocator without stats raised {exc!r} "
+                        f"[STAT-5]")
+        bus = bus_id(rt, g0)
+        info = (h.doc()["gpuUsageInfo"] or {}).get(bus)
+        if info is None:
+            pytest.skip("this runtime does not track the GPU of a device manager of the "
+                        "test's own making (STAT-5 leaves open how its GPUs are read)")
+        got = {k: info.get(k) for k in ("hostMemUsedMax", "hostMemUsedMin", "hostMemPoolSize",
+                                        "deviceMemUsedMin")}
+        assert got["hostMemUsedMax"] == got["hostMemUsedMin"] == got["hostMemPoolSize"] == 0 \
+            and (got["deviceMemUsedMin"] or 0) >= MiB, (
+            f"a GPU whose host allocator has no stats, with 1 MiB in use on the device, "
+            f"reported {got} [STAT-5]")
+    finally:
+        device.deallocate_raw(p)
 
 
 @pytest.mark.clause("STAT-5")

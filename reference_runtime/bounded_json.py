@@ -64,12 +64,6 @@ class JSONNumber:
     def __repr__(self) -> str:
         return f"JSONNumber({str(self)!r})"
 
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, JSONNumber) and other.text == self.text
-
-    def __hash__(self) -> int:
-        return hash(self.text)
-
 
 def _error(message: str, text: str, pos: int) -> json.JSONDecodeError:
     return json.JSONDecodeError(message, text, pos)

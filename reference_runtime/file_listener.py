@@ -136,7 +136,7 @@ class FileListener:
         log.info("registered file listener %s on %s", quote(handler_name), quote(path, 4096))
         if created:
             with watch.scan_lock:
-                content = self._read_if_changed(watch, force=True)
+                content = self._read_if_changed(watch)
                 if content is not None:
                     self._deliver(watch, content)
 
@@ -248,7 +248,7 @@ class FileListener:
                     continue
                 try:
                     self._doing(f"reading {quote(watch.path, 4096)}")
-                    content = self._read_if_changed(watch, force=False, stop=stop)
+                    content = self._read_if_changed(watch, stop=stop)
                     if content is not None and not stop.is_set():
                         self._deliver(watch, content, stop)
                 except BaseException:  # pragma: no cover - defensive: keep the thread alive
@@ -262,7 +262,7 @@ class FileListener:
             watch.problem = reason
             log.warning("file listener: %s: %s; not delivered", quote(watch.path, 4096), reason)
 
-    def _read_if_changed(self, watch: _Watch, *, force: bool,
+    def _read_if_changed(self, watch: _Watch,
                          stop: threading.Event | None = None) -> str | None:
         """The new content of ``watch`` when it changed since the last delivery, else None.
 
@@ -286,7 +286,7 @@ class FileListener:
             watch.signature = None
             return None
         now = self._clock.now_us()
-        if not force and _signature(st) == watch.signature \
+        if _signature(st) == watch.signature \
                 and now - watch.last_read_us <= self.content_check_interval_us:
             return None
         try:
@@ -323,7 +323,7 @@ class FileListener:
         if len(data) > self.max_file_bytes:
             self._problem(watch, f"content exceeds the limit of {self.max_file_bytes} bytes")
             return None
-        digest = hashlib.blake2b(data, digest_size=16).digest()
+        digest = hashlib.blake2b(data).digest()
         if digest == watch.delivered:
             watch.problem = None
             return None

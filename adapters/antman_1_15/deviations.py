@@ -275,7 +275,7 @@ DEVIATIONS: tuple[Deviation, ...] = (
               "the registration",
               ((FL, "        if created:\n"
                     "            with watch.scan_lock:\n"
-                    "                content = self._read_if_changed(watch, force=True)\n"
+                    "                content = self._read_if_changed(watch)\n"
                     "                if content is not None:\n"
                     "                    self._deliver(watch, content)\n",
                     "        # AntMan: the content waits for the monitor thread's next scan\n"),
