@@ -1184,12 +1184,16 @@ def test_a_pyfunc_node_without_the_attribute_is_expensive(rt, ctx) -> None:
 
 
 @pytest.mark.clause("EXEC-3")
-@pytest.mark.capability("virtual_clock")
 def test_an_async_root_that_completes_first_neither_ends_nor_fails_the_step(
         rt, virtual_clock) -> None:
     """``a``, an asynchronous root, completes while the other root ``slow`` is in its compute
     time (EXEC-12) on a clock only the test moves: the step goes on until ``slow`` is done
-    and returns both values."""
+    and returns both values. Skipped, not required, for a runtime without the virtual clock
+    (EXEC-3's other tests hold it to the clause: a capability mark here would make the whole
+    clause require the clock)."""
+    if "virtual_clock" not in rt.CAPABILITIES:
+        pytest.skip("this check holds a compute time on the virtual clock, which this "
+                    "runtime does not declare (API-2)")
     clock = virtual_clock
     a_done = threading.Event()
 
