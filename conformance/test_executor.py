@@ -1152,6 +1152,18 @@ def test_async_attribute_hands_every_consumer_to_the_runner(rt, ctx) -> None:
             f"[EXEC-11]")
 
 
+def started_elsewhere(p: str, j: str):
+    """(an event ``p``'s body sets as it starts, a body for ``j`` that waits for it): ``j``
+    returns only once ``p`` has started on another thread (EXEC-3, EXEC-11)."""
+    p_started = threading.Event()
+
+    def j_waits_for_p():
+        assert p_started.wait(10), (
+            f"{p!r} was not dispatched to the runner while {j!r} ran [EXEC-3]")
+
+    return p_started, j_waits_for_p
+
+
 @pytest.mark.clause("EXEC-3")
 def test_a_pyfunc_node_without_the_attribute_is_expensive(rt, ctx) -> None:
     """``PyFunc`` is an expensive kernel: a CPU ``PyFunc`` node given no ``is_expensive``
@@ -1159,11 +1171,7 @@ def test_a_pyfunc_node_without_the_attribute_is_expensive(rt, ctx) -> None:
     ``j`` runs inline on root's thread, so ``p`` is handed to the runner (EXEC-11); were
     ``p`` inexpensive, it would run inline on root's thread too."""
     log = Log()
-    p_started = threading.Event()
-
-    def j_waits_for_p():
-        assert p_started.wait(10), "'p' was not dispatched to the runner while 'j' ran [EXEC-3]"
-
+    p_started, j_waits_for_p = started_elsewhere("p", "j")
     g = rt.Graph()
     g.add_node("root", "PyFunc", device=CPU, is_expensive=False,
                func=py_func(log, "root", record="thread"))
@@ -1234,11 +1242,7 @@ def test_only_pyfunc_nodes_override_their_kernels_metadata(rt, ctx) -> None:
     Were ``i`` expensive, ``p`` would be the last expensive consumer and stay on root's thread
     (EXEC-11)."""
     log = Log()
-    p_started = threading.Event()
-
-    def j_waits_for_p():
-        assert p_started.wait(10), "'p' was not dispatched to the runner while 'j' ran [EXEC-3]"
-
+    p_started, j_waits_for_p = started_elsewhere("p", "j")
     g = rt.Graph()
     g.add_node("root", "PyFunc", device=CPU, is_expensive=False,
                func=py_func(log, "root", record="thread"))

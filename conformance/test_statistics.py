@@ -553,6 +553,24 @@ def test_only_devices_of_type_gpu_are_tracked(rt, runtimes, tmp_path) -> None:
         f"tracked {tracked}, expected only GPU 0's {bus_id(rt, g0)!r} (a device whose type "
         f"upper-cased is not 'GPU' is no GPU) [STAT-5]")
 
+def checked_with(rt, h, gpu, allocator, what: str):
+    """Run the statistics action once over a device manager holding ``gpu`` with
+    ``allocator`` as its allocator; return (its bus id, its gpuUsageInfo entry). A check
+    that raises fails STAT-5; a runtime that does not track such a GPU skips."""
+    try:
+        h.stats.run_action(rt.SessionRunActionOptions(
+            device_mgr=ListedDevices([WithAllocator(gpu, allocator)]), graph_id=1,
+            sess_duration_us=1000))
+    except Exception as exc:     # noqa: BLE001 - the figures are what the clause says
+        pytest.fail(f"a check over {what} raised {exc!r} [STAT-5]")
+    bus = bus_id(rt, gpu)
+    info = (h.doc()["gpuUsageInfo"] or {}).get(bus)
+    if info is None:
+        pytest.skip("this runtime does not track the GPU of a device manager of the "
+                    "test's own making (STAT-5 leaves open how its GPUs are read)")
+    return bus, info
+
+
 
 @pytest.mark.clause("STAT-5")
 def test_device_allocator_without_stats_leaves_the_host_figures(rt, runtimes, tmp_path,
@@ -572,18 +590,7 @@ def test_device_allocator_without_stats_leaves_the_host_figures(rt, runtimes, tm
         h = Harness(rt, ctx, tmp_path / "status.json")
         wrapped = rt.GPUVMemAllocator(NoStats(vmem.device_allocator), host)
         caplog.set_level(logging.ERROR)
-        try:
-            h.stats.run_action(rt.SessionRunActionOptions(
-                device_mgr=ListedDevices([WithAllocator(g0, wrapped)]), graph_id=1,
-                sess_duration_us=1000))
-        except Exception as exc:     # noqa: BLE001 - the figures are what the clause says
-            pytest.fail(f"a check over a device allocator without stats raised {exc!r} "
-                        f"[STAT-5]")
-        bus = bus_id(rt, g0)
-        info = (h.doc()["gpuUsageInfo"] or {}).get(bus)
-        if info is None:
-            pytest.skip("this runtime does not track the GPU of a device manager of the "
-                        "test's own making (STAT-5 leaves open how its GPUs are read)")
+        bus, info = checked_with(rt, h, g0, wrapped, "a device allocator without stats")
         got = {k: info.get(k) for k in ("deviceMemUsedMax", "deviceMemUsedMin",
                                         "hostMemUsedMin")}
         assert got["deviceMemUsedMax"] == got["deviceMemUsedMin"] == 0 \
@@ -612,18 +619,7 @@ def test_host_allocator_without_stats_leaves_the_device_figures(rt, runtimes, tm
     try:
         h = Harness(rt, ctx, tmp_path / "status.json")
         wrapped = rt.GPUVMemAllocator(device, NoStats(vmem.host_allocator))
-        try:
-            h.stats.run_action(rt.SessionRunActionOptions(
-                device_mgr=ListedDevices([WithAllocator(g0, wrapped)]), graph_id=1,
-                sess_duration_us=1000))
-        except Exception as exc:     # noqa: BLE001 - the figures are what the clause says
-            pytest.fail(f"a check over a host allocator without stats raised {exc!r} "
-                        f"[STAT-5]")
-        bus = bus_id(rt, g0)
-        info = (h.doc()["gpuUsageInfo"] or {}).get(bus)
-        if info is None:
-            pytest.skip("this runtime does not track the GPU of a device manager of the "
-                        "test's own making (STAT-5 leaves open how its GPUs are read)")
+        bus, info = checked_with(rt, h, g0, wrapped, "a host allocator without stats")
         got = {k: info.get(k) for k in ("hostMemUsedMax", "hostMemUsedMin", "hostMemPoolSize",
                                         "deviceMemUsedMin")}
         assert got["hostMemUsedMax"] == got["hostMemUsedMin"] == got["hostMemPoolSize"] == 0 \
