@@ -41,6 +41,31 @@ def test_names_and_order(rt, runtimes) -> None:
 
 
 @pytest.mark.clause("DEVICE-1")
+def test_device_attributes_are_an_immutable_value(rt, runtimes) -> None:
+    ctx = runtimes(num_gpus=1, backend="sim")
+    for d in ctx.device_mgr.list_devices():
+        a = d.attributes
+        fields = (a.name, a.device_type, a.memory_limit, a.physical_device_desc)
+        for field, value in (("name", "GPU:9"), ("device_type", "TPU"), ("memory_limit", 1),
+                             ("physical_device_desc", "")):
+            try:
+                setattr(a, field, value)
+            except AttributeError:
+                pass
+            else:
+                pytest.fail(f"{d.name}.attributes.{field} = {value!r} was accepted [DEVICE-1]")
+        got = (a.name, a.device_type, a.memory_limit, a.physical_device_desc)
+        assert got == fields, f"{d.name}.attributes changed to {got} [DEVICE-1]"
+        twin = rt.DeviceAttributes(*fields)
+        try:
+            same_hash = hash(twin) == hash(a)
+        except TypeError as exc:
+            pytest.fail(f"{d.name}.attributes cannot be hashed ({exc}) [DEVICE-1]")
+        assert twin == a and same_hash, (
+            f"DeviceAttributes{fields} and {d.name}.attributes are not one value [DEVICE-1]")
+
+
+@pytest.mark.clause("DEVICE-1")
 def test_list_devices_is_a_copy(rt, runtimes) -> None:
     ctx = runtimes(num_gpus=2, backend="sim")
     got = ctx.device_mgr.list_devices()
@@ -186,6 +211,20 @@ def test_gpu_description(rt, runtimes) -> None:
 
 
 @pytest.mark.clause("DEVICE-4")
+def test_simulated_gpu_model_name(rt, runtimes) -> None:
+    ctx = runtimes(num_gpus=2, backend="sim")
+    models = [DESC.match(g.attributes.physical_device_desc)[2] for g in gpus(ctx)]
+    assert models == ["AntMan Simulated GPU"] * 2, (
+        f"simulated GPU models {models}, expected 'AntMan Simulated GPU' by default [DEVICE-4]")
+    default = rt.SimBackend(1, MiB).gpu_info(0).name
+    assert default == "AntMan Simulated GPU", (
+        f"SimBackend(1).gpu_info(0).name is {default!r} [DEVICE-4]")
+    built = rt.SimBackend(1, MiB, model="Tesla V100-SXM2-16GB").gpu_info(0).name
+    assert built == "Tesla V100-SXM2-16GB", (
+        f"SimBackend(1, model='Tesla V100-SXM2-16GB') reports the model {built!r} [DEVICE-4]")
+
+
+@pytest.mark.clause("DEVICE-4")
 def test_simulated_backend_holds_197_gpus_and_not_198(rt) -> None:
     """Bus 0x3b + i stays a two-digit bus up to ``ff``: 197 GPUs, the last on bus ff."""
     try:
@@ -195,9 +234,11 @@ def test_simulated_backend_holds_197_gpus_and_not_198(rt) -> None:
                     f"[DEVICE-4]")
     assert backend.gpu_info(196).pci_bus_id.lower() == "0000:ff:00.0", (
         f"GPU 196's bus id {backend.gpu_info(196).pci_bus_id} [DEVICE-4]")
-    with pytest.raises(ValueError, match="num_gpus"):
+    with pytest.raises(ValueError, match="num_gpus") as refused:
         rt.SimBackend(198, MiB)
         pytest.fail("SimBackend(198) was built: GPU 197 has no two-digit bus [DEVICE-4]")
+    assert re.search(r"\b197\b", str(refused.value)), (
+        f"SimBackend(198)'s error does not name the bound 197: {refused.value} [DEVICE-4]")
 
 
 @pytest.mark.clause("DEVICE-4")

@@ -806,16 +806,18 @@ def test_kernel_error_fails_the_step(rt, ctx, device: str) -> None:
         f"the failed step left buffers allocated on {device} [EXEC-6]"
 
 
-@pytest.mark.clause("EXEC-6")
+@pytest.mark.clause("EXEC-6", "EXEC-8")
 def test_an_output_whose_array_cannot_be_made_is_freed(rt, ctx, monkeypatch) -> None:
     """The GPU's array module (``xp``, API-6) refuses the array of a buffer the allocator
-    has just placed (host memory exhausted, say): the step fails, and the bytes placed for
-    that buffer are given back like every other of the step."""
+    has just placed (host memory exhausted, say): the step fails with that error as a
+    kernel's (EXEC-8), and the bytes placed for that buffer are given back like every other
+    of the step."""
     gpu = ctx.device_mgr.lookup_device(GPU)
     xp = getattr(gpu, "xp", None)
     if xp is None:
         pytest.skip("the GPU device has no array module (xp) in which to inject the failure")
     refused = (3001,)
+    no_memory = MemoryError(f"injected: no memory for an array of shape {refused}")
 
     class RefusingArrays:
         def __getattr__(self, name):
@@ -823,7 +825,7 @@ def test_an_output_whose_array_cannot_be_made_is_freed(rt, ctx, monkeypatch) -> 
 
         def empty(self, shape, *args, **kwargs):
             if tuple(np.atleast_1d(shape)) == refused:
-                raise MemoryError(f"injected: no memory for an array of shape {refused}")
+                raise no_memory
             return xp.empty(shape, *args, **kwargs)
 
     g = rt.Graph()
@@ -833,9 +835,13 @@ def test_an_output_whose_array_cannot_be_made_is_freed(rt, ctx, monkeypatch) -> 
     allocator = allocator_of(ctx, GPU)
     before = allocator.get_stats().bytes_in_use
     monkeypatch.setattr(gpu, "xp", RefusingArrays())
-    with pytest.raises(Exception):
+    with pytest.raises(Exception) as info:
         s.run(["y"], {"x": np.ones(refused, np.float32)})
     monkeypatch.undo()
+    e = info.value
+    assert isinstance(e, rt.UnknownError) and e.__cause__ is no_memory, (
+        f"the step failed with {e!r} caused by {e.__cause__!r}, expected an UnknownError "
+        f"caused by the array module's MemoryError [EXEC-8]")
     assert allocator.get_stats().bytes_in_use == before, (
         f"a step whose array could not be made left {allocator.get_stats().bytes_in_use - before}"
         f" bytes allocated on {GPU} [EXEC-6]")

@@ -107,8 +107,6 @@ def allocate_buffer(device: Any, shape: tuple[int, ...], dtype: Any, *, node_nam
     """Allocate a tensor of ``shape``/``dtype`` on ``device``; OOM -> ResourceExhaustedError."""
     dtype = np.dtype(dtype)
     shape = tuple(int(d) for d in shape)
-    if any(d < 0 for d in shape):
-        raise ValueError(f"negative dimension in shape {shape}")
     nbytes = math.prod(shape) * dtype.itemsize
     allocator = device.get_allocator()          # TF Device::GetAllocator
     ptr = None
@@ -122,8 +120,7 @@ def allocate_buffer(device: Any, shape: tuple[int, ...], dtype: Any, *, node_nam
     try:
         array = _array_over(device, ptr, nbytes, shape, dtype)
     except BaseException:
-        if ptr is not None:
-            allocator.deallocate_raw(ptr)
+        allocator.deallocate_raw(ptr)  # None (0 bytes): a no-op of every device allocator
         raise
     return Buffer(allocator, ptr, nbytes, array, persistent=persistent)
 
