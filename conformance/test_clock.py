@@ -93,6 +93,35 @@ def test_real_clock_waits_last_their_duration(rt, duration_us) -> None:
             f"{what} of {duration_us} µs returned after {took_us} µs [CLK-1]")
 
 
+class _SetWhenWaitedOn(threading.Event):
+    """An event that records the timeout of each of its waits and is set by the first."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked: list[float | None] = []
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.asked.append(timeout)
+        self.set()
+        return super().wait(0)
+
+
+@pytest.mark.clause("CLK-1")
+@pytest.mark.parametrize("timeout_us", [1_000_000, 100_000_000, 10**17])
+def test_real_clock_waits_no_longer_than_asked(rt, timeout_us) -> None:
+    """The real clock waits on the event for what is left of the timeout, never more (an
+    uninterrupted wait ends at its deadline, give or take the system's wake-up)."""
+    clock = real_clock(rt)
+    ev = _SetWhenWaitedOn()
+    got = clock.wait(ev, timeout_us)
+    assert got is True, f"wait(event set during the wait, {timeout_us}) returned {got!r} [CLK-1]"
+    assert ev.asked, f"wait(event, {timeout_us}) did not wait on the event [CLK-1]"
+    too_long = [t for t in ev.asked if t is None or t > timeout_us / 1e6]
+    assert not too_long, (
+        f"wait(event, {timeout_us} µs) waited on the event with the timeouts {ev.asked} s, "
+        f"more than the {timeout_us / 1e6:g} s asked [CLK-1]")
+
+
 @pytest.mark.clause("CLK-1")
 def test_real_clock_zero_sleeps(rt) -> None:
     clock = real_clock(rt)

@@ -173,11 +173,23 @@ def test_allow_growth_unset_uses_option(rt, tf_env, caplog, option):
 @pytest.mark.parametrize("value,expected", [("true", True), ("false", False)])
 @pytest.mark.parametrize("option", [True, False])
 def test_allow_growth_exact_values_override(rt, tf_env, caplog, value, expected, option):
+    caplog.set_level(logging.WARNING)
     tf_env.set("TF_FORCE_GPU_ALLOW_GROWTH", value)
     got = rt.get_allow_growth_value(option)
     assert got is expected, (f"get_allow_growth_value({option}) with "
                              f"TF_FORCE_GPU_ALLOW_GROWTH={value!r} = {got!r} [ENV-3]")
     assert_no_error(caplog, rt, f"get_allow_growth_value({value!r})", "ENV-3")
+    warnings = runtime_records(caplog, rt, logging.WARNING)
+    expected_warnings = 0 if expected is option else 1
+    assert len(warnings) == expected_warnings, (
+        f"get_allow_growth_value({option}) with TF_FORCE_GPU_ALLOW_GROWTH={value!r} logged "
+        f"{len(warnings)} records ({[r.getMessage()[:200] for r in warnings]}), expected "
+        f"{expected_warnings}: a warning exactly when the variable overrides the option "
+        f"[ENV-3]")
+    if expected_warnings:
+        assert str(option) in warnings[0].getMessage(), (
+            f"the override warning does not name the original value {option}: "
+            f"{warnings[0].getMessage()[:200]!r} [ENV-3]")
 
 
 @pytest.mark.clause("ENV-3")

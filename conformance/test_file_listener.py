@@ -23,7 +23,7 @@ from conformance.control_helpers import (SETTLE_TIMEOUT_S, joined, listener,  # 
 from conformance.execution_helpers import wait_until
 from conformance.preconditions import precondition_holds
 from fixtures.threads import antman_threads, no_thread_leak  # noqa: F401
-from fixtures.virtual_clock import VirtualClock
+from fixtures.virtual_clock import SettleTimeout, VirtualClock
 
 pytestmark = pytest.mark.capability("file_listener", "virtual_clock")
 
@@ -88,6 +88,19 @@ def test_one_thread_for_all_paths(rt, no_thread_leak, listener, vclock, tmp_path
     assert names == [THREAD], f"3 watched paths run threads {names}, expected one {THREAD!r} [FL-1]"
     listener.close()
     assert monitor_threads() == [], "close() left the monitor thread alive [FL-1]"
+
+
+@pytest.mark.clause("FL-1")
+def test_the_monitor_thread_is_a_daemon(rt, no_thread_leak, listener, vclock, tmp_path) -> None:
+    """A process that never closes its listener still exits: the interpreter does not wait
+    for a daemon thread, and a monitor thread polls until close()."""
+    listener.register_file_listener(str(tmp_path / "c.json"), "h", Calls())
+    wait_for_poller(vclock)
+    threads = monitor_threads()
+    precondition_holds("FL-1", len(threads) == 1, "registering starts one monitor thread")
+    assert threads[0].daemon, (
+        f"the monitor thread {threads[0].name!r} is not a daemon thread: a process that "
+        f"never calls close() cannot exit [FL-1]")
 
 
 @pytest.mark.clause("FL-2")
@@ -973,6 +986,42 @@ def test_size_limit_holds_for_content_beyond_the_size_stat_gives(rt, vclock, tmp
                 f"[FL-9]")
 
 
+@pytest.mark.clause("FL-9")
+def test_reading_stops_past_the_size_limit_of_a_file_without_end(rt, no_thread_leak, vclock,
+                                                                 tmp_path, caplog) -> None:
+    """/proc/self/pagemap has a stat size of 0 and holds 8 bytes for every page of the
+    address space (read in multiples of 8): with max_file_bytes 7 a check reads 8 bytes and
+    finds it above the limit, at once; reading on to its end would not end."""
+    target = "/proc/self/pagemap"
+    try:
+        with open(target, "rb", buffering=0) as f:
+            readable = len(f.read(8)) == 8 and os.fstat(f.fileno()).st_size == 0
+    except OSError:
+        readable = False
+    if not readable:
+        pytest.skip(f"needs {target}, readable, with a stat size of 0")
+    path = tmp_path / "c.json"
+    os.symlink(tmp_path / "missing", path)           # missing at registration (FL-4)
+    caplog.set_level(logging.WARNING)
+    with rt.FileListener(clock=vclock, max_file_bytes=7) as fl:
+        cb = register(fl, vclock, path)
+        swap = tmp_path / "swap"
+        os.symlink(target, swap)
+        os.replace(swap, path)
+        vclock.advance(1_000_000)
+        try:
+            vclock.settle(timeout_s=3.0)
+        except SettleTimeout:
+            raise AssertionError(
+                f"the check of {target} with max_file_bytes 7 did not end within 3 s: the "
+                f"read went on past max_file_bytes + 1 bytes [FL-9]") from None
+        assert cb.contents == [], f"{target} was delivered with max_file_bytes 7 [FL-9]"
+        warned = runtime_records(caplog, rt, logging.WARNING, containing=str(path))
+        assert len(warned) == 1, (
+            f"{target} above max_file_bytes 7 logged {len(warned)} warnings naming {path}, "
+            f"expected 1 [FL-9]")
+
+
 @pytest.mark.clause("FL-10")
 def test_rapid_rewrites_deliver_the_last_version(rt, listener, vclock, config_writer) -> None:
     config_writer.write(perf=1)
@@ -1010,6 +1059,34 @@ def test_close_is_idempotent_and_restartable(rt, no_thread_leak, listener, vcloc
     write_text(path, "w")
     cb = register(listener, vclock, path, "again")
     assert cb.contents == ["w"], "registering after close() did not start afresh [FL-11]"
+
+
+@pytest.mark.clause("FL-11")
+def test_close_from_a_handler_ends_the_round(rt, no_thread_leak, listener, vclock, tmp_path,
+                                             caplog) -> None:
+    """A handler of a.json closes the listener at a check; b.json, after it in path order,
+    became a directory since the last check: the round ends with the close, so b.json is not
+    checked and nothing is logged about it."""
+    caplog.set_level(logging.WARNING)
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    write_text(a, "v1")
+
+    def closing(content: str) -> None:
+        if content == "close":
+            listener.close()
+
+    register(listener, vclock, a, "closer", closing)
+    register(listener, vclock, b, "hb")              # missing: nothing logged (FL-4)
+    write_text(a, "close")
+    b.mkdir()
+    caplog.clear()
+    poll(vclock)
+    wait_until(lambda: not monitor_threads(), "the monitor thread to end after a handler "
+               "closed the listener [FL-11]", timeout_s=5.0)
+    about_b = runtime_records(caplog, rt, logging.WARNING, containing=str(b))
+    assert not about_b, (
+        f"after a handler of {a.name} closed the listener, the same check went on to "
+        f"{b.name}: {[r.getMessage()[:200] for r in about_b]} [FL-11]")
 
 
 @pytest.mark.clause("FL-11")

@@ -259,6 +259,57 @@ def test_a_reported_thread_is_not_waited_for_again(rt, no_thread_leak, vclock, t
     fl.close()
 
 
+@pytest.mark.clause("FL-12")
+def test_close_waits_2_s_in_all_for_two_busy_threads(rt, no_thread_leak, vclock, tmp_path,
+                                                     caplog) -> None:
+    """A handler on the monitor thread closes the listener, registers another path (a second
+    monitor thread starts) and then does not return; that path's handler does not return
+    either. close() has two stopped threads, both busy, to wait for: 2 s in all, not 2 s for
+    the first and more for the second."""
+    caplog.set_level(logging.ERROR)
+    first, other = tmp_path / "first.json", tmp_path / "other.json"
+    write_text(first, "start")
+    write_text(other, "start")
+    fl = rt.FileListener(clock=vclock, poll_interval_s=1.0)
+    entered = [threading.Event(), threading.Event()]
+    release = threading.Event()
+
+    def blocking_other(content: str) -> None:
+        if content == "block":
+            entered[1].set()
+            release.wait(60)
+
+    def restarting(content: str) -> None:
+        if content == "block":
+            fl.close()
+            fl.register_file_listener(str(other), "blocking-other", blocking_other)
+            entered[0].set()
+            release.wait(60)
+
+    try:
+        fl.register_file_listener(str(first), "restarting", restarting)
+        wait_for_poller(vclock)
+        write_text(first, "block")
+        vclock.advance(1_000_000)
+        assert entered[0].wait(BLOCKED_S), "the change was not delivered [FL-6]"
+        wait_for_poller(vclock, clause="FL-8")       # the second monitor thread
+        write_text(other, "block")
+        vclock.advance(1_000_000)
+        assert entered[1].wait(BLOCKED_S), "the restarted thread delivered nothing [FL-8]"
+        precondition_holds("FL-1", sum(t.name == THREAD for t in antman_threads()) == 2,
+                           "two monitor threads, each in a handler that does not return")
+        done, took = timed_call(fl.close, "close")
+        bound = CLOSE_BOUND_S + TOLERANCE_S / 2
+        assert done and took <= bound, (
+            f"close() while two stopped monitor threads were in handlers that did not return "
+            f"took {'more than ' if not done else ''}{took:.2f} s, expected at most "
+            f"{CLOSE_BOUND_S:g} s in all (+{TOLERANCE_S / 2:g} s tolerance) [FL-12]")
+    finally:
+        release.set()
+    wait_until(lambda: not monitor_alive(), "the released monitor threads to end [FL-12]")
+    fl.close()
+
+
 @pytest.mark.clause("RM-16")
 @pytest.mark.capability("resource_management")
 def test_runtime_close_waits_for_its_listener_once(rt, no_thread_leak, control_env, vclock,

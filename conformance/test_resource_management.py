@@ -1111,6 +1111,31 @@ def reset_at_100(rt, rm2, clock) -> None:
 
 
 @pytest.mark.clause("RM-11")
+@pytest.mark.parametrize("d", [0, 1, 1000])
+def test_do_sleep_or_suspend_at_100_returns_0(rt, control_env, d) -> None:
+    """do_sleep_or_suspend(d) at perfControl 100 sleeps nothing and returns 0, the sleep it
+    made (RM-10), whether a throttled step came before it or not, and resets as a step does."""
+    clock = VirtualClock(auto_advance=True)
+    with throttled(rt, clock) as rm:
+        for throttled_before in (False, True):
+            if throttled_before:
+                rm.parse_manage_info_from_json('{"perfControl": 20}')
+                rm.run_action(rt.SessionRunActionOptions(sess_duration_us=1000))
+            rm.parse_manage_info_from_json('{"perfControl": 100}')
+            perf_in_force(rm, 100)
+            before = len(clock.records)
+            got = rm.do_sleep_or_suspend(d)
+            assert got == 0 and len(clock.records) == before, (
+                f"do_sleep_or_suspend({d}) at perfControl 100"
+                f"{' after a throttled step' if throttled_before else ''} returned {got!r} "
+                f"and slept {[r.duration_us for r in clock.records[before:]]}, expected 0 and "
+                f"no sleep [RM-11]")
+            assert rm.total_time_slot == 0, (
+                f"S = {rm.total_time_slot} after do_sleep_or_suspend at perfControl 100 "
+                f"[RM-11]")
+
+
+@pytest.mark.clause("RM-11")
 @pytest.mark.parametrize("alone", ["E", "S"])
 def test_100_resets_each_amount_alone(rt, control_env, alone) -> None:
     """The reset of RM-11 does not depend on the other amounts: an idle budget E given while
