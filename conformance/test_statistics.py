@@ -61,13 +61,25 @@ def alloc(ctx, n: int) -> int:
 
 @pytest.mark.clause("STAT-1")
 @pytest.mark.parametrize("path", [None, ""])
-def test_disabled_writes_nothing(rt, runtimes, tmp_path, path) -> None:
+def test_disabled_writes_nothing(rt, runtimes, tmp_path, monkeypatch, caplog, path) -> None:
+    """Disabled, a run does nothing: no file written or removed anywhere (the working
+    directory, nor beside it a file of STAT-10's temporary form), and no log record (an empty
+    path taken for the working directory would fail the write, STAT-9, and log it)."""
     ctx = runtimes()
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    (tmp_path / ".cwd.1.tmp").write_bytes(b"")       # STAT-10's form for a status path cwd
+    monkeypatch.chdir(cwd)
     stats = rt.GPUStatistics(path, clock=VirtualClock())
-    before = set(os.listdir(tmp_path))
+    before = (set(os.listdir(tmp_path)), set(os.listdir(cwd)))
+    caplog.set_level(logging.DEBUG)
+    caplog.clear()
     stats.run_action(rt.SessionRunActionOptions(device_mgr=ctx.device_mgr, graph_id=1,
                                                 sess_duration_us=100))
-    assert set(os.listdir(tmp_path)) == before, "a disabled GPUStatistics wrote a file [STAT-1]"
+    assert (set(os.listdir(tmp_path)), set(os.listdir(cwd))) == before, \
+        "a disabled GPUStatistics wrote or removed a file [STAT-1]"
+    assert not caplog.records, (f"a disabled GPUStatistics logged "
+                                f"{[r.getMessage() for r in caplog.records]} [STAT-1]")
 
 
 @pytest.mark.clause("STAT-1")
