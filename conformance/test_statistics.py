@@ -251,6 +251,20 @@ def test_window_holds_at_most_nine(harness) -> None:
     assert h.run(51), "51 µs against the oldest 5 µs was not a huge change [STAT-2]"
 
 
+@pytest.mark.clause("STAT-2")
+def test_window_holds_nine_entries(harness) -> None:
+    """The window drops its oldest entry when it reaches 10, not before: the 10th run still
+    compares with the 1st run's duration, the 11th with the 2nd's."""
+    h = harness
+    assert h.run(1), "[STAT-2]"
+    for i in range(8):
+        assert not h.run(5), f"run {i + 2} (5 µs after oldest 1 µs) dumped [STAT-2]"
+    assert h.run(11), ("run 10 (11 µs) was no huge change: the window of 9 entries had "
+                       "already dropped the 1st run's 1 µs [STAT-2]")
+    assert not h.run(11), ("run 11 (11 µs) was a huge change: the window had not dropped "
+                           "the 1st run's 1 µs when it reached 10 entries [STAT-2]")
+
+
 MAX_GRAPHS = 256
 
 
