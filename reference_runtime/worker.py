@@ -208,7 +208,6 @@ def main(argv: Sequence[str]) -> int:
     from .process_state import create_runtime
     ctx = create_runtime(poll_interval_s=knobs.poll_interval_s)
     failure: list[BaseException] = []
-    trainer: threading.Thread | None = None
     try:
         workload = _build_workload(ctx, knobs)
         out.write(_hello(ctx, knobs, workload))
