@@ -199,6 +199,22 @@ def test_valid_and_empty_knobs_write_no_line(worker, seed: str, max_steps: str) 
                        f"{tail[-600:]!r} [WORKER-3]")
 
 
+@pytest.mark.clause("WORKER-2", "WORKER-3")
+def test_poll_interval_knob_beyond_60_s_is_not_in_force(worker) -> None:
+    """``ANTMAN_WORKER_POLL_INTERVAL_S=60.5``: whether the worker refuses the value (WORKER-3
+    lets it bound the knob above) or its implementation does, the interval in force that the
+    hello record states is at most 60 s (WORKER-2), and the worker trains."""
+    w = worker(ANTMAN_WORKER_POLL_INTERVAL_S="60.5")
+    hello = w.hello
+    assert hello is not None, "[WORKER-2]"
+    poll = hello["poll_interval_s"]
+    assert 0 < poll <= 60, (f"with ANTMAN_WORKER_POLL_INTERVAL_S=60.5 the hello record states "
+                            f"poll_interval_s {poll!r}, beyond 60 s [WORKER-2]")
+    steps = w.steps(2)
+    assert [r["step"] for r in steps] == [0, 1], \
+        f"with ANTMAN_WORKER_POLL_INTERVAL_S=60.5 the worker wrote steps {steps} [WORKER-3]"
+
+
 @pytest.mark.clause("WORKER-4")
 def test_a_worker_whose_reader_went_away_exits_with_a_failure_status(worker) -> None:
     w = worker()
