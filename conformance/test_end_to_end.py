@@ -272,6 +272,28 @@ def test_workload_command_line_figures_are_the_device_bfcs_under_vmem(rt) -> Non
             f"[E2E-1]")
 
 
+@pytest.mark.clause("E2E-1")
+def test_workload_command_line_without_vmem_has_no_host_figures(rt) -> None:
+    """With VMem off (``TF_GPU_VMEM=false``) the GPU's allocator has no host fallback: each
+    step object has the device allocator's figures and no host figure."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("GPU_CONFIG_FILE", "GPU_STATUS_FILE", "TF_GPU_ALLOCATOR")}
+    env.update(ANTMAN_DEVICE="sim", TF_GPU_VMEM="false")
+    proc = subprocess.run([sys.executable, "-m", f"{rt.__name__}.workload", "--backend", "sim",
+                           "--steps", "2", "--gpu-memory", "64M"],
+                          capture_output=True, text=True, timeout=60, env=env)
+    assert proc.returncode == 0, (f"workload CLI with TF_GPU_VMEM=false: "
+                                  f"{proc.stderr[-2000:]} [E2E-1]")
+    steps = [json.loads(line) for line in proc.stdout.splitlines()[1:]]
+    assert [s.get("step") for s in steps] == [0, 1], f"CLI output {proc.stdout!r} [E2E-1]"
+    for s in steps:
+        host = sorted(k for k in s if k.startswith("host_"))
+        assert not host and s.get("device_bytes_limit") == 64 * MiB \
+            and type(s.get("device_bytes_in_use")) is int, (
+            f"step {s['step']} without VMem (no host fallback): {s}; expected the device "
+            f"figures of the 64 MiB GPU and no host figure [E2E-1]")
+
+
 def training_graph(wl) -> tuple[str, str, list[tuple[str, str]]]:
     """(x placeholder, y placeholder, [(weight, bias) per layer]) found by walking the graph:
     x -> MatMul(h, w) -> BiasAdd(., b) [-> Relu] ... -> SoftmaxCrossEntropyWithLogits(., y)."""

@@ -61,13 +61,25 @@ def alloc(ctx, n: int) -> int:
 
 @pytest.mark.clause("STAT-1")
 @pytest.mark.parametrize("path", [None, ""])
-def test_disabled_writes_nothing(rt, runtimes, tmp_path, path) -> None:
+def test_disabled_writes_nothing(rt, runtimes, tmp_path, monkeypatch, caplog, path) -> None:
+    """Disabled, a run does nothing: no file written or removed anywhere (the working
+    directory, nor beside it a file of STAT-10's temporary form), and no log record (an empty
+    path taken for the working directory would fail the write, STAT-9, and log it)."""
     ctx = runtimes()
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    (tmp_path / ".cwd.1.tmp").write_bytes(b"")       # STAT-10's form for a status path cwd
+    monkeypatch.chdir(cwd)
     stats = rt.GPUStatistics(path, clock=VirtualClock())
-    before = set(os.listdir(tmp_path))
+    before = (set(os.listdir(tmp_path)), set(os.listdir(cwd)))
+    caplog.set_level(logging.DEBUG)
+    caplog.clear()
     stats.run_action(rt.SessionRunActionOptions(device_mgr=ctx.device_mgr, graph_id=1,
                                                 sess_duration_us=100))
-    assert set(os.listdir(tmp_path)) == before, "a disabled GPUStatistics wrote a file [STAT-1]"
+    assert (set(os.listdir(tmp_path)), set(os.listdir(cwd))) == before, \
+        "a disabled GPUStatistics wrote or removed a file [STAT-1]"
+    assert not caplog.records, (f"a disabled GPUStatistics logged "
+                                f"{[r.getMessage() for r in caplog.records]} [STAT-1]")
 
 
 @pytest.mark.clause("STAT-1")
@@ -237,6 +249,20 @@ def test_window_holds_at_most_nine(harness) -> None:
     assert not h.run(11), ("11 µs was a huge change: the oldest entry (1 µs) was not dropped "
                            "when the window reached 10 [STAT-2]")
     assert h.run(51), "51 µs against the oldest 5 µs was not a huge change [STAT-2]"
+
+
+@pytest.mark.clause("STAT-2")
+def test_window_holds_nine_entries(harness) -> None:
+    """The window drops its oldest entry when it reaches 10, not before: the 10th run still
+    compares with the 1st run's duration, the 11th with the 2nd's."""
+    h = harness
+    assert h.run(1), "[STAT-2]"
+    for i in range(8):
+        assert not h.run(5), f"run {i + 2} (5 µs after oldest 1 µs) dumped [STAT-2]"
+    assert h.run(11), ("run 10 (11 µs) was no huge change: the window of 9 entries had "
+                       "already dropped the 1st run's 1 µs [STAT-2]")
+    assert not h.run(11), ("run 11 (11 µs) was a huge change: the window had not dropped "
+                           "the 1st run's 1 µs when it reached 10 entries [STAT-2]")
 
 
 MAX_GRAPHS = 256

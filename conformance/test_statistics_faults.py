@@ -354,6 +354,30 @@ def test_temporary_file_of_a_killed_writer_is_removed(rt, runtimes, tmp_path) ->
 
 
 @pytest.mark.clause("STAT-10")
+def test_only_the_first_dump_sweeps(rt, runtimes, tmp_path) -> None:
+    """A temporary of the name form left (unlocked) after an instance's first dump is no
+    concern of its later dumps: the second dump replaces the file and leaves it."""
+    path = tmp_path / NAME
+    clock = VirtualClock()
+    ctx = runtimes()
+    stats = rt.GPUStatistics(str(path), clock=clock)
+    options = rt.SessionRunActionOptions(device_mgr=ctx.device_mgr, graph_id=1,
+                                         sess_duration_us=1000)
+    stats.run_action(options)
+    assert path.exists(), "the first run wrote no statistics file [STAT-3]"
+    later = tmp_path / f".{NAME}.left-after-the-first-dump.tmp"
+    later.write_text("x", encoding="utf-8")
+    path.unlink()
+    clock.advance(10 * 1_000_000)
+    stats.run_action(rt.SessionRunActionOptions(device_mgr=ctx.device_mgr, graph_id=1,
+                                                sess_duration_us=5000))
+    assert path.exists(), ("10 s later a run whose window mean moved from 1000 to 3000 µs "
+                           "wrote no statistics file [STAT-4]")
+    assert later.exists(), (f"the second dump of the instance removed {later.name}, made "
+                            f"after its first dump: only the first dump sweeps [STAT-10]")
+
+
+@pytest.mark.clause("STAT-10")
 def test_temporary_file_is_locked_while_written(rt, runtimes, tmp_path, monkeypatch) -> None:
     """While the temporary file is fsynced, another open file can take no flock on it."""
     path = tmp_path / NAME

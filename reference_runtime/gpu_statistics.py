@@ -259,10 +259,6 @@ class GPUStatistics(SessionRunAction):
             return
         self._last_error = None
 
-    @property
-    def last_write(self) -> int | None:
-        return self._last_write
-
 
 # -- the status file on disk (STAT-8, STAT-9, STAT-10) --------------------------------------
 _TEMP_SUFFIX = ".tmp"

@@ -23,7 +23,7 @@ import signal
 import sys
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence, TextIO
+from typing import Any, Callable, TextIO
 
 from . import NAME, SPEC_VERSION, VERSION
 from .file_listener import DEFAULT_POLL_INTERVAL_S
@@ -189,14 +189,10 @@ def _watch_stdin(stop: threading.Event) -> None:
     stop.set()
 
 
-def main(argv: Sequence[str]) -> int:
-    """The worker; ``argv`` is the command line after the program (it takes none)."""
-    logging.basicConfig(stream=sys.stderr, level=logging.WARNING,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if argv:
-        sys.stderr.write(f"usage: python -m {__package__}.worker  (configured by the "
-                         "environment, SPEC.md WORKER-1 and WORKER-3)\n")
-        return 2
+def main() -> int:
+    """The worker: configured by the environment alone (WORKER-1, WORKER-3), it reads no
+    command line."""
+    logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
     knobs = read_knobs()
     out = _Output(sys.stdout)
     stop = threading.Event()
@@ -208,7 +204,6 @@ def main(argv: Sequence[str]) -> int:
     from .process_state import create_runtime
     ctx = create_runtime(poll_interval_s=knobs.poll_interval_s)
     failure: list[BaseException] = []
-    trainer: threading.Thread | None = None
     try:
         workload = _build_workload(ctx, knobs)
         out.write(_hello(ctx, knobs, workload))
@@ -223,7 +218,7 @@ def main(argv: Sequence[str]) -> int:
     trainer.join(CLOSE_JOIN_S)
     if failure:
         log.error("training failed", exc_info=failure[0])
-        return os.EX_SOFTWARE                # not 0 (WORKER-4); 2 is the usage error's
+        return os.EX_SOFTWARE                # not 0 (WORKER-4)
     if trainer.is_alive():  # pragma: no cover - a step that ignores shutdown
         log.error("the training thread did not stop; exiting anyway")
         os._exit(0)
@@ -231,4 +226,4 @@ def main(argv: Sequence[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(main())
