@@ -630,6 +630,48 @@ def test_socket_at_path_is_named(rt, listener, vclock, tmp_path, caplog, monkeyp
         f"the warning for a socket at the path does not say it is one: {message!r} [FL-9]")
 
 
+def _a_device(kind: str) -> str | None:
+    """A device file of ``kind`` ("character" or "block") on this host, or None."""
+    if kind == "character":
+        candidates = ["/dev/null"]
+    else:
+        try:
+            candidates = sorted(os.path.join("/dev", n) for n in os.listdir("/dev"))
+        except OSError:
+            return None
+    test = stat_module.S_ISCHR if kind == "character" else stat_module.S_ISBLK
+    for candidate in candidates:
+        try:
+            if test(os.stat(candidate).st_mode):
+                return candidate
+        except OSError:
+            continue
+    return None
+
+
+@pytest.mark.clause("FL-9")
+@pytest.mark.parametrize("kind", ["character", "block"])
+def test_device_at_path_is_named(rt, listener, vclock, tmp_path, caplog, kind) -> None:
+    """A device at the path (a symbolic link to one: stat follows it) is never delivered and
+    its one warning names its kind: "character device" or "block device"."""
+    device = _a_device(kind)
+    if device is None or not hasattr(os, "symlink"):
+        pytest.skip(f"no {kind} device on this host")
+    caplog.set_level(logging.WARNING)
+    path = tmp_path / "gpu_config.json"
+    os.symlink(device, path)
+    cb = register(listener, vclock, path)
+    poll(vclock, 2)
+    assert cb.calls == [], f"a {kind} device was delivered [FL-9]"
+    warnings = runtime_records(caplog, rt, containing=str(path))
+    assert len(warnings) == 1, \
+        f"a {kind} device at the path logged {len(warnings)} warnings, expected 1 [FL-9]"
+    message = warnings[0].getMessage().replace(str(path), "<path>").lower()   # its name
+    assert names_the_word(message, f"{kind} device"), (
+        f"the warning for a {kind} device at the path does not say it is one: {message!r} "
+        f"[FL-9]")
+
+
 class FrozenStat:
     """``os.stat`` of ``path`` answers ``frozen`` (when set) while a regular file is there: a
     file system whose timestamps are too coarse to show a rewrite, and whose rewrite kept the

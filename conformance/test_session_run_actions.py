@@ -539,6 +539,27 @@ def test_file_paths_default_to_the_environment(rt, control_env, tmp_path, config
     assert ctx.closed is True, f"closed is {ctx.closed!r} after the with block [API-7]"
 
 
+@pytest.mark.clause("API-7")
+@pytest.mark.parametrize("backend", ["default", None])
+def test_backend_defaults_to_the_environment(rt, control_env, backend) -> None:
+    """Without ``backend``, or with None, ``create_runtime`` resolves the backend as
+    ``select_backend(None)`` does (DEVICE-7): ``$ANTMAN_DEVICE`` first, so a bad value there
+    is a ``ValueError`` naming the variable, not the "auto" an empty name would give."""
+    control_env.setenv("ANTMAN_DEVICE", "gpu0")
+    kwargs = {} if backend == "default" else {"backend": backend}
+    try:
+        ctx = rt.create_runtime(num_gpus=1, gpu_memory_bytes=64 * MiB, config_file=None,
+                                status_file=None, **kwargs)
+    except ValueError as exc:
+        assert names_identifier(exc, "ANTMAN_DEVICE"), (
+            f"create_runtime({kwargs}) with ANTMAN_DEVICE=gpu0: the ValueError {str(exc)!r} "
+            f"does not name ANTMAN_DEVICE [API-7]")
+    else:
+        ctx.close()
+        pytest.fail(f"create_runtime({kwargs}) with ANTMAN_DEVICE=gpu0 raised no ValueError: "
+                    f"the variable was not read [API-7]")
+
+
 @pytest.mark.clause("REG-10", "RM-8")
 @pytest.mark.capability("resource_management", "statistics")
 def test_statistics_record_the_step_before_the_limit_changes(rt, runtimes, tmp_path) -> None:

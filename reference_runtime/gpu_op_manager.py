@@ -47,7 +47,7 @@ class GpuOpManager:
     """One step's op manager: a FIFO of queued GPU ops and the thread that launches them."""
 
     def __init__(self, resource_management: Any, *, num_ops: int, clock: Clock | None = None,
-                 drain: Callable[[], None] | None = None, label: str = "") -> None:
+                 drain: Callable[[], None] | None = None, label: str) -> None:
         self._rm = resource_management
         self._drain = drain                       # waits for the step's GPUs (OPM-8)
         self._clock = clock if clock is not None else REAL_CLOCK
@@ -58,11 +58,11 @@ class GpuOpManager:
         self._terminate = False
         self._aborted = False
         self.num_queued = 0                       # ops queued so far in this step
-        suffix = f"{label}-{next(_ids)}" if label else str(next(_ids))
         # Not a daemon, as the session's pool threads are not: the end of the step joins it
         # (OPM-6), and a daemon thread still in a kernel at interpreter shutdown is stopped
         # wherever it is, a device call included.
-        self._thread = threading.Thread(target=self._run, name=f"{THREAD_NAME_PREFIX}-{suffix}")
+        self._thread = threading.Thread(target=self._run,
+                                        name=f"{THREAD_NAME_PREFIX}-{label}-{next(_ids)}")
         self._thread.start()
 
     def enqueue(self, op: QueuedOp) -> None:

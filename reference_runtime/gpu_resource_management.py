@@ -158,13 +158,12 @@ class GPUResourceManagement(SessionRunAction):
     def __init__(self, config_file: str | os.PathLike | None = ENV_DEFAULT, *,
                  clock: Clock | None = None, file_listener: FileListener | None = None,
                  registry: SessionRunActionRegistry | None = None,
-                 usage_adjustment: GPUUsageAdjustment | None = None,
                  gpu_bus_ids: Iterable[str] = ()) -> None:
         self.config_file = path_from_env(config_file, CONFIG_FILE_ENV_VAR)
         self.enabled = bool(self.config_file)
         self.name = "GPUResourceManagement"
         self._clock = clock if clock is not None else REAL_CLOCK
-        self._adjustment = usage_adjustment or GPUUsageAdjustment()
+        self._adjustment = GPUUsageAdjustment()
         self._manage_lock = threading.Lock()     # limits, pending, perf
         self._idle_lock = threading.Lock()       # idle-time and queued-op bookkeeping
         self._apply_lock = threading.Lock()      # one boundary applies limits at a time
