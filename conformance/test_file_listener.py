@@ -630,33 +630,15 @@ def test_socket_at_path_is_named(rt, listener, vclock, tmp_path, caplog, monkeyp
         f"the warning for a socket at the path does not say it is one: {message!r} [FL-9]")
 
 
-def _a_device(kind: str) -> str | None:
-    """A device file of ``kind`` ("character" or "block") on this host, or None."""
-    if kind == "character":
-        candidates = ["/dev/null"]
-    else:
-        try:
-            candidates = sorted(os.path.join("/dev", n) for n in os.listdir("/dev"))
-        except OSError:
-            return None
-    test = stat_module.S_ISCHR if kind == "character" else stat_module.S_ISBLK
-    for candidate in candidates:
-        try:
-            if test(os.stat(candidate).st_mode):
-                return candidate
-        except OSError:
-            continue
-    return None
-
-
 @pytest.mark.clause("FL-9")
-@pytest.mark.parametrize("kind", ["character", "block"])
-def test_device_at_path_is_named(rt, listener, vclock, tmp_path, caplog, kind) -> None:
-    """A device at the path (a symbolic link to one: stat follows it) is never delivered and
-    its one warning names its kind: "character device" or "block device"."""
-    device = _a_device(kind)
-    if device is None or not hasattr(os, "symlink"):
-        pytest.skip(f"no {kind} device on this host")
+def test_device_at_path_is_named(rt, listener, vclock, tmp_path, caplog) -> None:
+    """A character device at the path (a symbolic link to /dev/null: stat follows it) is never
+    delivered and its one warning names its kind. (A block device is not tested: many hosts,
+    containers among them, have none, and a test that runs on some hosts only would make the
+    report depend on the runner.)"""
+    kind, device = "character", "/dev/null"
+    if not hasattr(os, "symlink") or not os.path.exists(device):
+        pytest.skip("no /dev/null on this platform")
     caplog.set_level(logging.WARNING)
     path = tmp_path / "gpu_config.json"
     os.symlink(device, path)
