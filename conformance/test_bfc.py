@@ -1650,6 +1650,11 @@ def test_allocator_stats_and_attributes_defaults(rt):
     assert got == (0, 0, 0, 0, None, 0, 0, None), f"AllocatorStats() = {got} [API-3]"
     assert rt.AllocationAttributes().no_retry_on_failure is False, \
         "AllocationAttributes() must retry by default [API-3]"
+    attrs = rt.AllocationAttributes(no_retry_on_failure=True)
+    with raises(AttributeError, "API-3", "assigning AllocationAttributes.no_retry_on_failure"):
+        attrs.no_retry_on_failure = False
+    assert attrs.no_retry_on_failure is True, \
+        f"AllocationAttributes(True) changed to {attrs.no_retry_on_failure!r} [API-3]"
     b = rt.BinDebugInfo()
     got = (b.total_bytes_in_use, b.total_bytes_in_bin, b.total_requested_bytes_in_use,
            b.total_chunks_in_use, b.total_chunks_in_bin)
