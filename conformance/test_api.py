@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from conformance import spec
+from conformance.preconditions import precondition_holds
 
 #: The names each capability requires (API-1, API-3 to API-7); start-up checks them too.
 NAMES_BY_CAPABILITY = {cap: names for cap, names in spec.CAPABILITY_NAMES.items() if names}
@@ -162,6 +163,53 @@ def test_host_regions_never_overlap_a_live_device_region_however_many_host_memor
     assert not overlapping, (
         f"of 65536 host memories, {len(overlapping)} (the first: number {overlapping[0][0]}) "
         f"handed out a region over the live device region [{d:#x}, +1 MiB) [API-3]")
+
+
+@pytest.mark.clause("API-3")
+@pytest.mark.parametrize("kind", ["SimulatedDeviceMemory", "SimulatedHostMemory"])
+@pytest.mark.usefixtures("simulated_memories")
+def test_next_fit_never_runs_into_a_region_placed_beyond_it(rt, kind: str) -> None:
+    """Regions a (half the largest) and b (256) are placed one after the other and freed;
+    the next-fit position is then after b. Region d, too large for the room after that
+    position, is placed from the start over it, and f (256) right after d, beyond it; d is
+    freed. A region that would run 256 bytes into f if placed at the next-fit position must
+    go elsewhere: no two live regions overlap or touch."""
+    memory_of = getattr(rt, kind)
+    huge = 1 << 62
+    lo, hi = 256, huge                          # lo is served, hi is not (or is the cap)
+    if memory_of(huge).alloc(256, hi) is not None:
+        pytest.skip(f"a {kind} serves {huge} bytes: no end of its addresses to test at")
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if memory_of(huge).alloc(256, mid) is not None:
+            lo = mid
+        else:
+            hi = mid
+    largest = lo
+    memory = memory_of(huge)
+    a_size = largest // 2 // 256 * 256
+    a = memory.alloc(256, a_size)
+    b = memory.alloc(256, 256)
+    assert a is not None and b is not None and b > a, f"{kind}: a={a!r} b={b!r} [API-3]"
+    gap = b - (a + a_size)
+    next_fit = b + 256 + gap                    # as far after b as b is after a
+    memory.free(a, a_size)
+    memory.free(b, 256)
+    d_size = (largest - gap - 256) // 256 * 256
+    d = memory.alloc(256, d_size)
+    f = memory.alloc(256, 256)
+    precondition_holds("API-3", d == a and f is not None and f > next_fit,
+                       f"{kind}: a region of {d_size} bytes goes to the start ({d!r}, a={a:#x}) "
+                       f"and one of 256 bytes after it ({f!r}), beyond the next-fit position "
+                       f"{next_fit:#x}")
+    memory.free(d, d_size)
+    size = f + 256 - next_fit
+    g = memory.alloc(256, size)
+    assert g is not None, (
+        f"{kind}: alloc(256, {size}) refused with room for it before f at {f:#x} [API-3]")
+    assert g + size < f or f + 256 < g, (
+        f"{kind}: a region of {size} bytes was placed at {g:#x}, up to {g + size:#x}, over or "
+        f"against the live region [{f:#x}, +256) [API-3]")
 
 
 @pytest.mark.clause("API-3")

@@ -284,6 +284,31 @@ def test_a_large_split_rest_sits_in_its_bin_and_is_found(rt, first):
         f"{a + rounded(first):#x} [BFC-3]")
 
 
+@pytest.mark.clause("BFC-2")
+@pytest.mark.parametrize("size", [256 * MiB - 256, 256 * MiB, 512 * MiB - 256, 512 * MiB,
+                                  768 * MiB, GiB - 256, GiB, 3 * GiB])
+def test_a_large_freed_chunk_sits_in_bin_20(rt, size):
+    """A whole region of `size` bytes (no growth) allocated and freed: the free chunk is in
+    bin BinNumForSize(size) (bin 20 for every size of 256 MiB or more, however many doublings
+    above it), and allocating it again takes the same chunk."""
+    bfc, _ = make(rt, size, growth=False)
+    p = bfc.allocate_raw(256, size)
+    assert p is not None, f"allocate_raw(256, {size}) in an empty allocator of {size} [BFC-2]"
+    bfc.deallocate_raw(p)
+    got = [(c.ptr, c.size, c.in_use, c.bin_num) for r in bfc.memory_map().regions
+           for c in r.chunks]
+    assert got == [(p, size, False, bin_num(size))], (
+        f"after freeing the whole region of {size} bytes the chunks are {got}, expected one "
+        f"free chunk in bin {bin_num(size)} [BFC-2]")
+    in_bins = [b for b, info in enumerate(bfc.get_bin_debug_info()) if info.total_chunks_in_bin]
+    assert in_bins == [bin_num(size)], (
+        f"get_bin_debug_info() counts free chunks in bins {in_bins}, expected only in bin "
+        f"{bin_num(size)} [BFC-2]")
+    again = bfc.allocate_raw(256, size)
+    assert again == p, (
+        f"allocate_raw(256, {size}) after the free returned {again!r}, expected {p:#x} [BFC-2]")
+
+
 # --- BFC-3 / BFC-4 -----------------------------------------------------------------------
 
 def _holes(rt):
@@ -1625,6 +1650,11 @@ def test_allocator_stats_and_attributes_defaults(rt):
     assert got == (0, 0, 0, 0, None, 0, 0, None), f"AllocatorStats() = {got} [API-3]"
     assert rt.AllocationAttributes().no_retry_on_failure is False, \
         "AllocationAttributes() must retry by default [API-3]"
+    attrs = rt.AllocationAttributes(no_retry_on_failure=True)
+    with raises(AttributeError, "API-3", "assigning AllocationAttributes.no_retry_on_failure"):
+        attrs.no_retry_on_failure = False
+    assert attrs.no_retry_on_failure is True, \
+        f"AllocationAttributes(True) changed to {attrs.no_retry_on_failure!r} [API-3]"
     b = rt.BinDebugInfo()
     got = (b.total_bytes_in_use, b.total_bytes_in_bin, b.total_requested_bytes_in_use,
            b.total_chunks_in_use, b.total_chunks_in_bin)

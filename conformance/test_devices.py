@@ -141,6 +141,22 @@ def test_device_mgr_holds_its_devices_in_order(rt, runtimes) -> None:
 
 
 @pytest.mark.clause("DEVICE-2")
+def test_device_mgr_keeps_its_own_list(rt, runtimes) -> None:
+    """Changing the list given to DeviceMgr afterwards changes neither what it lists nor
+    what it finds."""
+    cpu, gpu0, gpu1 = runtimes(num_gpus=2).device_mgr.list_devices()
+    given = [cpu, gpu0]
+    mgr = rt.DeviceMgr(given)
+    given.append(gpu1)
+    given.remove(cpu)
+    assert mgr.list_devices() == [cpu, gpu0], (
+        f"DeviceMgr([CPU:0, GPU:0]) lists {mgr.list_devices()} after its caller changed the "
+        f"list it was given [DEVICE-2]")
+    with raises(KeyError, "DEVICE-2", "lookup_device('GPU:1') of a device appended later"):
+        mgr.lookup_device("GPU:1")
+
+
+@pytest.mark.clause("DEVICE-2")
 @pytest.mark.parametrize("twice", ["the same device", "two runtimes' devices"])
 def test_device_mgr_refuses_two_devices_of_one_name(rt, runtimes, twice) -> None:
     cpu, gpu0 = runtimes().device_mgr.list_devices()

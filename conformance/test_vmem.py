@@ -594,6 +594,39 @@ def test_stats_without_host_or_device_stats(rt, tf_env):
     device.deallocate_raw(p)
 
 
+class ServingAllocatorWithoutStats(SharedStatsAllocator):
+    """A host allocator without stats that serves every request at one fixed address."""
+
+    PTR = 1 << 20
+
+    def __init__(self, rt) -> None:
+        super().__init__(rt, None)
+        self.calls = []
+
+    def allocate_raw(self, alignment, num_bytes, attributes=None):
+        self.calls.append(num_bytes)
+        return self.PTR
+
+
+@pytest.mark.clause("VMEM-5")
+@pytest.mark.parametrize("device_stats", ["none", "peak 0"])
+def test_three_argument_fallback_counts_an_allocator_without_stats_as_0(rt, tf_env,
+                                                                         device_stats):
+    """memory_planned is 0 (physical_total_memory 0) and the merged peak is 0: the host
+    allocator has no stats, and the device allocator has none or a peak of 0; 0 is not
+    greater than 0, so the three-argument fallback reaches the host."""
+    tf_env.set("TF_RO_PLANNED_GPU", "100")
+    stats = None if device_stats == "none" else rt.AllocatorStats()
+    host = ServingAllocatorWithoutStats(rt)
+    vmem = rt.GPUVMemAllocator(SharedStatsAllocator(rt, stats), host)
+    assert vmem.memory_planned == 0, f"memory_planned {vmem.memory_planned} [VMEM-6]"
+    got = vmem.allocate_raw(256, 4096, rt.AllocationAttributes())
+    assert (got, host.calls) == (host.PTR, [4096]), (
+        f"allocate_raw(256, 4096, attrs) with a merged peak of 0 (device stats "
+        f"{device_stats}, host without stats) == memory_planned 0 returned {got!r} after "
+        f"host calls {host.calls}, expected the host's {host.PTR:#x} [VMEM-5]")
+
+
 # --- VMEM-9 ------------------------------------------------------------------------------
 
 @pytest.mark.clause("VMEM-9", "BFC-12")

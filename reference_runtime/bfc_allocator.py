@@ -156,7 +156,8 @@ class BFCAllocator(Allocator):
         self._regions: list[_Region] = []      # ascending address
         self._region_starts: list[int] = []
         self._chunks: dict[int, _Chunk] = {}   # chunk start → chunk (the handle table)
-        self._spare: list[_Chunk] = []         # deleted chunks, reused (TF free_chunks_list_)
+        self._spare: list[_Chunk] = []         # deleted chunks, reused (TF free_chunks_list_;
+                                               # prev and next are set again on reuse)
         self._bins: list[list[int]] = [[] for _ in range(K_NUM_BINS)]
         self._nonempty = 0                     # bit b set ⇔ bin b has a free chunk
         # stats (TF AllocatorStats; bytes_reserved fields stay 0)
@@ -413,7 +414,6 @@ class BFCAllocator(Allocator):
                 if nn is not None:
                     nn.prev = c
                 del self._chunks[nxt.ptr]
-                nxt.prev = nxt.next = None
                 self._spare.append(nxt)
             prev = c.prev
             if prev is not None and prev.allocation_id == -1:
@@ -428,7 +428,6 @@ class BFCAllocator(Allocator):
                 if nn is not None:
                     nn.prev = prev
                 del self._chunks[ptr]
-                c.prev = c.next = None
                 self._spare.append(c)
                 c = prev
             # InsertFreeChunkIntoBin(c)

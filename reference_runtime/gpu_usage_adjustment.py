@@ -47,8 +47,6 @@ def gpu_bfc_allocators(device_mgr: Any) -> dict[str, Any]:
     from .bfc_allocator import BFCAllocator
     from .gpu_vmem_allocator import GPUVMemAllocator
     found: dict[str, Any] = {}
-    if device_mgr is None:
-        return found
     for device in device_mgr.list_devices():
         if str(device.device_type).upper() != "GPU":
             continue
