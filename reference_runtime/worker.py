@@ -118,7 +118,7 @@ def _hello(ctx: Any, knobs: Knobs, workload: Any) -> dict[str, Any]:
         # "simulated" (an extra member, WORKER-2): only the worker knows that its GPU is the
         # simulated device, and the report must not call it a GPU (SPEC.md section 7).
         devices.append({"name": dev.name, "pci_bus_id": dev.pci_bus_id,
-                        "memory_limit": _stat(device_alloc, "bytes_limit") or 0,
+                        "memory_limit": _stat(device_alloc, "bytes_limit"),
                         "simulated": ctx.backend.name == "sim"})
     devices.sort(key=lambda d: not d["name"].endswith(DEVICE))   # the training device first
     return {"type": "hello", "protocol": PROTOCOL_VERSION,
