@@ -176,6 +176,8 @@ def _train(ctx: Any, workload: Any, knobs: Knobs, out: _Output, stop: threading.
     except BaseException as exc:             # reported by the main thread, unless
         if not ctx.closed:                   # shutdown cut the step (close() follows stop)
             failure.append(exc)
+    finally:
+        stop.set()                           # trained or failed: the main thread goes on
 
 
 def _watch_stdin(stop: threading.Event) -> None:
@@ -210,10 +212,9 @@ def main() -> int:
         trainer = threading.Thread(target=_train, name="antman-worker-train",
                                    args=(ctx, workload, knobs, out, stop, failure))
         trainer.start()
-        while trainer.is_alive() and not stop.wait(0.05):
-            pass                             # ends once stopped (a signal, the end of
-        trainer.join(STOP_JOIN_S)            # standard input) or trained: the next step
-    finally:                                 # boundary
+        stop.wait()                          # a signal, the end of standard input, or the
+        trainer.join(STOP_JOIN_S)            # training thread's end: the next step boundary
+    finally:
         ctx.close()                          # wakes a suspended or throttled step
     trainer.join(CLOSE_JOIN_S)
     if failure:
