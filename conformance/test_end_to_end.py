@@ -294,6 +294,76 @@ def test_workload_command_line_without_vmem_has_no_host_figures(rt) -> None:
             f"figures of the 64 MiB GPU and no host figure [E2E-1]")
 
 
+@pytest.mark.clause("E2E-1")
+def test_workload_command_line_flushes_each_step_line(rt, tmp_path) -> None:
+    """Each line is flushed when complete: a step held back by perfControl 0 (RM-12, through
+    the ``GPU_CONFIG_FILE`` the command line honours as any AntMan job) leaves every earlier
+    step's line readable while it is held. The held step is the first whose ``duration_us``
+    covers the 3 s of quiet the test waits for; a line kept in a buffer shows up only once
+    the steps go on."""
+    if "resource_management" not in rt.CAPABILITIES:
+        pytest.skip("holding a step of the command line needs perfControl 0 (RM-12)")
+    writer = ConfigWriter(tmp_path / "sche2pai.json")
+    writer.write(config_document(perf=100))
+    env = {k: v for k, v in os.environ.items()     # standard output as a user's pipe has it
+           if k not in ("TF_GPU_ALLOCATOR", "PYTHONUNBUFFERED")}
+    env.update(ANTMAN_DEVICE="sim", GPU_CONFIG_FILE=str(writer.path),
+               GPU_STATUS_FILE=str(tmp_path / "pai2sche.json"))
+    quiet_s, held_us = 3.0, 2_000_000
+    received = bytearray()
+    arrived = [time.monotonic()]
+    with open(tmp_path / "stderr.txt", "w+b") as stderr:
+        proc = subprocess.Popen([sys.executable, "-m", f"{rt.__name__}.workload", "--backend",
+                                 "sim", "--steps", "1000000", "--hidden", "16",
+                                 "--gpu-memory", "64M"],
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=stderr,
+                                env=env)
+
+        def read() -> None:
+            while chunk := os.read(proc.stdout.fileno(), 1 << 16):
+                received.extend(chunk)
+                arrived[0] = time.monotonic()
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+
+        def records(data: bytes) -> list[dict]:
+            return [json.loads(line) for line in data.split(b"\n")[1:-1]]
+
+        def wait(predicate, what: str, limit_s: float = 60.0) -> None:
+            end = time.monotonic() + limit_s
+            while not predicate():
+                if time.monotonic() > end or proc.poll() is not None:
+                    stderr.seek(0)
+                    pytest.fail(f"the workload command line: no {what} within {limit_s} s "
+                                f"(exit {proc.poll()}, stdout {bytes(received[-300:])!r}, "
+                                f"stderr {stderr.read()[-1000:]!r}) [E2E-1]")
+                time.sleep(0.01)
+
+        try:
+            wait(lambda: len(records(bytes(received))) >= 2, "first two step lines")
+            writer.write(config_document(perf=0))
+            wait(lambda: time.monotonic() - arrived[0] >= quiet_s,
+                 f"{quiet_s} s without output after perfControl 0")
+            before = bytes(received)
+            writer.write(config_document(perf=100))
+            wait(lambda: any(r.get("duration_us", 0) >= held_us
+                             for r in records(bytes(received))),
+                 f"step line with duration_us >= {held_us} after perfControl 100")
+        finally:
+            proc.kill()
+            proc.wait()
+            reader.join(10)
+            writer.cleanup()
+    held = next(r["step"] for r in records(bytes(received)) if r["duration_us"] >= held_us)
+    seen = [r["step"] for r in records(before)]
+    assert before.endswith(b"\n") and seen == list(range(held)), (
+        f"while step {held} was held by perfControl 0 (its duration_us covers {quiet_s} s "
+        f"of quiet), the lines read were of steps {seen[:3]}...{seen[-3:]} "
+        f"(ending {before[-60:]!r}); each line must be flushed when complete, steps 0 to "
+        f"{held - 1} [E2E-1]")
+
+
 def training_graph(wl) -> tuple[str, str, list[tuple[str, str]]]:
     """(x placeholder, y placeholder, [(weight, bias) per layer]) found by walking the graph:
     x -> MatMul(h, w) -> BiasAdd(., b) [-> Relu] ... -> SoftmaxCrossEntropyWithLogits(., y)."""

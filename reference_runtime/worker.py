@@ -118,7 +118,7 @@ def _hello(ctx: Any, knobs: Knobs, workload: Any) -> dict[str, Any]:
         # "simulated" (an extra member, WORKER-2): only the worker knows that its GPU is the
         # simulated device, and the report must not call it a GPU (SPEC.md section 7).
         devices.append({"name": dev.name, "pci_bus_id": dev.pci_bus_id,
-                        "memory_limit": _stat(device_alloc, "bytes_limit") or 0,
+                        "memory_limit": _stat(device_alloc, "bytes_limit"),
                         "simulated": ctx.backend.name == "sim"})
     devices.sort(key=lambda d: not d["name"].endswith(DEVICE))   # the training device first
     return {"type": "hello", "protocol": PROTOCOL_VERSION,
@@ -176,6 +176,8 @@ def _train(ctx: Any, workload: Any, knobs: Knobs, out: _Output, stop: threading.
     except BaseException as exc:             # reported by the main thread, unless
         if not ctx.closed:                   # shutdown cut the step (close() follows stop)
             failure.append(exc)
+    finally:
+        stop.set()                           # trained or failed: the main thread goes on
 
 
 def _watch_stdin(stop: threading.Event) -> None:
@@ -210,10 +212,9 @@ def main() -> int:
         trainer = threading.Thread(target=_train, name="antman-worker-train",
                                    args=(ctx, workload, knobs, out, stop, failure))
         trainer.start()
-        while trainer.is_alive() and not stop.wait(0.05):
-            pass                             # ends once stopped (a signal, the end of
-        trainer.join(STOP_JOIN_S)            # standard input) or trained: the next step
-    finally:                                 # boundary
+        stop.wait()                          # a signal, the end of standard input, or the
+        trainer.join(STOP_JOIN_S)            # training thread's end: the next step boundary
+    finally:
         ctx.close()                          # wakes a suspended or throttled step
     trainer.join(CLOSE_JOIN_S)
     if failure:
