@@ -194,6 +194,43 @@ def test_antman_device_cuda_and_auto_select_the_gpu(rt, cuda_runtimes, cupy,
         ctx.close()
 
 
+def _relu_graph(rt: types.ModuleType, device: str) -> Any:
+    g = rt.Graph()
+    g.add_node("p", "Placeholder", device=device, dtype="float32")
+    g.add_node("r", "Relu", ["p"], device=device)
+    return g
+
+
+@gpu_marks("GPU-1")
+def test_a_cupy_array_is_fed_as_its_host_copy(rt, cuda_runtimes, cupy) -> None:
+    s = cuda_runtimes(gpu_memory_bytes=64 * MiB).new_session(_relu_graph(rt, "/device:GPU:0"))
+    fed = cupy.asarray(np.array([[-1.5, 2.0], [3.0, -4.0]], np.float64))
+    try:
+        p, r = s.run(["p", "r"], {"p": fed})
+    except rt.OpError as exc:
+        pytest.fail(f"a CuPy array fed to a Placeholder on GPU:0 was refused: {exc} [GPU-1]")
+    assert isinstance(p, np.ndarray) and p.dtype == np.float32, (
+        f"the fed CuPy float64 array came back as {type(p).__name__} {p.dtype}, expected a "
+        f"NumPy float32 array [GPU-1]")
+    np.testing.assert_array_equal(p, [[-1.5, 2.0], [3.0, -4.0]], err_msg="the fed value [GPU-1]")
+    np.testing.assert_array_equal(r, [[0.0, 2.0], [3.0, 0.0]], err_msg="Relu of it [GPU-1]")
+
+
+@gpu_marks("GPU-1")
+def test_empty_tensors_compute_on_the_gpu(rt, cuda_runtimes, cupy) -> None:
+    s = cuda_runtimes(gpu_memory_bytes=64 * MiB).new_session(_relu_graph(rt, "/device:GPU:0"))
+    for shape in ((0,), (0, 4), (3, 0)):
+        try:
+            p, r = s.run(["p", "r"], {"p": np.zeros(shape, np.float32)})
+        except rt.OpError as exc:
+            pytest.fail(f"a step feeding an empty {shape} tensor on GPU:0 failed: {exc} "
+                        f"[GPU-1]")
+        for name, value in (("p", p), ("r", r)):
+            assert value.shape == shape and value.dtype == np.float32, (
+                f"fetched {name!r} of an empty {shape} feed is {value.dtype} {value.shape} "
+                f"[GPU-1]")
+
+
 @gpu_marks("GPU-2")
 def test_gpu_descriptions_carry_the_real_pci_bus_ids(rt, cuda_runtimes, nvml, cupy) -> None:
     count = int(cupy.cuda.runtime.getDeviceCount())
