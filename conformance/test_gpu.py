@@ -194,6 +194,43 @@ def test_antman_device_cuda_and_auto_select_the_gpu(rt, cuda_runtimes, cupy,
         ctx.close()
 
 
+def _relu_graph(rt: types.ModuleType, device: str) -> Any:
+    g = rt.Graph()
+    g.add_node("p", "Placeholder", device=device, dtype="float32")
+    g.add_node("r", "Relu", ["p"], device=device)
+    return g
+
+
+@gpu_marks("GPU-1")
+def test_a_cupy_array_is_fed_as_its_host_copy(rt, cuda_runtimes, cupy) -> None:
+    s = cuda_runtimes(gpu_memory_bytes=64 * MiB).new_session(_relu_graph(rt, "/device:GPU:0"))
+    fed = cupy.asarray(np.array([[-1.5, 2.0], [3.0, -4.0]], np.float64))
+    try:
+        p, r = s.run(["p", "r"], {"p": fed})
+    except rt.OpError as exc:
+        pytest.fail(f"a CuPy array fed to a Placeholder on GPU:0 was refused: {exc} [GPU-1]")
+    assert isinstance(p, np.ndarray) and p.dtype == np.float32, (
+        f"the fed CuPy float64 array came back as {type(p).__name__} {p.dtype}, expected a "
+        f"NumPy float32 array [GPU-1]")
+    np.testing.assert_array_equal(p, [[-1.5, 2.0], [3.0, -4.0]], err_msg="the fed value [GPU-1]")
+    np.testing.assert_array_equal(r, [[0.0, 2.0], [3.0, 0.0]], err_msg="Relu of it [GPU-1]")
+
+
+@gpu_marks("GPU-1")
+def test_empty_tensors_compute_on_the_gpu(rt, cuda_runtimes, cupy) -> None:
+    s = cuda_runtimes(gpu_memory_bytes=64 * MiB).new_session(_relu_graph(rt, "/device:GPU:0"))
+    for shape in ((0,), (0, 4), (3, 0)):
+        try:
+            p, r = s.run(["p", "r"], {"p": np.zeros(shape, np.float32)})
+        except rt.OpError as exc:
+            pytest.fail(f"a step feeding an empty {shape} tensor on GPU:0 failed: {exc} "
+                        f"[GPU-1]")
+        for name, value in (("p", p), ("r", r)):
+            assert value.shape == shape and value.dtype == np.float32, (
+                f"fetched {name!r} of an empty {shape} feed is {value.dtype} {value.shape} "
+                f"[GPU-1]")
+
+
 @gpu_marks("GPU-2")
 def test_gpu_descriptions_carry_the_real_pci_bus_ids(rt, cuda_runtimes, nvml, cupy) -> None:
     count = int(cupy.cuda.runtime.getDeviceCount())
@@ -343,6 +380,66 @@ def test_every_gpu_buffer_of_a_step_is_placed_by_the_allocator(rt, cuda_runtimes
     assert growth <= OUTSIDE_GROWTH, (
         f"NVML process memory outside the allocator's pool grew by {growth} bytes over 5 steps "
         f"({outside}) [GPU-7]")
+
+
+@gpu_marks("GPU-7")
+def test_a_kernel_computes_in_place_in_its_one_allocation(rt, cuda_runtimes, cupy) -> None:
+    ctx = cuda_runtimes(gpu_memory_bytes=256 * MiB)
+    bfc = device_bfc(gpu0(ctx))
+    s = ctx.new_session(_relu_graph(rt, "/device:GPU:0"))
+    n = MiB                                          # float32: N = 4 MiB
+    x = np.linspace(-1.0, 1.0, n, dtype=np.float32)
+    s.run(["r"], {"p": x})                            # kernels loaded
+    before = bfc.get_stats().bytes_in_use
+    bfc.clear_stats()
+    (r,) = s.run(["r"], {"p": x})
+    stats = bfc.get_stats()
+    assert (stats.num_allocs, stats.largest_alloc_size) == (2, 4 * n), (
+        f"feeding a Placeholder of {4 * n} bytes and fetching Relu of it made "
+        f"{stats.num_allocs} allocations (largest {stats.largest_alloc_size}) in GPU:0's "
+        f"device BFC, expected 2 of {4 * n}: one per output, computed in place [GPU-7]")
+    assert stats.peak_bytes_in_use - before == 2 * 4 * n, (
+        f"the step peaked at {stats.peak_bytes_in_use - before} bytes in use, expected "
+        f"{2 * 4 * n} (its two outputs) [GPU-7]")
+    np.testing.assert_array_equal(r, np.maximum(x, 0), err_msg="Relu on GPU:0 [GPU-7]")
+
+
+def _xent_graph(rt: types.ModuleType, device: str) -> Any:
+    g = rt.Graph()
+    g.add_node("logits", "Placeholder", device=device, dtype="float32")
+    g.add_node("labels", "Placeholder", device=device, dtype="float32")
+    g.add_node("xent", "SoftmaxCrossEntropyWithLogits", ["logits", "labels"], device=device)
+    return g
+
+
+def _xent_reference(logits: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    z = logits.astype(np.float64)
+    z = z - z.max(axis=1, keepdims=True)
+    log_softmax = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+    return -(labels * log_softmax).sum(axis=1), np.exp(log_softmax) - labels
+
+
+@gpu_marks("GPU-7")
+def test_kernels_of_gpu_1_allocate_from_gpu_1_only(rt, cuda_runtimes, cupy) -> None:
+    need_real_gpus(2, int(cupy.cuda.runtime.getDeviceCount()), "GPU-7 on GPU:1")
+    ctx = cuda_runtimes(num_gpus=2, gpu_memory_bytes=256 * MiB)
+    bfcs = [device_bfc(d) for d in gpus(ctx)[:2]]
+    s = ctx.new_session(_xent_graph(rt, "/device:GPU:1"))
+    rng = np.random.default_rng(3)
+    logits = rng.standard_normal((256, 10)).astype(np.float32)
+    labels = np.eye(10, dtype=np.float32)[rng.integers(0, 10, 256)]
+    try:
+        loss, backprop = s.run(["xent:0", "xent:1"], {"logits": logits, "labels": labels})
+    except rt.OpError as exc:
+        pytest.fail(f"SoftmaxCrossEntropyWithLogits on GPU:1 failed: {exc} [GPU-7]")
+    on_0, on_1 = (b.get_stats().num_allocs for b in bfcs)
+    assert on_0 == 0 and on_1 >= 2, (
+        f"a step whose nodes are all on GPU:1 made {on_0} allocations in GPU:0's device BFC "
+        f"and {on_1} in GPU:1's: its kernels must run with CUDA device 1 current [GPU-7]")
+    want_loss, want_backprop = _xent_reference(logits, labels)
+    for name, got, want in (("loss", loss, want_loss), ("backprop", backprop, want_backprop)):
+        assert rel_err(got, want) <= REL_TOL, (
+            f"{name} on GPU:1 differs from NumPy by {rel_err(got, want):.2e} [GPU-7]")
 
 
 @gpu_marks("GPU-8", "GPU-7")

@@ -168,6 +168,40 @@ def test_a_fed_value_that_is_no_array_is_an_invalid_argument(rt, ctx) -> None:
     assert kinds(log) == [], f"nodes ran ({kinds(log)}) for a feed that was refused [SESS-2]"
 
 
+class _DeviceArray:
+    """A device array as CuPy makes one: NumPy refuses it, ``get()`` copies it to the host."""
+
+    device = "GPU:0"
+
+    def __init__(self, host: np.ndarray) -> None:
+        self._host = host
+
+    def get(self) -> np.ndarray:
+        return self._host.copy()
+
+    def __array__(self, *args: object, **kwargs: object) -> np.ndarray:
+        raise TypeError("Implicit conversion to a NumPy array is not allowed. Use .get()")
+
+
+@pytest.mark.clause("SESS-2")
+@pytest.mark.parametrize("device", [CPU, GPU])
+def test_a_fed_device_array_is_fed_as_its_host_copy(rt, ctx, device) -> None:
+    g = rt.Graph()
+    g.add_node("p", "Placeholder", device=device, dtype="float32")
+    g.add_node("out", "Relu", ["p"], device=device)
+    s = ctx.new_session(g)
+    fed = _DeviceArray(np.array([[-1, 2], [3, -4]], np.int64))
+    try:
+        p, out = s.run(["p", "out"], {"p": fed})
+    except rt.OpError as exc:
+        pytest.fail(f"a device array (a 'device' attribute, a callable 'get') fed to a "
+                    f"Placeholder on {device} was refused: {exc} [SESS-2]")
+    assert p.dtype == np.float32, (
+        f"the fed device array's host copy converts to float32, got {p.dtype} [SESS-2]")
+    np.testing.assert_array_equal(p, [[-1, 2], [3, -4]], err_msg="the fed value [SESS-2]")
+    np.testing.assert_array_equal(out, [[0, 2], [3, 0]], err_msg="Relu of it [SESS-2]")
+
+
 @pytest.mark.clause("SESS-2")
 @pytest.mark.parametrize("device", [CPU, GPU])
 def test_fetched_values_are_copies(rt, ctx, device) -> None:
