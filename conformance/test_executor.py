@@ -91,6 +91,22 @@ def test_graph_nodes_are_hashable_and_setting_them_changes_no_graph(rt) -> None:
 
 
 @pytest.mark.clause("EXEC-1")
+@pytest.mark.parametrize("given,placed", [
+    ("/job:localhost/replica:0/task:0/device:GPU:0", "/device:GPU:0"),
+    ("/device:GPU:0", "/device:GPU:0"), ("device:GPU:0", "/device:GPU:0"),
+    ("GPU:0", "/device:GPU:0"), ("/gpu:0", "/device:GPU:0"), ("GPU:01", "/device:GPU:1"),
+    ("cpu:0", "/device:CPU:0"), ("/job:localhost/replica:0/task:0/device:cpu:00",
+                                 "/device:CPU:0"), ("no-such-device", "no-such-device")])
+def test_a_node_s_device_is_in_the_device_form_whatever_form_was_given(rt, given,
+                                                                        placed) -> None:
+    g = rt.Graph()
+    g.add_node("c", "Const", device=given, value=1.0)
+    (node,) = g.nodes
+    assert node.device == placed, \
+        f"add_node(device={given!r}) recorded device {node.device!r}, expected {placed!r} [EXEC-1]"
+
+
+@pytest.mark.clause("EXEC-1")
 @pytest.mark.parametrize("ref", ["a:\u00b2", "a:\uff11", "a: 1"])
 def test_non_ascii_output_index_is_part_of_the_name(rt, ref) -> None:
     g = rt.Graph()
@@ -203,14 +219,16 @@ def test_a_run_of_a_deep_graph_of_diamonds_ends(rt, ctx) -> None:
         "a target-only run returned values [EXEC-10]"
 
 @pytest.mark.clause("EXEC-2")
-def test_unknown_device_fails_the_run_naming_node_and_device(rt, ctx) -> None:
+@pytest.mark.parametrize("device,named", [("/device:GPU:7", "GPU:7"),
+                                          ("no-such-device", "no-such-device")])
+def test_unknown_device_fails_the_run_naming_node_and_device(rt, ctx, device, named) -> None:
     g = rt.Graph()
-    g.add_node("c", "Const", device="/device:GPU:7", value=1.0)
+    g.add_node("c", "Const", device=device, value=1.0)
     s = ctx.new_session(g)
     with pytest.raises(rt.InvalidArgumentError) as info:
         s.run(["c"])
-    assert names_identifier(info.value, "c") and "GPU:7" in str(info.value), \
-        f"run(['c']) on GPU:7 raised {info.value!r} [EXEC-2]"
+    assert names_identifier(info.value, "c") and named in str(info.value), \
+        f"run(['c']) on {device!r} raised {info.value!r} [EXEC-2]"
 
 
 # -- EXEC-3 ----------------------------------------------------------------------------------
