@@ -261,6 +261,31 @@ def test_unknown_op_lookup_and_pyfunc_outputs(rt) -> None:
     assert kernel.num_outputs_for({"num_outputs": 3}) == 3, "PyFunc num_outputs attr [EXEC-3]"
 
 
+@pytest.mark.clause("EXEC-3")
+@pytest.mark.parametrize("field,value", [("is_expensive", True), ("is_async", True),
+                                         ("op", "Relu"), ("num_outputs", 5)])
+def test_a_kernel_def_is_read_only(rt, field, value) -> None:
+    """Setting an attribute of the KernelDef that lookup returned raises AttributeError and
+    changes no later lookup (a registry whose KernelDef could be changed would make every
+    Identity expensive, or give it five outputs, in every graph of the process)."""
+    registry = rt.OpRegistry.global_registry()
+    kernel = registry.lookup("Identity")
+    before = getattr(kernel, field)
+    try:
+        with pytest.raises(AttributeError):
+            setattr(kernel, field, value)
+            pytest.fail(f"setting lookup('Identity').{field} = {value!r} raised nothing "
+                        f"[EXEC-3]")
+        again = registry.lookup("Identity")
+        assert getattr(again, field) == before and again.num_outputs_for({}) == 1 \
+            and again.is_expensive is False, (
+                f"setting lookup('Identity').{field} changed the registry: {field} "
+                f"{getattr(again, field)!r} [EXEC-3]")
+    finally:
+        if getattr(kernel, field) != before:      # undo a change the runtime let through
+            object.__setattr__(kernel, field, before)
+
+
 # -- EXEC-4 ----------------------------------------------------------------------------------
 
 def _softmax_xent(logits: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
