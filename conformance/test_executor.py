@@ -355,6 +355,30 @@ def test_kernel_values(rt, ctx, device: str) -> None:
 
 @pytest.mark.clause("EXEC-4")
 @pytest.mark.parametrize("device", [CPU, GPU])
+def test_softmax_xent_of_labels_not_summing_to_one(rt, ctx, device: str) -> None:
+    """loss[i] = -Σ_j labels[i,j] * log_softmax(logits)[i,j] whatever the labels sum to:
+    rows of labels summing to 2, 0.5 and 0 (soft or partial labels), and to 1."""
+    logits = np.array([[1.0, 2.0, 3.0], [0.5, -1.0, 2.0], [4.0, 0.0, -2.0], [0.0, 0.0, 1.0]],
+                      np.float32)
+    labels = np.array([[1.0, 1.0, 0.0], [0.0, 0.25, 0.25], [0.0, 0.0, 0.0], [0.2, 0.3, 0.5]],
+                      np.float32)
+    g = rt.Graph()
+    g.add_node("logits", "Placeholder", device=device, dtype="float32")
+    g.add_node("labels", "Placeholder", device=device, dtype="float32")
+    g.add_node("xent", "SoftmaxCrossEntropyWithLogits", ["logits", "labels"], device=device)
+    loss, backprop = ctx.new_session(g).run(["xent:0", "xent:1"],
+                                            {"logits": logits, "labels": labels})
+    want_loss, want_backprop = _softmax_xent(logits, labels)
+    np.testing.assert_allclose(loss, want_loss, rtol=1e-5, atol=1e-5,
+                               err_msg=f"loss of labels summing to 2, 0.5, 0, 1 on {device} "
+                                       f"[EXEC-4]")
+    np.testing.assert_allclose(backprop, want_backprop, rtol=1e-5, atol=1e-5,
+                               err_msg=f"backprop of labels summing to 2, 0.5, 0, 1 on "
+                                       f"{device} [EXEC-4]")
+
+
+@pytest.mark.clause("EXEC-4")
+@pytest.mark.parametrize("device", [CPU, GPU])
 def test_variables_assign_and_gradient_descent(rt, ctx, device: str) -> None:
     g = rt.Graph()
     g.add_node("v", "Variable", device=device, initial_value=np.array([1.0, 2.0], np.float32))
