@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from conformance.checks import names_identifier
+from conformance.control_helpers import JOIN_TIMEOUT_S as JOIN_S
 from conformance.control_helpers import joined, run_in_thread
 from conformance.execution_helpers import (CPU, GPU, INTER_OP_PREFIX, Log, RecordingBackend,
                                            antman_threads, py_func, sim_runtime)
@@ -845,6 +846,67 @@ def test_allocation_failure_names_device_node_and_bytes(rt, tf_env, auto_clock) 
             "a failed step must free every buffer it allocated [EXEC-6]"
         (ok,) = s.run(["r"], {"small": -np.ones(16, np.float32)})
         assert ok.sum() == 0, "the session must stay usable after an OOM [SESS-5]"
+
+
+HELD_S = 2.0   # real time a running kernel waits for a run() that ends too early (only a
+               # runtime ending the step while the kernel runs returns within it)
+
+
+@pytest.mark.clause("EXEC-9")
+def test_a_failure_outside_the_kernels_ends_the_step_after_its_running_kernels(
+        rt, ctx, monkeypatch) -> None:
+    """The CPU allocator raises as it frees the output of ``leaf`` (a target: its output is
+    freed as it ends), a failure of the step outside every kernel, while ``held``, started
+    beside it (leaf's kernel waits for it), is still in its kernel: the step fails with
+    UnknownError, but only once ``held`` has returned. ``held`` waits up to HELD_S for run()
+    to return, and the test reads what it saw once it has returned."""
+    allocator = allocator_of(ctx, CPU)
+    free = allocator.deallocate_raw
+    started, failed = threading.Event(), threading.Event()
+    returned, held_done = threading.Event(), threading.Event()
+    seen: dict = {}
+
+    def deallocate_raw(ptr):
+        free(ptr)
+        if not failed.is_set():
+            failed.set()
+            raise RuntimeError("planned failure after a free")
+
+    def held():
+        started.set()
+        try:
+            seen["leaf freed"] = failed.wait(JOIN_S)
+            seen["run returned"] = returned.wait(HELD_S)
+        finally:
+            held_done.set()
+        return np.float32(1.0)
+
+    g = rt.Graph()
+    g.add_node("held", "PyFunc", device=CPU, func=held)
+    g.add_node("leaf", "PyFunc", device=CPU,      # ends once held is in its kernel
+               func=lambda: started.wait(JOIN_S) and np.ones(4, np.float32))
+    s = ctx.new_session(g)
+
+    def run():
+        try:
+            return s.run([], target_nodes=["held", "leaf"])
+        finally:
+            returned.set()
+
+    with monkeypatch.context() as faults:
+        faults.setattr(allocator, "deallocate_raw", deallocate_raw)
+        runner, out = run_in_thread(run)
+        assert joined(runner, JOIN_S + HELD_S + JOIN_S), \
+            "the step never ended after a failure outside its kernels [EXEC-9]"
+    assert held_done.wait(JOIN_S + HELD_S), f"'held' never ran: {seen} {out} [EXEC-9]"
+    assert seen.get("leaf freed"), f"leaf's output was never freed: {seen} {out} [EXEC-9]"
+    assert not seen.get("run returned"), (
+        "run() returned while the kernel of 'held' was still running: a failure outside the "
+        "kernels (the allocator raising as it freed leaf's output) ended the step before its "
+        "running kernels had returned [EXEC-9]")
+    assert isinstance(out.get("error"), rt.UnknownError) \
+        and "planned failure after a free" in str(out["error"]), \
+        f"run() must fail with an UnknownError naming the failure, got {out} [EXEC-9]"
 
 
 @pytest.mark.clause("EXEC-8", "EXEC-9", "EXEC-6")
