@@ -221,10 +221,9 @@ class ExecutorState:
             device.sync()
 
     def run_async(self) -> None:
+        # A run has a fetch or a target (SESS-2): the pruned graph has a node, and, acyclic
+        # (EXEC-2), a root.
         roots = list(self.impl.roots)
-        if not roots:
-            self._finish()
-            return
         self.schedule_ready(roots, None)
 
     def cancel(self, error: OpError) -> None:
