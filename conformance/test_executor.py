@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from conformance.checks import names_identifier
+from conformance.control_helpers import JOIN_TIMEOUT_S as JOIN_S
 from conformance.control_helpers import joined, run_in_thread
 from conformance.execution_helpers import (CPU, GPU, INTER_OP_PREFIX, Log, RecordingBackend,
                                            antman_threads, py_func, sim_runtime)
@@ -88,6 +89,22 @@ def test_graph_nodes_are_hashable_and_setting_them_changes_no_graph(rt) -> None:
                     ("b", "Identity", ["a"], "/device:CPU:0")], (
         f"setting the attributes of the nodes Graph.nodes returned changed the graph: {seen} "
         f"[EXEC-1]")
+
+
+@pytest.mark.clause("EXEC-1")
+@pytest.mark.parametrize("given,placed", [
+    ("/job:localhost/replica:0/task:0/device:GPU:0", "/device:GPU:0"),
+    ("/device:GPU:0", "/device:GPU:0"), ("device:GPU:0", "/device:GPU:0"),
+    ("GPU:0", "/device:GPU:0"), ("/gpu:0", "/device:GPU:0"), ("GPU:01", "/device:GPU:1"),
+    ("cpu:0", "/device:CPU:0"), ("/job:localhost/replica:0/task:0/device:cpu:00",
+                                 "/device:CPU:0"), ("no-such-device", "no-such-device")])
+def test_a_node_s_device_is_in_the_device_form_whatever_form_was_given(rt, given,
+                                                                        placed) -> None:
+    g = rt.Graph()
+    g.add_node("c", "Const", device=given, value=1.0)
+    (node,) = g.nodes
+    assert node.device == placed, \
+        f"add_node(device={given!r}) recorded device {node.device!r}, expected {placed!r} [EXEC-1]"
 
 
 @pytest.mark.clause("EXEC-1")
@@ -203,14 +220,16 @@ def test_a_run_of_a_deep_graph_of_diamonds_ends(rt, ctx) -> None:
         "a target-only run returned values [EXEC-10]"
 
 @pytest.mark.clause("EXEC-2")
-def test_unknown_device_fails_the_run_naming_node_and_device(rt, ctx) -> None:
+@pytest.mark.parametrize("device,named", [("/device:GPU:7", "GPU:7"),
+                                          ("no-such-device", "no-such-device")])
+def test_unknown_device_fails_the_run_naming_node_and_device(rt, ctx, device, named) -> None:
     g = rt.Graph()
-    g.add_node("c", "Const", device="/device:GPU:7", value=1.0)
+    g.add_node("c", "Const", device=device, value=1.0)
     s = ctx.new_session(g)
     with pytest.raises(rt.InvalidArgumentError) as info:
         s.run(["c"])
-    assert names_identifier(info.value, "c") and "GPU:7" in str(info.value), \
-        f"run(['c']) on GPU:7 raised {info.value!r} [EXEC-2]"
+    assert names_identifier(info.value, "c") and named in str(info.value), \
+        f"run(['c']) on {device!r} raised {info.value!r} [EXEC-2]"
 
 
 # -- EXEC-3 ----------------------------------------------------------------------------------
@@ -241,6 +260,31 @@ def test_unknown_op_lookup_and_pyfunc_outputs(rt) -> None:
         rt.OpRegistry.global_registry().lookup("NoSuchOp")
     kernel = rt.OpRegistry.global_registry().lookup("PyFunc")
     assert kernel.num_outputs_for({"num_outputs": 3}) == 3, "PyFunc num_outputs attr [EXEC-3]"
+
+
+@pytest.mark.clause("EXEC-3")
+@pytest.mark.parametrize("field,value", [("is_expensive", True), ("is_async", True),
+                                         ("op", "Relu"), ("num_outputs", 5)])
+def test_a_kernel_def_is_read_only(rt, field, value) -> None:
+    """Setting an attribute of the KernelDef that lookup returned raises AttributeError and
+    changes no later lookup (a registry whose KernelDef could be changed would make every
+    Identity expensive, or give it five outputs, in every graph of the process)."""
+    registry = rt.OpRegistry.global_registry()
+    kernel = registry.lookup("Identity")
+    before = getattr(kernel, field)
+    try:
+        with pytest.raises(AttributeError):
+            setattr(kernel, field, value)
+            pytest.fail(f"setting lookup('Identity').{field} = {value!r} raised nothing "
+                        f"[EXEC-3]")
+        again = registry.lookup("Identity")
+        assert getattr(again, field) == before and again.num_outputs_for({}) == 1 \
+            and again.is_expensive is False, (
+                f"setting lookup('Identity').{field} changed the registry: {field} "
+                f"{getattr(again, field)!r} [EXEC-3]")
+    finally:
+        if getattr(kernel, field) != before:      # undo a change the runtime let through
+            object.__setattr__(kernel, field, before)
 
 
 # -- EXEC-4 ----------------------------------------------------------------------------------
@@ -308,6 +352,30 @@ def test_kernel_values(rt, ctx, device: str) -> None:
         assert got.dtype == np.float32, f"{name}: dtype {got.dtype}, expected float32 [EXEC-4]"
         np.testing.assert_allclose(got, expected[name], rtol=1e-5, atol=1e-5,
                                    err_msg=f"run({name!r}) on {device} [EXEC-4]")
+
+
+@pytest.mark.clause("EXEC-4")
+@pytest.mark.parametrize("device", [CPU, GPU])
+def test_softmax_xent_of_labels_not_summing_to_one(rt, ctx, device: str) -> None:
+    """loss[i] = -Σ_j labels[i,j] * log_softmax(logits)[i,j] whatever the labels sum to:
+    rows of labels summing to 2, 0.5 and 0 (soft or partial labels), and to 1."""
+    logits = np.array([[1.0, 2.0, 3.0], [0.5, -1.0, 2.0], [4.0, 0.0, -2.0], [0.0, 0.0, 1.0]],
+                      np.float32)
+    labels = np.array([[1.0, 1.0, 0.0], [0.0, 0.25, 0.25], [0.0, 0.0, 0.0], [0.2, 0.3, 0.5]],
+                      np.float32)
+    g = rt.Graph()
+    g.add_node("logits", "Placeholder", device=device, dtype="float32")
+    g.add_node("labels", "Placeholder", device=device, dtype="float32")
+    g.add_node("xent", "SoftmaxCrossEntropyWithLogits", ["logits", "labels"], device=device)
+    loss, backprop = ctx.new_session(g).run(["xent:0", "xent:1"],
+                                            {"logits": logits, "labels": labels})
+    want_loss, want_backprop = _softmax_xent(logits, labels)
+    np.testing.assert_allclose(loss, want_loss, rtol=1e-5, atol=1e-5,
+                               err_msg=f"loss of labels summing to 2, 0.5, 0, 1 on {device} "
+                                       f"[EXEC-4]")
+    np.testing.assert_allclose(backprop, want_backprop, rtol=1e-5, atol=1e-5,
+                               err_msg=f"backprop of labels summing to 2, 0.5, 0, 1 on "
+                                       f"{device} [EXEC-4]")
 
 
 @pytest.mark.clause("EXEC-4")
@@ -778,6 +846,67 @@ def test_allocation_failure_names_device_node_and_bytes(rt, tf_env, auto_clock) 
             "a failed step must free every buffer it allocated [EXEC-6]"
         (ok,) = s.run(["r"], {"small": -np.ones(16, np.float32)})
         assert ok.sum() == 0, "the session must stay usable after an OOM [SESS-5]"
+
+
+HELD_S = 2.0   # real time a running kernel waits for a run() that ends too early (only a
+               # runtime ending the step while the kernel runs returns within it)
+
+
+@pytest.mark.clause("EXEC-9")
+def test_a_failure_outside_the_kernels_ends_the_step_after_its_running_kernels(
+        rt, ctx, monkeypatch) -> None:
+    """The CPU allocator raises as it frees the output of ``leaf`` (a target: its output is
+    freed as it ends), a failure of the step outside every kernel, while ``held``, started
+    beside it (leaf's kernel waits for it), is still in its kernel: the step fails with
+    UnknownError, but only once ``held`` has returned. ``held`` waits up to HELD_S for run()
+    to return, and the test reads what it saw once it has returned."""
+    allocator = allocator_of(ctx, CPU)
+    free = allocator.deallocate_raw
+    started, failed = threading.Event(), threading.Event()
+    returned, held_done = threading.Event(), threading.Event()
+    seen: dict = {}
+
+    def deallocate_raw(ptr):
+        free(ptr)
+        if not failed.is_set():
+            failed.set()
+            raise RuntimeError("planned failure after a free")
+
+    def held():
+        started.set()
+        try:
+            seen["leaf freed"] = failed.wait(JOIN_S)
+            seen["run returned"] = returned.wait(HELD_S)
+        finally:
+            held_done.set()
+        return np.float32(1.0)
+
+    g = rt.Graph()
+    g.add_node("held", "PyFunc", device=CPU, func=held)
+    g.add_node("leaf", "PyFunc", device=CPU,      # ends once held is in its kernel
+               func=lambda: started.wait(JOIN_S) and np.ones(4, np.float32))
+    s = ctx.new_session(g)
+
+    def run():
+        try:
+            return s.run([], target_nodes=["held", "leaf"])
+        finally:
+            returned.set()
+
+    with monkeypatch.context() as faults:
+        faults.setattr(allocator, "deallocate_raw", deallocate_raw)
+        runner, out = run_in_thread(run)
+        assert joined(runner, JOIN_S + HELD_S + JOIN_S), \
+            "the step never ended after a failure outside its kernels [EXEC-9]"
+    assert held_done.wait(JOIN_S + HELD_S), f"'held' never ran: {seen} {out} [EXEC-9]"
+    assert seen.get("leaf freed"), f"leaf's output was never freed: {seen} {out} [EXEC-9]"
+    assert not seen.get("run returned"), (
+        "run() returned while the kernel of 'held' was still running: a failure outside the "
+        "kernels (the allocator raising as it freed leaf's output) ended the step before its "
+        "running kernels had returned [EXEC-9]")
+    assert isinstance(out.get("error"), rt.UnknownError) \
+        and "planned failure after a free" in str(out["error"]), \
+        f"run() must fail with an UnknownError naming the failure, got {out} [EXEC-9]"
 
 
 @pytest.mark.clause("EXEC-8", "EXEC-9", "EXEC-6")

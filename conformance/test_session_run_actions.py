@@ -510,6 +510,40 @@ def test_runtime_registers_statistics_at_1_and_management_at_2(rt, runtimes, tmp
 
 
 @pytest.mark.clause("REG-10")
+def test_close_unregisters_the_runtime_s_own_registration_of_each_action_once(
+        rt, runtimes, tmp_path) -> None:
+    """The user registers the runtime's two actions again in its registry (REG-5 allows it):
+    close() removes the runtime's registration of each, not the user's, and a second close()
+    (idempotent, DEVICE-8) removes nothing more."""
+    missing = {"resource_management", "statistics"} - set(rt.CAPABILITIES)
+    if missing:
+        pytest.skip(f"the runtime does not declare {sorted(missing)}")
+    ctx = runtimes(config_file=str(tmp_path / "cfg.json"),
+                   status_file=str(tmp_path / "status.json"))
+    post = rt.Grouping.POST_SESSION_RUN
+    ctx.registry.register(post, 1, ctx.statistics)
+    ctx.registry.register(post, 2, ctx.resource_management)
+    users = [(1, ctx.statistics), (2, ctx.resource_management)]
+
+    def left() -> list:
+        return [(p, a) for p, a in ctx.registry.actions(post)]
+
+    def same(entries) -> bool:
+        return len(entries) == len(users) and all(
+            p == q and a is b for (p, a), (q, b) in zip(entries, users))
+
+    ctx.close()
+    assert same(left()), (
+        f"after close() the registry holds {[(p, a.name) for p, a in left()]}, expected the "
+        f"user's own registrations of GPUStatistics at 1 and GPUResourceManagement at 2 "
+        f"[REG-10]")
+    ctx.close()
+    assert same(left()), (
+        f"a second close() changed the registry: it holds {[(p, a.name) for p, a in left()]}, "
+        f"expected the user's two registrations [REG-10]")
+
+
+@pytest.mark.clause("REG-10")
 @pytest.mark.capability("resource_management", "statistics")
 def test_disabled_actions_are_not_registered(rt, runtimes) -> None:
     ctx = runtimes()

@@ -223,15 +223,11 @@ class DirectSession:
         key = (tuple(sorted({parse_tensor_name(f)[0] for f in feeds})),
                tuple(sorted({_fetch_key(f) for f in fetches})),
                tuple(sorted(set(targets))))
-        with self._lock:
-            eak = self._executors.get(key)
-        if eak is not None:
-            return eak
-        impl = ExecutorImpl(self._graph, self._device_mgr, feeds=key[0], fetches=key[1],
-                            targets=key[2])           # sequences: it copies what it keeps
-        with self._lock:
+        with self._lock:                 # a signature's first runs build its executor once
             eak = self._executors.get(key)
             if eak is None:
+                impl = ExecutorImpl(self._graph, self._device_mgr, feeds=key[0],
+                                    fetches=key[1], targets=key[2])  # it copies what it keeps
                 eak = _ExecutorsAndKeys(impl, next(_graph_ids),
                                         {name: i for i, name in enumerate(impl.fetches)})
                 self._executors[key] = eak

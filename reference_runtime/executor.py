@@ -189,7 +189,7 @@ class ExecutorState:
         self._lock = threading.Lock()
         self._pending = [it.num_in_edges for it in impl.items]
         self._inputs: list[list[Buffer | None]] = [[None] * len(it.inputs) for it in impl.items]
-        self._outstanding = 0
+        self._outstanding = len(impl.roots)    # the nodes handed out and not yet done
         self._status: OpError | None = None
         self._abort = threading.Event()
         self._done = threading.Event()
@@ -221,11 +221,9 @@ class ExecutorState:
             device.sync()
 
     def run_async(self) -> None:
+        # A run has a fetch or a target (SESS-2): the pruned graph has a node, and, acyclic
+        # (EXEC-2), a root.
         roots = list(self.impl.roots)
-        if not roots:
-            self._finish()
-            return
-        self._outstanding = len(roots)
         self.schedule_ready(roots, None)
 
     def cancel(self, error: OpError) -> None:
@@ -409,15 +407,15 @@ class ExecutorState:
                     ready.append(dst)
         return ready
 
-    def _record_error(self, error: OpError) -> bool:
+    def _record_error(self, error: OpError) -> None:
+        """Keep the step's first error and abort the step; a later error changes nothing."""
         with self._lock:
             if self._status is not None:
-                return False
+                return
             self._status = error
         self._abort.set()
         if self.opm is not None:
             self.opm.abort()
-        return True
 
     def _node_done(self, error: OpError | None, ready: list[int],
                    inline: collections.deque[int] | None) -> bool:

@@ -11,10 +11,11 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator
 
+from .device import parse_device_name
+
 __all__ = ["Graph", "Node", "GraphError", "parse_tensor_name", "canonical_device_name"]
 
 _NAME = re.compile(r"^[A-Za-z0-9_.][A-Za-z0-9_.\-/]*$")
-_SHORT_DEVICE = re.compile(r"^/?(?:device:)?(?P<type>[A-Za-z]+):(?P<index>[0-9]+)$")
 
 
 class GraphError(ValueError):
@@ -32,13 +33,15 @@ def parse_tensor_name(ref: str) -> tuple[str, int]:
 
 
 def canonical_device_name(device: str) -> str:
-    """``"/gpu:0"``, ``"GPU:0"``, ``"/device:GPU:0"`` -> ``"/device:GPU:0"``; others unchanged."""
+    """Any form ``lookup_device`` accepts (the full name, ``"/gpu:0"``, ``"GPU:01"``, ...) ->
+    ``"/device:<TYPE>:<index>"`` (EXEC-1); others unchanged (the run names them, EXEC-2)."""
     if not isinstance(device, str) or not device:
         raise GraphError(f"device must be a non-empty string, got {device!r}")
-    m = _SHORT_DEVICE.fullmatch(device)
-    if m:
-        return f"/device:{m['type'].upper()}:{int(m['index'])}"
-    return device
+    try:
+        device_type, index = parse_device_name(device)
+    except ValueError:
+        return device
+    return f"/device:{device_type}:{index}"
 
 
 @dataclass(frozen=True)
@@ -145,8 +148,8 @@ class Graph:
         white, grey, black = 0, 1, 2
         colour = dict.fromkeys(self._nodes, white)
         for start in self._nodes:
-            if colour[start] != white:
-                continue
+            # A start already visited is black (none is grey between starts): its
+            # predecessors are all black, so its walk passes over them and finds nothing.
             path: list[str] = []
             stack: list[tuple[str, Iterator[str]]] = [(start, iter(self.predecessors(start)))]
             colour[start] = grey

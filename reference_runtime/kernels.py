@@ -402,7 +402,7 @@ def _relu_grad(ctx: OpKernelContext) -> None:
     """gradients * (features > 0)."""
     ctx.require_inputs(2)
     g, features = ctx.input(0), ctx.input(1)
-    if tuple(g.shape) != tuple(features.shape):
+    if g.shape != features.shape:                # shapes are tuples (NumPy and CuPy)
         raise ctx.invalid(f"gradients {list(g.shape)} and features {list(features.shape)} "
                           f"differ")
     out = ctx.allocate_output(0, g.shape, g.dtype)
