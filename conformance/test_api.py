@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import inspect
+import json
 import os
+import re
 import subprocess
 import sys
 
@@ -245,3 +247,164 @@ def test_next_fit_holds_up_to_the_end_of_the_address_space(rt, kind: str) -> Non
         f"region of {size} bytes, which fits after b up to that end, was placed at "
         f"{c if c is None else hex(c)}, expected {after_b:#x} after b, not in the room a "
         f"freed region left (next fit) [API-3]")
+
+
+@pytest.mark.clause("API-3")
+@pytest.mark.parametrize("kind", ["SimulatedDeviceMemory", "SimulatedHostMemory"])
+@pytest.mark.usefixtures("simulated_memories")
+def test_simulated_memories_made_and_dropped_never_take_a_live_ones_addresses(rt,
+                                                                              kind: str) -> None:
+    """Two memories of the kind stay live, each with a region, while 65,536 more are made
+    and dropped one after another, each with one region (more than the 61,440 a process may
+    hold at once, so addresses of dropped ones must be taken again): none of them is refused,
+    and none overlaps a live region."""
+    memory_of = getattr(rt, kind)
+    kept = [memory_of(1 << 20) for _ in range(2)]
+    live = [m.alloc(256, 1 << 20) for m in kept]
+    overlapping = []
+    for i in range(1 << 16):
+        try:
+            p = memory_of(1 << 20).alloc(256, 1 << 20)
+        except MemoryError as e:
+            pytest.fail(f"{kind} number {i + 1} of those made and dropped one after another, "
+                        f"with 2 live, was refused: {e} [API-3]")
+        if any(p < q + (1 << 20) and q < p + (1 << 20) for q in live):
+            overlapping.append((i, p))
+    assert not overlapping, (
+        f"of 65536 {kind}s made and dropped, {len(overlapping)} (the first: number "
+        f"{overlapping[0][0] + 1}) handed out a region over one of a live {kind}: "
+        f"{[hex(q) for q in live]} [API-3]")
+
+
+# Run in a fresh interpreter, where no instance is live yet: the memories of the kind made
+# one by one and kept, each with a region of 4 KiB, until one is refused (at most 61,441).
+# The second one made is dropped at once; its region's address is a stale pointer.
+_BOUND_PROBE = """\
+import gc, json, sys
+import {module} as rt
+kind, other = getattr(rt, sys.argv[1]), getattr(rt, sys.argv[2])
+held = [kind(1 << 20)]
+pointers = [held[0].alloc(256, 4096)]
+dropped = kind(1 << 20)
+stale = dropped.alloc(256, 4096)
+del dropped
+gc.collect()
+error = None
+while len(held) <= 61440:
+    try:
+        m = kind(1 << 20)
+    except Exception as e:
+        error = [type(e).__name__, str(e)]
+        break
+    held.append(m)
+    pointers.append(m.alloc(256, 4096))
+beside = other(1 << 20).alloc(256, 4096)
+ends = sorted(pointers + [beside])
+out = dict(live=len(held), error=error, distinct=len(set(pointers)) == len(pointers),
+           stale_at=[i for i, p in enumerate(pointers) if p == stale],
+           bad=[p for p in pointers if not (type(p) is int and p > 0 and p % 256 == 0)][:3],
+           other=beside is not None and all(b - a > 4096 for a, b in zip(ends, ends[1:])))
+gone = held.pop(100)
+gone_pointer = pointers.pop(100)
+del gone, m
+gc.collect()
+again = kind(1 << 20).alloc(256, 4096)
+out["again"] = again is not None and again not in set(pointers)
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.clause("API-3")
+@pytest.mark.parametrize("kind", ["SimulatedDeviceMemory", "SimulatedHostMemory"])
+@pytest.mark.usefixtures("simulated_memories")
+def test_simulated_memories_live_at_once_are_bounded_by_61440(rt, kind: str) -> None:
+    """A fresh process holds 61,440 memories of the kind live at once, each with its own
+    addresses; the address range of one dropped early is taken again only by the last of
+    them (none is left unused then); the 61,441st is refused with MemoryError naming 61440,
+    the other kind is not; once one of them is garbage collected, one more is made."""
+    other = ("SimulatedHostMemory" if kind == "SimulatedDeviceMemory"
+             else "SimulatedDeviceMemory")
+    proc = subprocess.run([sys.executable, "-c", _BOUND_PROBE.format(module=rt.__name__),
+                           kind, other], capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, ANTMAN_DEVICE="sim"))
+    assert proc.returncode == 0, f"the probe failed: {proc.stderr[-2000:]} [API-3]"
+    out = json.loads(proc.stdout.splitlines()[-1])
+    assert out["distinct"] and not out["bad"], (
+        f"of the {out['live']} live {kind}s of a process, two handed out the same address, or "
+        f"some a pointer that is not a positive multiple of 256 ({out['bad']}) [API-3]")
+    assert out["error"] is not None and out["live"] == 61440, (
+        f"a process made {out['live']} live {kind}s, the next one "
+        f"{'raised ' + repr(out['error']) if out['error'] else 'too'}; expected 61440 live "
+        f"and the next refused [API-3]")
+    name, message = out["error"]
+    assert name == "MemoryError" and re.search(r"(?<![\d.])61,?440(?!\.?\d)", message), (
+        f"the {kind} made while 61440 are live raised {name}: {message!r}, expected "
+        f"MemoryError naming 61440 [API-3]")
+    assert out["stale_at"] in ([], [61439]), (
+        f"the address of a {kind} dropped early was handed out again by live instance number "
+        f"{out['stale_at'][0] + 1} of 61440, while addresses no instance took were left "
+        f"[API-3]")
+    assert out["other"], (
+        f"with 61440 live {kind}s, each with a region, a new {other} served no region apart "
+        f"from theirs [API-3]")
+    assert out["again"], (
+        f"once one of 61440 live {kind}s was garbage collected, a new one served no region "
+        f"apart from the live ones [API-3]")
+
+
+# Run in a fresh interpreter, where no address range was taken yet: four threads, started
+# together, each make 500 memories of the kind and keep them; then the race is forced: while
+# one memory is being made, at each line its construction runs in a function named ``take``
+# (the reference's design) without the lock of that function's ``self`` held, another thread
+# makes one to the end.
+_THREADS_PROBE = """\
+import json, sys, threading
+import {module} as rt
+kind = getattr(rt, sys.argv[1])
+barrier = threading.Barrier(4)
+made = []
+def make():
+    barrier.wait()
+    made.extend([kind(1 << 20) for _ in range(500)])           # list.extend is atomic
+threads = [threading.Thread(target=make) for _ in range(4)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+forced = 0
+def lines(frame, event, arg):
+    global forced
+    lock = getattr(frame.f_locals.get("self"), "_lock", None)
+    if event == "line" and lock is not None and not lock.locked():
+        forced += 1
+        other = threading.Thread(target=lambda: made.append(kind(1 << 20)))
+        other.start()
+        other.join()
+    return lines
+def tracer(frame, event, arg):
+    return lines if event == "call" and frame.f_code.co_name == "take" else None
+sys.settrace(tracer)
+made.append(kind(1 << 20))
+sys.settrace(None)
+pointers = [m.alloc(256, 4096) for m in made]
+print(json.dumps(dict(made=len(made), distinct=len(set(pointers)), forced=forced)))
+"""
+
+
+@pytest.mark.clause("API-3")
+@pytest.mark.parametrize("kind", ["SimulatedDeviceMemory", "SimulatedHostMemory"])
+@pytest.mark.usefixtures("simulated_memories")
+def test_simulated_memories_made_at_once_from_threads_take_distinct_addresses(
+        rt, kind: str) -> None:
+    """Memories of the kind made from several threads at once, also one made while another
+    is half made (forced, in a fresh process: _THREADS_PROBE), each hand out addresses no
+    other live one does."""
+    proc = subprocess.run([sys.executable, "-c", _THREADS_PROBE.format(module=rt.__name__),
+                           kind], capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, ANTMAN_DEVICE="sim"))
+    assert proc.returncode == 0, f"the probe failed: {proc.stderr[-2000:]} [API-3]"
+    out = json.loads(proc.stdout.splitlines()[-1])
+    assert out["distinct"] == out["made"] == 2001 + out["forced"], (
+        f"{out['made']} live {kind}s made from threads at once ({out['forced']} of them in "
+        f"the middle of another's construction) handed out {out['distinct']} distinct "
+        f"addresses [API-3]")

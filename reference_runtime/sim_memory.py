@@ -1,8 +1,9 @@
 """Simulated device and host memory: the embedded sub-allocators (SPEC.md API-3).
 
-Addresses are integers; no bytes are stored. Every instance owns a private address span,
-device spans and host spans are disjoint, so pointers of two simulated GPUs (or of a GPU
-and its host fallback) never collide. Regions are 256-aligned, whatever ``alignment`` a
+Addresses are integers; no bytes are stored. Every live instance owns a private address
+span (at most 61,440 instances of each kind are live at once), device spans and host spans
+are disjoint, so pointers of two simulated GPUs (or of a GPU and its host fallback) never
+collide. Regions are 256-aligned, whatever ``alignment`` a
 caller passes (TF's ``DeviceMemAllocator::Alloc`` ignores it too: ``cudaMalloc`` returns
 256-aligned memory), and never adjacent: a gap of ``REGION_GAP`` bytes separates them.
 """
@@ -10,8 +11,9 @@ caller passes (TF's ``DeviceMemAllocator::Alloc`` ignores it too: ``cudaMalloc``
 from __future__ import annotations
 
 import bisect
-import itertools
+import collections
 import threading
+import weakref
 
 from .allocator import InvalidPointerError, SubAllocator, check_size
 
@@ -21,18 +23,43 @@ REGION_GAP = 4096
 _ALIGNMENT = 256         # cudaMalloc's alignment
 _SPAN = 1 << 44          # 16 TiB of addresses per instance
 _DEVICE_BASE = 1 << 56   # device spans: [2^56, 2^60)
-_HOST_BASE = 1 << 60     # host spans:   [2^60, 2^63)
-_DEVICE_SPANS = ((1 << 60) - _DEVICE_BASE) // _SPAN
-_HOST_SPANS = ((1 << 63) - _HOST_BASE) // _SPAN
-_device_ids = itertools.count()
-_host_ids = itertools.count()
+_HOST_BASE = 1 << 60     # host spans from 2^60, as many as the device ones
+_SPANS = ((1 << 60) - _DEVICE_BASE) // _SPAN   # 61,440 live instances of each kind at most
+
+
+class _Spans:
+    """The address spans of one kind of memory. An instance takes one no instance took
+    before while any is left, then the one gone longest; a span is free again once the
+    instance that held it is garbage collected, so two live instances never share one."""
+
+    def __init__(self, base: int) -> None:
+        self._base = base
+        self._lock = threading.Lock()
+        self._unused = 0                    # spans [0, _unused) were taken once
+        self._given_back: collections.deque[int] = collections.deque()
+
+    def take(self, owner: SimulatedMemory) -> int:
+        with self._lock:
+            if self._unused < _SPANS:
+                index = self._unused
+                self._unused += 1
+            elif self._given_back:
+                index = self._given_back.popleft()
+            else:
+                raise MemoryError(f"{type(owner).__name__}: all {_SPANS} address spans are "
+                                  f"held by live instances (at most {_SPANS} at once)")
+        # Given back without the lock: a finalizer may run in any thread, this one included
+        # while it holds the lock; deque.append is atomic.
+        weakref.finalize(owner, self._given_back.append, index)
+        return self._base + index * _SPAN
 
 
 class SimulatedMemory(SubAllocator):
     """A fixed-capacity memory that hands out address ranges (a ``SubAllocator``)."""
 
-    def __init__(self, capacity_bytes: int, base: int) -> None:
+    def __init__(self, capacity_bytes: int, spans: _Spans) -> None:
         capacity_bytes = check_size(capacity_bytes, "capacity_bytes")
+        base = spans.take(self)
         self._lock = threading.Lock()
         self._capacity = capacity_bytes
         self._base = base
@@ -114,13 +141,15 @@ class SimulatedDeviceMemory(SimulatedMemory):
     """Simulated GPU memory (``cudaMalloc``)."""
 
     def __init__(self, capacity_bytes: int) -> None:
-        super().__init__(capacity_bytes,
-                         _DEVICE_BASE + (next(_device_ids) % _DEVICE_SPANS) * _SPAN)
+        super().__init__(capacity_bytes, _device_spans)
 
 
 class SimulatedHostMemory(SimulatedMemory):
     """Simulated pinned host memory (``cudaHostAlloc``)."""
 
     def __init__(self, capacity_bytes: int) -> None:
-        super().__init__(capacity_bytes,
-                         _HOST_BASE + (next(_host_ids) % _HOST_SPANS) * _SPAN)
+        super().__init__(capacity_bytes, _host_spans)
+
+
+_device_spans = _Spans(_DEVICE_BASE)
+_host_spans = _Spans(_HOST_BASE)
