@@ -768,6 +768,57 @@ def test_nodes_run_on_the_inter_op_pool(rt, ctx) -> None:
         f"nodes ran on threads {names}, expected {INTER_OP_PREFIX}* [SESS-7]"
 
 
+#: Run in a new process: a run from a non-daemon thread once the main thread has ended (the
+#: interpreter is exiting and thread pools take no more work), then what ran where (SESS-7).
+EXIT_RUN_PROBE = r"""
+import importlib, json, sys, threading
+import numpy as np
+rt = importlib.import_module(sys.argv[1])
+ctx = rt.create_runtime(backend="sim", num_gpus=0, config_file=None, status_file=None)
+ran = []
+g = rt.Graph()
+g.add_node("a", "PyFunc", [], func=lambda: ran.append("a") or np.float32(1))
+g.add_node("b", "PyFunc", ["a"], func=lambda x: ran.append("b") or np.float32(2))
+sess = ctx.new_session(g)
+first = [float(v) for v in sess.run(["b"])]
+
+def late():
+    threading.main_thread().join()      # returns once the interpreter's exit has begun
+    ran.clear()
+    try:
+        outcome = ["returned", [float(v) for v in sess.run(["b"])]]
+    except Exception as exc:  # noqa: BLE001 - reported to the test
+        outcome = [type(exc).__name__, isinstance(exc, rt.CancelledError)]
+    print(json.dumps({"first": first, "outcome": outcome, "ran": ran}), flush=True)
+    sess.close()
+    ctx.close()
+
+threading.Thread(target=late).start()
+"""
+
+
+@pytest.mark.clause("SESS-7")
+def test_a_run_the_pool_cannot_take_fails_cancelled_and_runs_no_node(rt) -> None:
+    """At interpreter exit the session's pool takes no more nodes: the step is cancelled, and
+    its nodes do not run on the thread that called run instead."""
+    env = {k: v for k, v in os.environ.items() if k != "ANTMAN_DEVICE"}
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(spec.ROOT), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))])
+    try:
+        done = subprocess.run([sys.executable, "-c", EXIT_RUN_PROBE, rt.__name__],
+                              env=env, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"a run at interpreter exit did not end within {PROBE_TIMEOUT_S} s [SESS-7]")
+    assert done.returncode == 0 and done.stdout.strip(), (
+        f"the probe failed: {done.stderr[-2000:]} [SESS-7]")
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    precondition_holds("SESS-7", got["first"] == [2.0], "a run before the exit returns b = 2")
+    assert got["outcome"] == ["CancelledError", True] and got["ran"] == [], (
+        f"a run at interpreter exit, when the pool takes no more nodes, ended with "
+        f"{got['outcome']} and ran the nodes {got['ran']}: expected a CancelledError and no "
+        f"node run [SESS-7]")
+
+
 @pytest.mark.clause("SESS-8")
 def test_close_frees_joins_and_refuses_runs(rt, ctx) -> None:
     gpu = ctx.device_mgr.lookup_device(GPU).get_allocator()

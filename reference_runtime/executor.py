@@ -269,7 +269,7 @@ class ExecutorState:
     def _dispatch(self, nid: int) -> None:
         try:
             self.runner(lambda: self.process(nid))
-        except RuntimeError as exc:  # the runner's pool is shut down
+        except RuntimeError as exc:  # the pool takes no more work (interpreter exit, SESS-7)
             self._record_error(CancelledError(f"step cancelled: cannot schedule node "
                                               f"{self.impl.items[nid].name!r}: {exc}"))
             self.process(nid)

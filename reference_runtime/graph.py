@@ -164,7 +164,8 @@ class Graph:
                     continue
                 if colour[nxt] == grey:
                     cyc = path[path.index(nxt):] + [nxt]
-                    return list(reversed(cyc))
+                    cyc.reverse()        # the walk follows inputs, the message the data flow
+                    return cyc
                 if colour[nxt] == white:
                     colour[nxt] = grey
                     path.append(nxt)

@@ -294,7 +294,7 @@ def _variable_input(ctx: OpKernelContext) -> Any:
 def _assign(ctx: OpKernelContext) -> None:
     ctx.require_inputs(2)
     ref, value = _variable_input(ctx), ctx.input(1)
-    if tuple(ref.shape) != tuple(value.shape):
+    if ref.shape != value.shape:           # shapes are tuples (NumPy and CuPy)
         raise ctx.invalid(f"shapes differ: variable {list(ref.shape)}, value "
                           f"{list(value.shape)}")
     ref[...] = value
@@ -306,7 +306,7 @@ def _apply_gradient_descent(ctx: OpKernelContext) -> None:
     """var -= alpha * delta (inputs: var, alpha (scalar), delta)."""
     ctx.require_inputs(3)
     var, alpha, delta = _variable_input(ctx), ctx.input(1), ctx.input(2)
-    if tuple(var.shape) != tuple(delta.shape):
+    if var.shape != delta.shape:
         raise ctx.invalid(f"var and delta shapes differ: {list(var.shape)} vs "
                           f"{list(delta.shape)}")
     if alpha.ndim != 0:                   # an input is always an array
@@ -382,7 +382,7 @@ def _add(ctx: OpKernelContext) -> None:
     ctx.require_inputs(2)
     x, y = ctx.input(0), ctx.input(1)
     try:
-        shape = np.broadcast_shapes(tuple(x.shape), tuple(y.shape))
+        shape = np.broadcast_shapes(x.shape, y.shape)
     except ValueError:
         raise ctx.invalid(f"Incompatible shapes: {list(x.shape)} vs {list(y.shape)}") from None
     out = ctx.allocate_output(0, shape, np.result_type(x.dtype, y.dtype))
@@ -415,7 +415,7 @@ def _softmax_cross_entropy_with_logits(ctx: OpKernelContext) -> None:
     """Outputs: loss [batch], backprop [batch, classes] = softmax(logits) - labels."""
     ctx.require_inputs(2)
     logits, labels = ctx.input(0), ctx.input(1)
-    if logits.ndim != 2 or tuple(logits.shape) != tuple(labels.shape):
+    if logits.ndim != 2 or logits.shape != labels.shape:
         raise ctx.invalid(f"logits and labels must be same-shaped matrices: "
                           f"{list(logits.shape)} vs {list(labels.shape)}")
     # As TF's kernel: the outputs are the working space, plus a [batch, 1] scratch (and one
@@ -441,7 +441,7 @@ def _reduce(ctx: OpKernelContext, fn_name: str) -> None:
     axis = _axis(ctx.attrs)
     keep = bool(ctx.attrs.get("keep_dims", False))
     try:
-        shape = np.empty(tuple(x.shape), dtype=np.bool_).sum(axis=axis, keepdims=keep).shape
+        shape = np.empty(x.shape, dtype=np.bool_).sum(axis=axis, keepdims=keep).shape
     except (ValueError, TypeError) as exc:  # numpy.AxisError is a ValueError
         raise ctx.invalid(f"bad axis {axis!r} for shape {list(x.shape)}: {exc}") from None
     out = ctx.allocate_output(0, shape, x.dtype)
