@@ -618,6 +618,25 @@ def test_config_path_cannot_forge_the_suspend_line(rt, runtimes, vclock, tmp_pat
     assert_clean_log(caplog, rt, "a step suspended on a config path holding a newline")
 
 
+@pytest.mark.clause("RM-21")
+def test_a_text_quoted_whole_is_not_said_to_be_cut(rt, managed, config_path, caplog) -> None:
+    """Texts of 1 to 200 characters: one the warning quotes whole carries no length (only an
+    excerpt says how long its text was), whatever length the runtime cuts at."""
+    caplog.set_level(logging.WARNING)
+    wrong = []
+    for n in range(1, 201):
+        caplog.clear()
+        text = "y" * n
+        managed.parse_manage_info_from_json(json.dumps({"perfControl": text}))
+        for record in runtime_records(caplog, rt, logging.WARNING):
+            message = record.getMessage()
+            if text in message and re.search(rf"(?<!\d){n}(?!\d)\s*(?:characters|chars)",
+                                              message):
+                wrong.append((n, message[:200]))
+    assert not wrong, (f"a text quoted whole is followed by its length, as if it had been "
+                       f"cut: {wrong[:2]} [RM-21]")
+
+
 # -- API-8 ------------------------------------------------------------------------------------
 @pytest.mark.clause("API-8")
 @pytest.mark.parametrize("bad", ["gpu\x00config.json", "gpu\ud800config.json"])
