@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
@@ -167,15 +168,10 @@ def test_host_regions_never_overlap_a_live_device_region_however_many_host_memor
         f"handed out a region over the live device region [{d:#x}, +1 MiB) [API-3]")
 
 
-@pytest.mark.clause("API-3")
-@pytest.mark.parametrize("kind", ["SimulatedDeviceMemory", "SimulatedHostMemory"])
-@pytest.mark.usefixtures("simulated_memories")
-def test_next_fit_never_runs_into_a_region_placed_beyond_it(rt, kind: str) -> None:
-    """Regions a (half the largest) and b (256) are placed one after the other and freed;
-    the next-fit position is then after b. Region d, too large for the room after that
-    position, is placed from the start over it, and f (256) right after d, beyond it; d is
-    freed. A region that would run 256 bytes into f if placed at the next-fit position must
-    go elsewhere: no two live regions overlap or touch."""
+def _half_and_256_placed(rt, kind: str) -> tuple[Any, int, int, int, int]:
+    """A new memory of ``kind`` (capacity no bound) with region a (half the largest region
+    one serves, found by bisection) and b (256) placed one after the other: (memory,
+    largest, a_size, a, b). Skips a memory that serves 2^62 bytes (no end to test at)."""
     memory_of = getattr(rt, kind)
     huge = 1 << 62
     lo, hi = 256, huge                          # lo is served, hi is not (or is the cap)
@@ -193,6 +189,19 @@ def test_next_fit_never_runs_into_a_region_placed_beyond_it(rt, kind: str) -> No
     a = memory.alloc(256, a_size)
     b = memory.alloc(256, 256)
     assert a is not None and b is not None and b > a, f"{kind}: a={a!r} b={b!r} [API-3]"
+    return memory, largest, a_size, a, b
+
+
+@pytest.mark.clause("API-3")
+@pytest.mark.parametrize("kind", ["SimulatedDeviceMemory", "SimulatedHostMemory"])
+@pytest.mark.usefixtures("simulated_memories")
+def test_next_fit_never_runs_into_a_region_placed_beyond_it(rt, kind: str) -> None:
+    """Regions a (half the largest) and b (256) are placed one after the other and freed;
+    the next-fit position is then after b. Region d, too large for the room after that
+    position, is placed from the start over it, and f (256) right after d, beyond it; d is
+    freed. A region that would run 256 bytes into f if placed at the next-fit position must
+    go elsewhere: no two live regions overlap or touch."""
+    memory, largest, a_size, a, b = _half_and_256_placed(rt, kind)
     gap = b - (a + a_size)
     next_fit = b + 256 + gap                    # as far after b as b is after a
     memory.free(a, a_size)
@@ -221,23 +230,7 @@ def test_next_fit_holds_up_to_the_end_of_the_address_space(rt, kind: str) -> Non
     """Next fit at the edge: the largest region a new memory serves (found by bisection, its
     capacity no bound) marks where its addresses end. A region that ends exactly there, after
     the last region placed, goes after it, not in the room a freed region left."""
-    memory_of = getattr(rt, kind)
-    huge = 1 << 62
-    lo, hi = 256, huge                          # lo is served, hi is not (or is the cap)
-    if memory_of(huge).alloc(256, hi) is not None:
-        pytest.skip(f"a {kind} serves {huge} bytes: no end of its addresses to test at")
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if memory_of(huge).alloc(256, mid) is not None:
-            lo = mid
-        else:
-            hi = mid
-    largest = lo
-    memory = memory_of(huge)
-    a_size = largest // 2 // 256 * 256
-    a = memory.alloc(256, a_size)
-    b = memory.alloc(256, 256)
-    assert a is not None and b is not None and b > a, f"{kind}: a={a!r} b={b!r} [API-3]"
+    memory, largest, a_size, a, b = _half_and_256_placed(rt, kind)
     after_b = b + 256 + (b - (a + a_size))      # as far after b as b is after a
     size = a + largest - after_b                # ends where the largest region ends
     memory.free(a, a_size)

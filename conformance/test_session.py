@@ -530,18 +530,25 @@ with rt.create_runtime(backend="sim", num_gpus=0, config_file=None, status_file=
 PROBE_TIMEOUT_S = 60.0     # a Python start and the runtime's import (bounded, not a speed check)
 
 
-@pytest.mark.clause("SESS-3")
-def test_the_first_signature_of_a_process_has_a_positive_graph_id(rt) -> None:
-    """Every other test runs in a process that has built signatures before: only a new
-    process sees the first graph_id a runtime hands out."""
+
+def run_probe(probe: str, rt, timeout_message: str, clause: str) -> subprocess.CompletedProcess:
+    """``probe`` run in a new Python process with the runtime's module name as its argument
+    (the device as the environment selects it, not the simulated one of this test); a probe
+    that does not end within PROBE_TIMEOUT_S fails ``clause`` with ``timeout_message``."""
     env = {k: v for k, v in os.environ.items() if k != "ANTMAN_DEVICE"}
     env["PYTHONPATH"] = os.pathsep.join(
         [str(spec.ROOT), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))])
     try:
-        done = subprocess.run([sys.executable, "-c", FIRST_GRAPH_ID_PROBE, rt.__name__],
-                              env=env, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S)
+        return subprocess.run([sys.executable, "-c", probe, rt.__name__], env=env,
+                              capture_output=True, text=True, timeout=PROBE_TIMEOUT_S)
     except subprocess.TimeoutExpired:
-        pytest.fail(f"a new process's first signature took over {PROBE_TIMEOUT_S} s [SESS-3]")
+        pytest.fail(f"{timeout_message} [{clause}]")
+@pytest.mark.clause("SESS-3")
+def test_the_first_signature_of_a_process_has_a_positive_graph_id(rt) -> None:
+    """Every other test runs in a process that has built signatures before: only a new
+    process sees the first graph_id a runtime hands out."""
+    done = run_probe(FIRST_GRAPH_ID_PROBE, rt,
+                     f"a new process's first signature took over {PROBE_TIMEOUT_S} s", "SESS-3")
     assert done.returncode == 0, (f"a new process's first signature failed: "
                                   f"{done.stderr[-2000:]} [SESS-3]")
     first = json.loads(done.stdout.strip().splitlines()[-1])["graph_id"]
@@ -801,14 +808,8 @@ threading.Thread(target=late).start()
 def test_a_run_the_pool_cannot_take_fails_cancelled_and_runs_no_node(rt) -> None:
     """At interpreter exit the session's pool takes no more nodes: the step is cancelled, and
     its nodes do not run on the thread that called run instead."""
-    env = {k: v for k, v in os.environ.items() if k != "ANTMAN_DEVICE"}
-    env["PYTHONPATH"] = os.pathsep.join(
-        [str(spec.ROOT), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))])
-    try:
-        done = subprocess.run([sys.executable, "-c", EXIT_RUN_PROBE, rt.__name__],
-                              env=env, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"a run at interpreter exit did not end within {PROBE_TIMEOUT_S} s [SESS-7]")
+    done = run_probe(EXIT_RUN_PROBE, rt,
+                     f"a run at interpreter exit did not end within {PROBE_TIMEOUT_S} s", "SESS-7")
     assert done.returncode == 0 and done.stdout.strip(), (
         f"the probe failed: {done.stderr[-2000:]} [SESS-7]")
     got = json.loads(done.stdout.strip().splitlines()[-1])
