@@ -33,10 +33,6 @@ class AllocatorRetry:
         self._event = threading.Event()
         self._waiters = 0
 
-    @property
-    def clock(self) -> Clock:
-        return self._clock
-
     def allocate_raw(self, alloc_func: Callable[[bool], int | None],
                      max_wait_us: int) -> int | None:
         """Run ``alloc_func(verbose)`` until it succeeds or ``max_wait_us`` has passed. A
