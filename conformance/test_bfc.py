@@ -676,6 +676,24 @@ def test_backpedal_only_once_per_lifetime(rt):
 
 
 @pytest.mark.clause("BFC-10")
+@pytest.mark.parametrize("request_bytes", [2048, 2304, 2305])
+def test_backpedal_tries_a_size_equal_to_the_request(rt, request_bytes):
+    """From 2560 bytes the backpedal's one step is 2304: tried for a request that rounds to
+    2304 or less (the step is not below it), not for one that rounds to 2560."""
+    bfc, sim = make(rt, 2560, growth=False, capacity=2400)
+    p = bfc.allocate_raw(256, request_bytes, no_retry(rt))
+    need = rounded(request_bytes)
+    expected = _backpedal_calls(2560, need, 2400)
+    assert expected == ([2560, 2304] if need <= 2304 else [2560]), "[BFC-10]"
+    assert sim.alloc_calls == expected, (
+        f"allocate_raw(256, {request_bytes}) with the sub-allocator refusing 2560 and serving "
+        f"2304: calls {sim.alloc_calls}, expected {expected} [BFC-10]")
+    assert (p is not None) == (need <= 2304), (
+        f"allocate_raw(256, {request_bytes}) = {p!r}: a backpedal step of 2304 serves a "
+        f"request rounded to {need} exactly when it is not below it [BFC-10]")
+
+
+@pytest.mark.clause("BFC-10")
 @pytest.mark.parametrize("limit", [256, 512, 2304, 2560, 5000])
 def test_backpedal_terminates_for_tiny_sizes(rt, limit):
     bfc, sim = make(rt, limit, growth=False)
