@@ -1661,6 +1661,27 @@ def test_simulated_memory(rt, kind):
 
 
 @pytest.mark.clause("API-3")
+def test_memory_map_and_bin_debug_info_are_immutable(rt):
+    bfc, _ = make(rt, MiB, growth=False)
+    p = bfc.allocate_raw(256, 1024)
+    mm = bfc.memory_map()
+    region = mm.regions[0]
+    chunk = region.chunks[0]
+    info = bfc.get_bin_debug_info()[0]
+    for value, field in ((mm, "memory_limit"), (mm, "regions"), (region, "ptr"),
+                         (region, "size"), (region, "chunks"), (chunk, "size"),
+                         (chunk, "in_use"), (info, "total_bytes_in_use")):
+        before = getattr(value, field)
+        name = f"{type(value).__name__}.{field}"
+        with raises(AttributeError, "API-3", f"assigning {name}"):
+            setattr(value, field, 7)
+        assert getattr(value, field) == before, (
+            f"{name} changed from {before!r} to {getattr(value, field)!r} [API-3]")
+    assert bfc.memory_map() == mm, "the memory map changed with no call [API-3]"
+    bfc.deallocate_raw(p)
+
+
+@pytest.mark.clause("API-3")
 def test_allocator_stats_and_attributes_defaults(rt):
     s = rt.AllocatorStats()
     got = (s.num_allocs, s.bytes_in_use, s.peak_bytes_in_use, s.largest_alloc_size,
