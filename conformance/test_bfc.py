@@ -1840,6 +1840,40 @@ def test_a_freed_address_is_not_handed_out_again_at_once(rt, kind):
         f"goes there (next fit), not into a freed one [API-3]")
 
 
+def _assert_free_error_names(exc: BaseException, call: str, ptr: int, sizes: list[int]) -> None:
+    message = str(exc)
+    assert f"{ptr:#x}" in message and "None" not in message, (
+        f"{call} raised {message!r}: it must name {ptr:#x}, and a size only where a live "
+        f"region starts there [API-3]")
+    named = sorted({int(n) for n in re.findall(r"(?<![0-9a-fA-Fx])[0-9]+(?![0-9a-fA-F])",
+                                               message.replace(f"{ptr:#x}", ""))})
+    assert named == sorted(set(sizes)), (
+        f"{call} raised {message!r}, naming the sizes {named}, expected {sorted(set(sizes))} "
+        f"(num_bytes, and the live region's size where one starts there) [API-3]")
+
+
+@pytest.mark.clause("API-3")
+@pytest.mark.parametrize("kind", ["SimulatedDeviceMemory", "SimulatedHostMemory"])
+@pytest.mark.parametrize("where", ["freed", "inside", "never"])
+def test_a_free_of_no_live_region_names_the_call(rt, kind, where):
+    memory = getattr(rt, kind)(MiB)
+    p = memory.alloc(256, 4096)
+    q = memory.alloc(256, 4096)
+    if where == "freed":
+        memory.free(q, 4096)
+    target = {"freed": q, "inside": p + 256, "never": q + 64 * 1024}[where]
+    call = f"{kind}.free({target:#x}, 4096)"
+    with raises(rt.InvalidPointerError, "API-3", call):
+        try:
+            memory.free(target, 4096)
+        except rt.InvalidPointerError as exc:
+            _assert_free_error_names(exc, call, target, [4096])
+            raise
+    live = {p: 4096} if where == "freed" else {p: 4096, q: 4096}
+    assert memory.live_regions == live, (
+        f"{call} changed live_regions to {memory.live_regions}, expected {live} [API-3]")
+
+
 @pytest.mark.clause("API-3")
 @pytest.mark.parametrize("kind", ["SimulatedDeviceMemory", "SimulatedHostMemory"])
 @pytest.mark.parametrize("wrong", [4096 - 256, 4096 + 256, 0])
@@ -1849,7 +1883,11 @@ def test_a_free_of_the_wrong_size_is_refused(rt, kind, wrong):
     memory = getattr(rt, kind)(MiB)
     p = memory.alloc(256, 4096)
     with raises(rt.InvalidPointerError, "API-3", f"{kind}.free({p:#x}, {wrong})"):
-        memory.free(p, wrong)
+        try:
+            memory.free(p, wrong)
+        except rt.InvalidPointerError as exc:
+            _assert_free_error_names(exc, f"{kind}.free({p:#x}, {wrong})", p, [wrong, 4096])
+            raise
     got = (memory.live_regions, memory.bytes_in_use)
     assert got == ({p: 4096}, 4096), (
         f"{kind}.free({p:#x}, {wrong}) of a 4096-byte region left (live_regions, "
