@@ -676,6 +676,24 @@ def test_backpedal_only_once_per_lifetime(rt):
 
 
 @pytest.mark.clause("BFC-10")
+@pytest.mark.parametrize("request_bytes", [2048, 2304, 2305])
+def test_backpedal_tries_a_size_equal_to_the_request(rt, request_bytes):
+    """From 2560 bytes the backpedal's one step is 2304: tried for a request that rounds to
+    2304 or less (the step is not below it), not for one that rounds to 2560."""
+    bfc, sim = make(rt, 2560, growth=False, capacity=2400)
+    p = bfc.allocate_raw(256, request_bytes, no_retry(rt))
+    need = rounded(request_bytes)
+    expected = _backpedal_calls(2560, need, 2400)
+    assert expected == ([2560, 2304] if need <= 2304 else [2560]), "[BFC-10]"
+    assert sim.alloc_calls == expected, (
+        f"allocate_raw(256, {request_bytes}) with the sub-allocator refusing 2560 and serving "
+        f"2304: calls {sim.alloc_calls}, expected {expected} [BFC-10]")
+    assert (p is not None) == (need <= 2304), (
+        f"allocate_raw(256, {request_bytes}) = {p!r}: a backpedal step of 2304 serves a "
+        f"request rounded to {need} exactly when it is not below it [BFC-10]")
+
+
+@pytest.mark.clause("BFC-10")
 @pytest.mark.parametrize("limit", [256, 512, 2304, 2560, 5000])
 def test_backpedal_terminates_for_tiny_sizes(rt, limit):
     bfc, sim = make(rt, limit, growth=False)
@@ -1643,6 +1661,27 @@ def test_simulated_memory(rt, kind):
 
 
 @pytest.mark.clause("API-3")
+def test_memory_map_and_bin_debug_info_are_immutable(rt):
+    bfc, _ = make(rt, MiB, growth=False)
+    p = bfc.allocate_raw(256, 1024)
+    mm = bfc.memory_map()
+    region = mm.regions[0]
+    chunk = region.chunks[0]
+    info = bfc.get_bin_debug_info()[0]
+    for value, field in ((mm, "memory_limit"), (mm, "regions"), (region, "ptr"),
+                         (region, "size"), (region, "chunks"), (chunk, "size"),
+                         (chunk, "in_use"), (info, "total_bytes_in_use")):
+        before = getattr(value, field)
+        name = f"{type(value).__name__}.{field}"
+        with raises(AttributeError, "API-3", f"assigning {name}"):
+            setattr(value, field, 7)
+        assert getattr(value, field) == before, (
+            f"{name} changed from {before!r} to {getattr(value, field)!r} [API-3]")
+    assert bfc.memory_map() == mm, "the memory map changed with no call [API-3]"
+    bfc.deallocate_raw(p)
+
+
+@pytest.mark.clause("API-3")
 def test_allocator_stats_and_attributes_defaults(rt):
     s = rt.AllocatorStats()
     got = (s.num_allocs, s.bytes_in_use, s.peak_bytes_in_use, s.largest_alloc_size,
@@ -1801,6 +1840,40 @@ def test_a_freed_address_is_not_handed_out_again_at_once(rt, kind):
         f"goes there (next fit), not into a freed one [API-3]")
 
 
+def _assert_free_error_names(exc: BaseException, call: str, ptr: int, sizes: list[int]) -> None:
+    message = str(exc)
+    assert f"{ptr:#x}" in message and "None" not in message, (
+        f"{call} raised {message!r}: it must name {ptr:#x}, and a size only where a live "
+        f"region starts there [API-3]")
+    named = sorted({int(n) for n in re.findall(r"(?<![0-9a-fA-Fx])[0-9]+(?![0-9a-fA-F])",
+                                               message.replace(f"{ptr:#x}", ""))})
+    assert named == sorted(set(sizes)), (
+        f"{call} raised {message!r}, naming the sizes {named}, expected {sorted(set(sizes))} "
+        f"(num_bytes, and the live region's size where one starts there) [API-3]")
+
+
+@pytest.mark.clause("API-3")
+@pytest.mark.parametrize("kind", ["SimulatedDeviceMemory", "SimulatedHostMemory"])
+@pytest.mark.parametrize("where", ["freed", "inside", "never"])
+def test_a_free_of_no_live_region_names_the_call(rt, kind, where):
+    memory = getattr(rt, kind)(MiB)
+    p = memory.alloc(256, 4096)
+    q = memory.alloc(256, 4096)
+    if where == "freed":
+        memory.free(q, 4096)
+    target = {"freed": q, "inside": p + 256, "never": q + 64 * 1024}[where]
+    call = f"{kind}.free({target:#x}, 4096)"
+    with raises(rt.InvalidPointerError, "API-3", call):
+        try:
+            memory.free(target, 4096)
+        except rt.InvalidPointerError as exc:
+            _assert_free_error_names(exc, call, target, [4096])
+            raise
+    live = {p: 4096} if where == "freed" else {p: 4096, q: 4096}
+    assert memory.live_regions == live, (
+        f"{call} changed live_regions to {memory.live_regions}, expected {live} [API-3]")
+
+
 @pytest.mark.clause("API-3")
 @pytest.mark.parametrize("kind", ["SimulatedDeviceMemory", "SimulatedHostMemory"])
 @pytest.mark.parametrize("wrong", [4096 - 256, 4096 + 256, 0])
@@ -1810,7 +1883,11 @@ def test_a_free_of_the_wrong_size_is_refused(rt, kind, wrong):
     memory = getattr(rt, kind)(MiB)
     p = memory.alloc(256, 4096)
     with raises(rt.InvalidPointerError, "API-3", f"{kind}.free({p:#x}, {wrong})"):
-        memory.free(p, wrong)
+        try:
+            memory.free(p, wrong)
+        except rt.InvalidPointerError as exc:
+            _assert_free_error_names(exc, f"{kind}.free({p:#x}, {wrong})", p, [wrong, 4096])
+            raise
     got = (memory.live_regions, memory.bytes_in_use)
     assert got == ({p: 4096}, 4096), (
         f"{kind}.free({p:#x}, {wrong}) of a 4096-byte region left (live_regions, "

@@ -258,13 +258,12 @@ class CPUAllocator(Allocator):
     (a 0-byte one included) gets a distinct address, aligned to ``max(alignment, 64)``.
     """
 
-    _BASE = 1 << 40
     _ids = itertools.count(1)
 
     def __init__(self, name: str) -> None:
         self._name = name
         self._lock = threading.Lock()
-        self._cursor = self._BASE
+        self._cursor = 1    # the first address is then the alignment (64 or more), never 0
         self._live: dict[int, tuple[int, int]] = {}     # ptr -> (size, allocation id)
         self._stats = AllocatorStats()
 

@@ -125,9 +125,11 @@ class SimulatedMemory(SubAllocator):
             self.free_calls.append((ptr, num_bytes))
             size = self.live_regions.get(ptr)
             if size != num_bytes:   # None: no live region starts there
-                there = "none starts there" if size is None else f"the one there has {size}"
-                raise InvalidPointerError(f"{type(self).__name__}.free({ptr:#x}, {num_bytes}): "
-                                          f"no live region of {num_bytes} bytes ({there})")
+                message = (f"{type(self).__name__}.free({ptr:#x}, {num_bytes}): "
+                           f"no live region of {num_bytes} bytes starts there")
+                if size:            # a live region has 1 byte or more
+                    message = f"{message}; the live region there has {size} bytes"
+                raise InvalidPointerError(message)
             del self.live_regions[ptr]
             del self._starts[bisect.bisect_left(self._starts, ptr)]
             self.bytes_in_use -= size
