@@ -561,7 +561,7 @@ def test_removal_of_stale_temporaries_is_logged_with_their_number(rt, runtimes, 
     dump_once(rt, runtimes(), path)
     assert temporaries(tmp_path) == [], f"{temporaries(tmp_path)} were not removed [STAT-10]"
     logged = runtime_records(caplog, rt, logging.INFO, containing=NAME)
-    numbers = [re.findall(r"\d+", r.getMessage().replace(str(tmp_path), "")) for r in logged]
+    numbers = [re.findall(r"-?\d+", r.getMessage().replace(str(tmp_path), "")) for r in logged]
     assert any(str(len(stale)) in n for n in numbers), (
         f"the first dump removed {len(stale)} stale temporary files and logged "
         f"{[r.getMessage()[:300] for r in logged]}: no record naming the status file and "

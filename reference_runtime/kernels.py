@@ -194,9 +194,8 @@ class OpKernelContext:
         self._set(i_out, buf)
 
     def set_output_buffer(self, i: int, buf: Buffer) -> None:
-        """Output ``i`` is a persistent buffer (variable or constant)."""
-        if not buf.persistent:
-            self._step.ref(buf)
+        """Output ``i`` is a persistent buffer (variable or constant): the session owns it,
+        so no step reference is taken."""
         self._set(i, buf)
 
     def persistent_buffer(self, key: str, create: Callable[[], Any]) -> Buffer:

@@ -101,11 +101,14 @@ class SimulatedMemory(SubAllocator):
             self._cursor = ptr + size + REGION_GAP
             return ptr
         prev_end = self._base
-        for start in self._starts + [self._end]:
+        for start in self._starts:
             ptr = -(-prev_end // align) * align
             if ptr + size + REGION_GAP <= start:
                 return ptr
-            prev_end = start + self.live_regions.get(start, 0) + REGION_GAP
+            prev_end = start + self.live_regions[start] + REGION_GAP
+        ptr = -(-prev_end // align) * align
+        if self._fits(ptr, size):
+            return ptr
         return None
 
     def _fits(self, ptr: int, size: int) -> bool:
