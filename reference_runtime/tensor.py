@@ -139,8 +139,7 @@ class StepAllocations:
         return buf
 
     def ref(self, buf: Buffer, count: int = 1) -> None:
-        if buf.persistent or count == 0:
-            return
+        # A persistent buffer's refs is counted too, and never read: unref ignores it.
         with self._lock:
             buf.refs += count
 
