@@ -403,6 +403,28 @@ def test_variables_assign_and_gradient_descent(rt, ctx, device: str) -> None:
 
 @pytest.mark.clause("EXEC-4")
 @pytest.mark.parametrize("device", [CPU, GPU])
+def test_a_variable_without_initial_value_fails_the_step(rt, ctx, device: str) -> None:
+    """TensorFlow's read of an uninitialised variable: FailedPreconditionError naming the
+    node, on every step that runs it (a failed initialisation leaves nothing behind), both
+    when it is fetched and when an update reads it."""
+    g = rt.Graph()
+    g.add_node("v", "Variable", device=device, dtype="float32")
+    g.add_node("value", "Placeholder", device=device, dtype="float32")
+    g.add_node("assign", "Assign", ["v", "value"], device=device)
+    s = ctx.new_session(g)
+    for attempt, (fetches, feeds) in enumerate([(["v"], None), (["v"], None),
+                                                (["assign"], {"value": np.zeros(2, np.float32)})]):
+        with pytest.raises(rt.FailedPreconditionError) as info:
+            out = s.run(fetches, feeds)
+            pytest.fail(f"run {attempt} of {fetches} with an uninitialised Variable on {device} "
+                        f"returned {out!r} [EXEC-4]")
+        assert info.value.node_name == "v", (
+            f"run {attempt}: the error names node {info.value.node_name!r}, expected 'v' "
+            f"[EXEC-4]")
+
+
+@pytest.mark.clause("EXEC-4")
+@pytest.mark.parametrize("device", [CPU, GPU])
 def test_const_takes_its_dtype_attribute(rt, ctx, device: str) -> None:
     """``Const(value, dtype)``: the constant is ``value`` converted to ``dtype``."""
     g = rt.Graph()

@@ -492,6 +492,32 @@ def test_stopped_threads_do_not_accumulate(rt, no_thread_leak, listener, vclock,
 
 
 @pytest.mark.clause("FL-7")
+def test_stopped_threads_that_worked_do_not_accumulate(rt, no_thread_leak, listener, vclock,
+                                                       tmp_path) -> None:
+    """As above, but each monitor thread read the path and ran a handler before it was
+    stopped: what a thread was doing is not kept once it ended either."""
+    path = tmp_path / "c.json"
+    write_text(path, "v0")
+    ended: list[weakref.ref] = []
+    for i in range(4):
+        calls = register(listener, vclock, path, f"h{i}")
+        write_text(path, f"v{i + 1}")
+        poll(vclock)
+        assert calls.contents == [f"v{i}", f"v{i + 1}"], (
+            f"cycle {i}: the handler got {calls.contents}, expected ['v{i}', 'v{i + 1}'] "
+            f"[FL-7]")
+        (thread,) = monitor_threads()
+        ended.append(weakref.ref(thread))
+        del thread
+        listener.unregister_file_listener(str(path), f"h{i}")
+    gc.collect()
+    kept = sum(1 for ref in ended if ref() is not None)
+    assert kept <= 1, (
+        f"after 4 stop/start cycles whose threads read the path and ran a handler the "
+        f"listener keeps {kept} ended monitor threads, expected at most 1 [FL-7]")
+
+
+@pytest.mark.clause("FL-7")
 def test_unregister_from_the_monitor_thread(rt, no_thread_leak, listener, vclock,
                                             tmp_path) -> None:
     path = tmp_path / "c.json"

@@ -51,7 +51,8 @@ class GpuOpManager:
         self._rm = resource_management
         self._drain = drain                       # waits for the step's GPUs (OPM-8)
         self._clock = clock if clock is not None else REAL_CLOCK
-        self._remaining = max(0, int(num_ops))   # GPU ops of the step not launched yet
+        # GPU ops of the step not launched yet; its one reader is max(_remaining, 1) (OPM-4)
+        self._remaining = int(num_ops)
         self._cv = threading.Condition()
         self._queue: collections.deque[QueuedOp] = collections.deque()
         self._cancel = threading.Event()          # interrupts an idle slot in progress
@@ -114,7 +115,7 @@ class GpuOpManager:
     def _idle_slot(self) -> None:
         """Wait the idle slot ``E // N`` before a launch; deduct the idle time it took (OPM-4)."""
         n = max(self._remaining, 1)
-        self._remaining = max(self._remaining - 1, 0)
+        self._remaining -= 1
         slot = int(self._rm.get_estimated_idle_time()) // n
         if slot <= 0:
             return

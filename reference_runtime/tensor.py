@@ -54,13 +54,12 @@ def copy_from_host(out: Any, value: np.ndarray) -> None:
 class Buffer:
     """One allocation holding a tensor's values."""
 
-    __slots__ = ("allocator", "ptr", "nbytes", "array", "refs", "persistent", "freed")
+    __slots__ = ("allocator", "ptr", "array", "refs", "persistent", "freed")
 
-    def __init__(self, allocator: Allocator | None, ptr: int | None, nbytes: int, array: Any,
-                 *, persistent: bool) -> None:
+    def __init__(self, allocator: Allocator | None, ptr: int | None, array: Any, *,
+                 persistent: bool) -> None:
         self.allocator = allocator
         self.ptr = ptr
-        self.nbytes = nbytes
         self.array = array
         self.refs = 0
         self.persistent = persistent
@@ -77,8 +76,7 @@ class Buffer:
 
     def __repr__(self) -> str:
         ptr = "None" if self.ptr is None else hex(self.ptr)
-        return (f"Buffer(ptr={ptr}, nbytes={self.nbytes}, "
-                f"refs={self.refs}{', persistent' if self.persistent else ''})")
+        return f"Buffer(ptr={ptr}, refs={self.refs}{', persistent' if self.persistent else ''})"
 
 
 def _is_cuda(device: Any) -> bool:
@@ -122,7 +120,7 @@ def allocate_buffer(device: Any, shape: tuple[int, ...], dtype: Any, *, node_nam
     except BaseException:
         allocator.deallocate_raw(ptr)  # None (0 bytes): a no-op of every device allocator
         raise
-    return Buffer(allocator, ptr, nbytes, array, persistent=persistent)
+    return Buffer(allocator, ptr, array, persistent=persistent)
 
 
 class StepAllocations:
@@ -141,8 +139,7 @@ class StepAllocations:
         return buf
 
     def ref(self, buf: Buffer, count: int = 1) -> None:
-        if buf.persistent or count == 0:
-            return
+        # A persistent buffer's refs is counted too, and never read: unref ignores it.
         with self._lock:
             buf.refs += count
 
