@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import reference_runtime
+from reference_runtime import worker as reference_worker
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -50,3 +51,15 @@ def test_unusable_knob_falls_back_to_its_default(tmp_path: Path, name: str, valu
     assert got == default, (name, got)
     lines = [line for line in done.stderr.splitlines() if name in line]
     assert len(lines) == 1 and "invalid" in lines[0], done.stderr[-1000:]
+
+
+@pytest.mark.parametrize("value", [None, " ", "nan", "0", "-1", "x"])
+def test_knob_defaults(value: str | None) -> None:
+    """``STEP_MS`` 50, ``MAX_STEPS`` 0 and ``SEED`` 0 when unset, empty or invalid: the
+    reference's own defaults (WORKER-3 lets each worker choose them; outside, the default
+    ``STEP_MS`` shows only as a period of at least ``STEP_MS / 4``, so no conformance test
+    can tell 50 from 51)."""
+    names = ("ANTMAN_WORKER_STEP_MS", "ANTMAN_WORKER_MAX_STEPS", "ANTMAN_WORKER_SEED")
+    env = {} if value is None else dict.fromkeys(names, value)
+    knobs = reference_worker.read_knobs(env)
+    assert (knobs.step_ms, knobs.max_steps, knobs.seed) == (50, 0, 0), (value, knobs)
