@@ -335,6 +335,51 @@ def test_cpu_device_pool_and_allocator(rt, no_thread_leak, runtimes) -> None:
 
 
 @pytest.mark.clause("DEVICE-6")
+def test_cpu_device_close_cancels_calls_not_started(rt, no_thread_leak, runtimes) -> None:
+    """More calls than the pool has threads, each held until released: close() cancels the
+    queued ones at once and waits for the running ones."""
+    ctx = runtimes()
+    cpu = ctx.device_mgr.lookup_device("CPU:0")
+    n = 128
+    go, last_done = threading.Event(), threading.Event()
+    lock = threading.Lock()
+    ran: list[int] = []
+
+    def call(i: int) -> int:
+        with lock:
+            ran.append(i)
+        go.wait(30)
+        return i
+
+    futures = [cpu.schedule(call, i) for i in range(n)]
+    futures[-1].add_done_callback(lambda _f: last_done.set())
+    closer = threading.Thread(target=cpu.close, name="device-6-closer", daemon=True)
+    closer.start()
+    try:
+        cancelled_at_close = last_done.wait(10)
+        with lock:
+            started = len(ran)
+    finally:
+        go.set()
+        closer.join(60)
+    assert not closer.is_alive(), "CPU device close() did not return [DEVICE-6]"
+    if not cancelled_at_close and started == n:
+        pytest.skip(f"the CPU pool ran all {n} calls at once: none was left to cancel")
+    assert cancelled_at_close and futures[-1].cancelled(), (
+        f"close() with {n - started} of {n} calls not started left the last one "
+        f"{'running' if futures[-1].running() else 'pending'} until the running calls "
+        f"returned: calls not yet started must be cancelled [DEVICE-6]")
+    cancelled = {i for i, f in enumerate(futures) if f.cancelled()}
+    assert cancelled and not cancelled & set(ran), (
+        f"cancelled calls {sorted(cancelled & set(ran))} ran anyway [DEVICE-6]")
+    unfinished = [i for i, f in enumerate(futures)
+                  if i not in cancelled and not (f.done() and f.result() == i)]
+    assert unfinished == [] and len(ran) + len(cancelled) == n, (
+        f"calls {unfinished} neither finished nor were cancelled; {len(ran)} ran, "
+        f"{len(cancelled)} cancelled of {n} [DEVICE-6]")
+
+
+@pytest.mark.clause("DEVICE-6")
 def test_cpu_allocator_statistics(rt, runtimes) -> None:
     ctx = runtimes()
     a = ctx.device_mgr.lookup_device("CPU:0").get_allocator()
