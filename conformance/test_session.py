@@ -738,6 +738,48 @@ def test_concurrent_runs_are_separate_steps(rt, ctx) -> None:
 
 
 @pytest.mark.clause("SESS-6")
+def test_a_session_keeps_no_finished_step(rt, ctx) -> None:
+    """A job running one session step after step: once a run has returned, the session keeps
+    nothing of its step (neither what was fed nor what was returned), so its memory does not
+    grow with the number of runs (a step kept costs some KiB)."""
+    import gc
+    import tracemalloc
+    import weakref
+    graph = rt.Graph()
+    graph.add_node("x", "Placeholder", device=CPU, dtype="float32")
+    graph.add_node("out", "Relu", ["x"], device=CPU)
+    s = ctx.new_session(graph)
+    for _ in range(50):                          # warm-up: the executor and the pool threads
+        s.run("out", feed_dict={"x": np.zeros(4, np.float32)})
+    refs = []
+    for _ in range(20):
+        fed = np.zeros(4, np.float32)
+        (out,) = s.run("out", feed_dict={"x": fed})
+        refs += [weakref.ref(fed), weakref.ref(out)]
+        del fed, out
+    gc.collect()
+    alive = sum(ref() is not None for ref in refs)
+    assert alive == 0, (f"{alive} of the 40 arrays fed to or returned by 20 finished runs are "
+                        f"still alive after the job dropped them: the open session keeps its "
+                        f"finished steps [SESS-6]")
+    runs = 2000
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for _ in range(runs):
+            s.run("out", feed_dict={"x": np.zeros(4, np.float32)})
+        gc.collect()
+        growth = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert growth < runs * 128, (
+        f"{runs} more runs of one session grew the memory held by {growth} bytes "
+        f"({growth // runs} a run): the session keeps its finished steps [SESS-6]")
+    s.close()
+
+
+@pytest.mark.clause("SESS-6")
 def test_an_action_may_run_its_own_session(rt, ctx) -> None:
     """A POST action, on the thread that called ``run`` (SESS-4), runs another signature of
     the same session: a run nested in a run, each returning its own outputs."""
