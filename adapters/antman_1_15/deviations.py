@@ -258,7 +258,10 @@ DEVIATIONS: tuple[Deviation, ...] = (
               modules=("conformance/test_file_listener.py",),
               also={"FL-5": "a registration's start-up handler runs under the listener's lock, "
                             "which the monitor thread's next check takes to list the paths, so a "
-                            "handler that blocks holds up the checks of every other path"}),
+                            "handler that blocks holds up the checks of every other path",
+                    "FL-11": "a close() from a handler takes the listener's lock, which the "
+                             "monitor thread holds while that handler runs: the close deadlocks "
+                             "instead of ending the round"}),
     Deviation("D-FL-2", ("FL-3",),
               "change detection by mtime/size: a touch (identical content, new mtime) fires",
               ((FL, "            if st.st_size > self.max_file_bytes:\n",
@@ -610,7 +613,10 @@ DEVIATIONS: tuple[Deviation, ...] = (
                       "                    completed = self._skip(item)\n"),),
               modules=("conformance/test_executor.py", "conformance/test_session.py"),
               also={"SESS-8": "a step cancelled by close() from a PRE action still runs the "
-                              "nodes that were ready: the cancellation stops no node"}),
+                              "nodes that were ready: the cancellation stops no node",
+                    "SESS-7": "a run the pool can no longer take (at interpreter exit) records "
+                              "its CancelledError, and the nodes already ready still run, on "
+                              "the thread that called run"}),
     Deviation("D-EXEC-2", ("EXEC-11", "OPM-3"),
               "the graph is partitioned per device with _Send/_Recv, one ExecutorState and "
               "one GpuOpManager per partition",
