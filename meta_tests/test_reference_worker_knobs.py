@@ -63,3 +63,16 @@ def test_knob_defaults(value: str | None) -> None:
     env = {} if value is None else dict.fromkeys(names, value)
     knobs = reference_worker.read_knobs(env)
     assert (knobs.step_ms, knobs.max_steps, knobs.seed) == (50, 0, 0), (value, knobs)
+
+
+@pytest.mark.parametrize("args", [["--steps"], ["x", "y"]])
+def test_a_command_line_argument_is_a_usage_error(tmp_path: Path, args: list[str]) -> None:
+    """The worker reads its environment only: any argument is refused with a usage line and
+    status 2, before anything is written to standard output."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTMAN_", "PYTEST_"))}
+    env.update(GPU_CONFIG_FILE=str(tmp_path / "sche2pai.json"),
+               GPU_STATUS_FILE=str(tmp_path / "pai2sche.json"))
+    done = subprocess.run([*reference_runtime.WORKER_COMMAND, *args], cwd=ROOT, env=env,
+                          text=True, capture_output=True, stdin=subprocess.DEVNULL, timeout=120)
+    assert done.returncode == 2 and done.stdout == "", (done.returncode, done.stdout[:200])
+    assert done.stderr.startswith("usage: "), done.stderr[-500:]

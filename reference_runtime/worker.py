@@ -23,7 +23,7 @@ import signal
 import sys
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable, TextIO
+from typing import Any, Callable, Sequence, TextIO
 
 from . import NAME, SPEC_VERSION, VERSION
 from .file_listener import DEFAULT_POLL_INTERVAL_S
@@ -191,10 +191,14 @@ def _watch_stdin(stop: threading.Event) -> None:
     stop.set()
 
 
-def main() -> int:
-    """The worker: configured by the environment alone (WORKER-1, WORKER-3), it reads no
-    command line."""
+def main(argv: Sequence[str]) -> int:
+    """The worker: configured by the environment alone (WORKER-1, WORKER-3); ``argv``, the
+    command line after the program, must be empty (anything there is a usage error)."""
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
+    if argv:
+        sys.stderr.write(f"usage: python -m {__package__}.worker  (configured by the "
+                         "environment, SPEC.md WORKER-1 and WORKER-3)\n")
+        return 2
     knobs = read_knobs()
     out = _Output(sys.stdout)
     stop = threading.Event()
@@ -219,7 +223,7 @@ def main() -> int:
     trainer.join(CLOSE_JOIN_S)
     if failure:
         log.error("training failed", exc_info=failure[0])
-        return os.EX_SOFTWARE                # not 0 (WORKER-4)
+        return os.EX_SOFTWARE                # not 0 (WORKER-4); 2 is the usage error's
     if trainer.is_alive():  # pragma: no cover - a step that ignores shutdown
         log.error("the training thread did not stop; exiting anyway")
         os._exit(0)
@@ -227,4 +231,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))
