@@ -148,8 +148,8 @@ class Graph:
         white, grey, black = 0, 1, 2
         colour = dict.fromkeys(self._nodes, white)
         for start in self._nodes:
-            # A start already visited is black (none is grey between starts): its
-            # predecessors are all black, so its walk passes over them and finds nothing.
+            if colour[start] != white:
+                continue
             path: list[str] = []
             stack: list[tuple[str, Iterator[str]]] = [(start, iter(self.predecessors(start)))]
             colour[start] = grey
