@@ -139,7 +139,8 @@ class StepAllocations:
         return buf
 
     def ref(self, buf: Buffer, count: int = 1) -> None:
-        # A persistent buffer's refs is counted too, and never read: unref ignores it.
+        if buf.persistent:                      # the session owns it: nothing to count
+            return
         with self._lock:
             buf.refs += count
 
