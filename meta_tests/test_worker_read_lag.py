@@ -6,7 +6,10 @@ then read late; read time minus ``duration_us`` puts the start of a step the wor
 before the write after ``T + D``, and a worker that crashed on the config (CRASH) or that
 applied the limit in time (PASS) was reported FAIL. These tests make that stall
 deterministic: the suite's process stops itself (SIGSTOP) right after the write and a
-helper resumes it ``STALL_S`` later, as the scheduler of a loaded machine would.
+helper resumes it ``STALL_S`` later, as the scheduler of a loaded machine would. The write
+lands inside a step the fake holds on purpose (``FAKE_DESCHEDULE_MARKER``, below): a write
+timed against the fake's own steps could land between a step's record and the next step's
+config check, where the fake aborts without another record and the stall reproduces nothing.
 
 The fake had a race of its own: it checked the config, then read its clock to start the
 step, so a fake descheduled between the two started, after the write, a step that had not
@@ -31,14 +34,14 @@ from fixtures.worker import Record, WorkerCrash, WorkerProcess, step_start_s
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKERS = ROOT / "meta_tests" / "workers"
-#: Longer than D = 2 x 0.1 s + 0.5 s (the fakes' poll_interval_s): a step begun before the
-#: write and read after the stall would look as if it began after T + D.
-STALL_S = 1.5
 WARM_UP_STEPS = 3
 MARKER_WAIT_S = 30.0          # the fake takes the marker at its next step (bound, not a wait)
-#: The fake's step: the one under way at the write ends well inside the stall, and the
-#: stall is long enough that read time minus a step still lies after T + D.
 STEP_MS = 300
+#: The held step lasts the fake's DESCHEDULED_S (1.5 s) plus STEP_MS and ends inside the
+#: stall; read when the stall ends, read time minus its duration lies 1.2 s after the write,
+#: past D = 2 x 0.1 s + 0.5 s (the fakes' poll_interval_s): a suite that dated steps by read
+#: time would put this step, begun before the write, after T + D.
+STALL_S = 3.0
 
 
 class Stall:
@@ -75,8 +78,18 @@ def crash_on_config(tmp_path: Path) -> Iterator[WorkerProcess]:
         w.close()
 
 
+def hold_a_step(marker: Path) -> None:
+    """Returns once the fake has begun a step it holds for DESCHEDULED_S: it took the marker
+    right after a config check that saw no change, so a write now lands inside that step."""
+    marker.touch()
+    deadline = time.monotonic() + MARKER_WAIT_S
+    while marker.exists():                   # the fake took it: it is stopped now
+        assert time.monotonic() < deadline, "the fake never took the deschedule marker"
+        time.sleep(0.01)
+
+
 def test_a_stall_after_the_write_does_not_turn_a_crash_into_a_failure(
-        crash_on_config: WorkerProcess) -> None:
+        crash_on_config: WorkerProcess, tmp_path: Path) -> None:
     """The fake aborts at the first step boundary after the write; every record it wrote
     began before the write, so WORKER-7's first wait ends in CRASH, however late the suite
     read those records."""
@@ -84,6 +97,7 @@ def test_a_stall_after_the_write_does_not_turn_a_crash_into_a_failure(
     w.steps(WARM_UP_STEPS)
     limit = half_limit(w, 2)
     stall = Stall(STALL_S)
+    hold_a_step(tmp_path / "deschedule")
     t = w.rewrite_config(w.config(limit=limit))
     stall.now()
     late: list[Record] = []
@@ -97,12 +111,13 @@ def test_a_stall_after_the_write_does_not_turn_a_crash_into_a_failure(
 
 
 def test_a_late_read_record_keeps_its_start_on_the_workers_clock(
-        crash_on_config: WorkerProcess) -> None:
+        crash_on_config: WorkerProcess, tmp_path: Path) -> None:
     """The start the suite gives a record read after the stall is where the worker's clock
     puts it (before the write), not its read time minus its duration."""
     w = crash_on_config
     w.steps(WARM_UP_STEPS)
     stall = Stall(STALL_S)
+    hold_a_step(tmp_path / "deschedule")
     t = w.rewrite_config(w.config(limit=half_limit(w, 2)))
     stall.now()
     with pytest.raises(WorkerCrash):
@@ -141,12 +156,7 @@ def test_a_fake_descheduled_after_its_config_check_still_crashes(
     the write, past D, and be reported FAIL with the old limit."""
     w = crash_on_config
     w.steps(WARM_UP_STEPS)
-    marker = tmp_path / "deschedule"
-    marker.touch()
-    deadline = time.monotonic() + MARKER_WAIT_S
-    while marker.exists():                   # the fake took it: it is stopped now
-        assert time.monotonic() < deadline, "the fake never took the deschedule marker"
-        time.sleep(0.01)
+    hold_a_step(tmp_path / "deschedule")
     limit = half_limit(w, 2)
     t = w.rewrite_config(w.config(limit=limit))
     with pytest.raises(WorkerCrash):
