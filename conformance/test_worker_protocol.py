@@ -199,6 +199,35 @@ def test_valid_and_empty_knobs_write_no_line(worker, seed: str, max_steps: str) 
                        f"{tail[-600:]!r} [WORKER-3]")
 
 
+@pytest.mark.clause("WORKER-3")
+@pytest.mark.parametrize("knobs,in_effect", [
+    pytest.param({"ANTMAN_WORKER_STEP_MS": "37.5", "ANTMAN_WORKER_MAX_STEPS": "1000",
+                  "ANTMAN_WORKER_SEED": "7"}, (37.5, 1000, 7), id="given"),
+    pytest.param({"ANTMAN_WORKER_STEP_MS": "nan", "ANTMAN_WORKER_MAX_STEPS": "-1",
+                  "ANTMAN_WORKER_SEED": "-1"}, (50, 0, 0), id="invalid"),
+    pytest.param({"ANTMAN_WORKER_STEP_MS": " ", "ANTMAN_WORKER_MAX_STEPS": "",
+                  "ANTMAN_WORKER_SEED": " "}, (50, 0, 0), id="empty")])
+def test_hello_states_the_knobs_in_effect(worker, knobs: dict[str, str],
+                                          in_effect: tuple[float, int, int]) -> None:
+    """The hello record's ``workload`` states ``step_ms``, ``max_steps`` and ``seed`` as
+    given, or their defaults (50, 0, 0) for invalid and empty values; then the worker
+    trains with them."""
+    w = worker(**knobs)
+    assert w.hello is not None, "[WORKER-2]"
+    workload = w.hello["workload"]
+    wrong = []
+    for name, expected in zip(("step_ms", "max_steps", "seed"), in_effect):
+        kinds = (int, float) if name == "step_ms" else (int,)
+        value = workload.get(name)
+        if isinstance(value, bool) or not isinstance(value, kinds) or value != expected:
+            wrong.append(f"{name}={value!r} (in effect: {expected!r})")
+    assert not wrong, (f"started with {knobs}, the hello record's workload states "
+                       f"{', '.join(wrong)} [WORKER-3]")
+    steps = w.steps(2)
+    assert [r["step"] for r in steps] == [0, 1], \
+        f"started with {knobs}, the worker wrote steps {steps} [WORKER-3]"
+
+
 @pytest.mark.clause("WORKER-2", "WORKER-3")
 def test_poll_interval_knob_beyond_60_s_is_not_in_force(worker) -> None:
     """``ANTMAN_WORKER_POLL_INTERVAL_S=60.5``: whether the worker refuses the value (WORKER-3

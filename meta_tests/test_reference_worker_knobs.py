@@ -55,10 +55,9 @@ def test_unusable_knob_falls_back_to_its_default(tmp_path: Path, name: str, valu
 
 @pytest.mark.parametrize("value", [None, " ", "nan", "0", "-1", "x"])
 def test_knob_defaults(value: str | None) -> None:
-    """``STEP_MS`` 50, ``MAX_STEPS`` 0 and ``SEED`` 0 when unset, empty or invalid: the
-    reference's own defaults (WORKER-3 lets each worker choose them; outside, the default
-    ``STEP_MS`` shows only as a period of at least ``STEP_MS / 4``, so no conformance test
-    can tell 50 from 51)."""
+    """``STEP_MS`` 50, ``MAX_STEPS`` 0 and ``SEED`` 0 when unset, empty or invalid
+    (WORKER-3's defaults, which the hello record states; conformance/test_worker_protocol.py
+    checks them from outside for three of these values)."""
     names = ("ANTMAN_WORKER_STEP_MS", "ANTMAN_WORKER_MAX_STEPS", "ANTMAN_WORKER_SEED")
     env = {} if value is None else dict.fromkeys(names, value)
     knobs = reference_worker.read_knobs(env)

@@ -47,19 +47,20 @@ STATS = "test_statistics_file_is_valid_and_updated"
 KNOBS = "test_invalid_knobs_fall_back_to_their_defaults"
 VALID_KNOBS = "test_valid_and_empty_knobs_write_no_line"
 READER_GONE = "test_a_worker_whose_reader_went_away_exits_with_a_failure_status"
-#: Reads the hello record and two steps only: a fake that fails later passes it.
+#: Read the hello record and two steps only: a fake that fails later passes them.
 POLL = "test_poll_interval_knob_beyond_60_s_is_not_in_force"
+STATED = "test_hello_states_the_knobs_in_effect"
 
 #: fake -> (outcome of every test, {test: other outcome}, text every non-PASS message has)
 EXPECTED: dict[str, tuple[str, dict[str, str], str]] = {
     "no_hello": ("TIMEOUT", {}, "--worker-timeout"),
     "hang_after_hello": ("TIMEOUT", {}, "--worker-timeout"),
-    "crash_mid_run": ("CRASH", {POLL: "PASS"}, "killed by signal"),
-    "garbage": ("FAIL", {POLL: "PASS"}, "not JSON"),
+    "crash_mid_run": ("CRASH", {POLL: "PASS", STATED: "PASS"}, "killed by signal"),
+    "garbage": ("FAIL", {POLL: "PASS", STATED: "PASS"}, "not JSON"),
     "missing_field": ("FAIL", {}, "device_limit"),
     "crash_on_config": ("CRASH", {HELLO: "PASS", MAX_STEPS: "PASS", STDIN: "PASS",
                                   STATS: "FAIL", KNOBS: "PASS", VALID_KNOBS: "PASS",
-                                  READER_GONE: "PASS", POLL: "PASS"}, ""),
+                                  READER_GONE: "PASS", POLL: "PASS", STATED: "PASS"}, ""),
 }
 SUBSET = f"{HELLO} or {MAX_STEPS} or {STDIN}"
 

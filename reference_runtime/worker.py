@@ -15,6 +15,7 @@ next step boundary (a suspended step is woken by closing the runtime); it exits 
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import math
@@ -23,7 +24,7 @@ import signal
 import sys
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence, TextIO
+from typing import Any, Callable, TextIO
 
 from . import NAME, SPEC_VERSION, VERSION
 from .file_listener import DEFAULT_POLL_INTERVAL_S
@@ -191,14 +192,13 @@ def _watch_stdin(stop: threading.Event) -> None:
     stop.set()
 
 
-def main(argv: Sequence[str]) -> int:
-    """The worker: configured by the environment alone (WORKER-1, WORKER-3); ``argv``, the
-    command line after the program, must be empty (anything there is a usage error)."""
+def main() -> int:
+    """The worker: configured by the environment alone (WORKER-1, WORKER-3); its command
+    line takes no argument (any is a usage error, status 2, before anything is written to
+    standard output)."""
+    argparse.ArgumentParser(description="The reference runtime's worker, configured by the "
+                            "environment (SPEC.md WORKER-1, WORKER-3).").parse_args()
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
-    if argv:
-        sys.stderr.write(f"usage: python -m {__package__}.worker  (configured by the "
-                         "environment, SPEC.md WORKER-1 and WORKER-3)\n")
-        return 2
     knobs = read_knobs()
     out = _Output(sys.stdout)
     stop = threading.Event()
@@ -231,4 +231,4 @@ def main(argv: Sequence[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(main())

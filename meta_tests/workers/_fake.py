@@ -33,8 +33,11 @@ def knob(name: str, default, parse, valid):
     return default
 
 
-STEP_S = knob("ANTMAN_WORKER_STEP_MS", 20.0, float, lambda v: math.isfinite(v) and v > 0) / 1000
-knob("ANTMAN_WORKER_SEED", 0, int, lambda v: v >= 0)      # checked, unused: steps are sleeps
+#: WORKER-3's defaults; the hello record states the knobs in effect.
+STEP_MS = knob("ANTMAN_WORKER_STEP_MS", 50.0, float, lambda v: math.isfinite(v) and v > 0)
+STEP_S = STEP_MS / 1000
+SEED = knob("ANTMAN_WORKER_SEED", 0, int, lambda v: v >= 0)   # stated, unused: steps are sleeps
+MAX_STEPS = knob("ANTMAN_WORKER_MAX_STEPS", 0, int, lambda v: v >= 0)
 BUS_ID = "3b:00.0"
 LIMIT = 1 << 30
 
@@ -53,7 +56,8 @@ def hello() -> None:
           "runtime": {"name": "fake-worker", "version": "0"}, "spec_version": "2026.11",
           "pid": os.getpid(), "t_us": now_us(), "poll_interval_s": 0.1,
           "devices": [{"name": "/device:GPU:0", "pci_bus_id": BUS_ID, "memory_limit": LIMIT}],
-          "workload": {"kind": "sleep", "step_s": STEP_S}})
+          "workload": {"kind": "sleep", "step_ms": STEP_MS, "max_steps": MAX_STEPS,
+                       "seed": SEED}})
 
 
 def step_record(k: int, duration_us: int) -> dict:
@@ -106,7 +110,7 @@ def run(*, defect_at_step: int | None = None, defect=None, on_config_change=None
     """Hello, then steps until stopped; ``defect`` runs before step ``defect_at_step``."""
     stop = stop_event()
     hello()
-    max_steps = knob("ANTMAN_WORKER_MAX_STEPS", 0, int, lambda v: v >= 0)
+    max_steps = MAX_STEPS
     seen_config = config_mtime()
     k = 0
     while not stop.is_set() and (max_steps == 0 or k < max_steps):
