@@ -275,6 +275,34 @@ def test_a_zero_next_region_size_is_refused_not_doubled_forever(rt: ModuleType) 
     assert sim.alloc_calls == []
 
 
+def test_a_total_memory_whose_rounding_wraps_leaves_a_next_region_size_of_0(
+        rt: ModuleType) -> None:
+    """Without growth the next region size is RoundedBytes(total_memory), which wraps to 0
+    above 2^64-256: the same endless doubling as a total memory of 0 (BFC-8)."""
+    bfc = rt.BFCAllocator(rt.SimulatedDeviceMemory(1 << 30), 2**64 - 1, False, "GPU_0_bfc",
+                          retry_timeout_us=0)
+    assert rt.rounded_bytes(2**64 - 1) == 0 and bfc.memory_map().next_region_size == 0
+    with pytest.raises(rt.TensorFlowGuardError, match=r"wraps.*forever.*\[BFC-8\]"):
+        bfc.allocate_raw(256, 256)
+
+
+# --- BFC-15: the requested size a recycled chunk slot keeps ---------------------------------
+
+def test_the_rest_of_a_split_keeps_the_requested_size_of_a_recycled_chunk(
+        rt: ModuleType) -> None:
+    """A merge frees the chunk slot of the chunk merged away with its requested size; the next
+    split takes that slot for the free rest and resets only its allocation id."""
+    bfc = rt.BFCAllocator(rt.SimulatedDeviceMemory(1 << 30), 64 * MiB, True, "GPU_0_bfc",
+                          retry_timeout_us=0)
+    x = bfc.allocate_raw(256, 100)
+    y = bfc.allocate_raw(256, 1000)
+    assert y == x + 256 and bfc.allocate_raw(256, 300) == x + 1280
+    bfc.deallocate_raw(x)
+    bfc.deallocate_raw(y)                       # y merges into x: y's slot is freed
+    assert bfc.allocate_raw(256, 256) == x      # the split takes y's slot for the rest
+    assert (bfc.requested_size(x + 256), bfc.allocation_id(x + 256)) == (1000, -1)
+
+
 # --- BFC-5, BFC-11: coalescing and garbage collection as in TensorFlow 1.15 ----------------
 
 def test_chunks_coalesce_and_regions_never_merge(rt: ModuleType) -> None:
@@ -429,6 +457,31 @@ def test_tensorflow_log_records_reach_python_logging(rt: ModuleType, caplog,
         'parsed: "nope". Valid values are "true" or "false". Using the default value "true".']
 
 
+def test_tensorflow_quotes_an_unparsable_value_as_it_is(rt: ModuleType, caplog,
+                                                        monkeypatch) -> None:
+    """ENV-6: TensorFlow's own error for TF_FORCE_GPU_ALLOW_GROWTH, and the error Status of its
+    readers (which the adapter logs as given), hold the value unescaped; its override warning
+    names the original value as C++ prints a bool (ENV-3)."""
+    value = "x\nforged"
+    for var, call in [("TF_FORCE_GPU_ALLOW_GROWTH", lambda: rt.get_allow_growth_value(True)),
+                      ("TF_ANTMAN_SUITE_TEST_VAR",
+                       lambda: rt.read_bool_from_env_var("TF_ANTMAN_SUITE_TEST_VAR", True)),
+                      ("TF_ANTMAN_SUITE_TEST_VAR",
+                       lambda: rt.read_int64_from_env_var("TF_ANTMAN_SUITE_TEST_VAR", 7))]:
+        caplog.clear()
+        monkeypatch.setenv(var, value)
+        call()
+        errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+        assert len(errors) == 1 and value in errors[0], (var, errors)
+        monkeypatch.delenv(var)
+    caplog.clear()
+    monkeypatch.setenv("TF_FORCE_GPU_ALLOW_GROWTH", "true")
+    assert rt.get_allow_growth_value(False) is True
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and warnings[0].endswith("Original config value was false."), (
+        warnings)
+
+
 # --- the Python sub-allocator ---------------------------------------------------------------
 
 def test_sub_allocator_errors_reach_the_caller_and_leave_a_valid_allocator(rt: ModuleType) -> None:
@@ -501,3 +554,7 @@ def test_a_limit_of_2_63_does_not_fit_tensorflows_int64_stat(rt: ModuleType) -> 
     assert rt.GPUAdjustableAllocator().adjust_memory_limit(2**63, bfc) == 2**63
     assert bfc.memory_map().memory_limit == 2**63
     assert bfc.get_stats().bytes_limit == -2**63, "AllocatorStats::bytes_limit is int64_t"
+    for limit in (2**64 - 1, 2**64 - 2):
+        assert rt.GPUAdjustableAllocator().adjust_memory_limit(limit, bfc) == limit
+        assert bfc.memory_map().memory_limit == limit
+        assert bfc.get_stats().bytes_limit == limit - 2**64

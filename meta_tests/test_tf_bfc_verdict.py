@@ -60,14 +60,30 @@ MEMORY_AREAS = ("ENV", "BFC", "VMEM", "ADJ")
 #: first_region_1mib run instead (the failure goes away there, or becomes another reason).
 REASON_TEXT: dict[str, str | None] = {
     "first-region": None,
+    # a white-box test that the first_region_1mib run skips (it needs the reference's region
+    # list) stops first at its check of the 1 MiB and 2 MiB regions it lays out: TensorFlow
+    # laid out 2 MiB and 4 MiB
+    "first-region-layout": r"regions of 1 and 2 MiB, in that address order, both free "
+                           r"\[BFC-8\]: \[2097152, 4194304\]",
     "backpedal-every-extend": r"a refusal after the one backpedal made calls",
     "backpedal-loop": r"TensorFlowGuardError: .*would call the sub-allocator forever",
     "abort": r"TensorFlowGuardError: .*(aborts the process|undefined behaviour)",
     "wrap": r"TensorFlowGuardError: .*RoundedBytes wraps",
-    "inside-chunk": r"DID NOT RAISE .*InvalidPointerError",
+    # a free of an address inside the first 256 bytes of a chunk frees that chunk
+    "inside-chunk": r"DID NOT RAISE .*InvalidPointerError|"
+                    r"deallocate_raw\(0x[0-9a-f]*(?<!00)\) did not raise InvalidPointerError",
     "int64-parse": r"read_int64_from_env_var\(TF_ANTMAN_SUITE_TEST_VAR=|"
                    r"TF_CUDA_HOST_MEM_LIMIT_IN_MB='\+5'",
-    "int64-stat": r"-9223372036854775808",
+    # AllocatorStats::bytes_limit is an int64_t: a limit of 2^63 reads -2^63, 2^64-1 reads -1
+    "int64-stat": r"-9223372036854775808|state \(1844674407370955161[45], -[12], ",
+    # a next region size of 0 (a total memory whose RoundedBytes is 0) doubled forever
+    "zero-region-loop": r"TensorFlowGuardError: .*Extend doubles it until it covers the "
+                        r"request: forever",
+    # SplitChunk's new chunk takes a recycled chunk slot and keeps its requested_size
+    "stale-requested-size": r"the free rest of a split made after a merge: requested_size "
+                            r"[1-9]",
+    # the error logs the value as it is: absl cuts the record near 15,000 bytes, not 8192
+    "raw-value": r"error for a \d+-character value holding a newline is \d+ characters long",
     "guards": None,   # a state machine: every distinct failure is one of GUARD_REASONS
 }
 GUARD_REASONS = ("abort", "backpedal-loop", "wrap", "inside-chunk")
@@ -104,10 +120,21 @@ FAILING: dict[str, dict[str, str]] = {
         "test_next_region_size_after_shrink", "test_free_empty_memory_at_or_above_the_pool",
         "test_free_empty_memory_keeps_partly_used_regions_and_the_limit",
         "test_region_with_a_free_first_chunk_and_a_live_chunk_is_kept",
-        "test_mem_pool_stats", "test_bad_limits_raise_value_error")},
+        "test_mem_pool_stats", "test_bad_limits_raise_value_error",
+        "test_a_bad_limit_names_its_argument_and_changes_nothing",
+        "test_a_bad_bfc_names_its_argument_and_a_bad_limit_comes_first",
+        "test_a_bfc_allocator_subclass_is_accepted",
+        "test_a_released_region_leaves_the_other_free_chunks_of_its_bin",
+        "test_a_shrink_that_reaches_its_target_logs_nothing",
+        "test_gc_after_the_sub_allocator_refused_the_region",
+        "test_mem_pool_stats_waits_for_an_extend_in_progress",
+        "test_nothing_to_release_makes_no_second_extend",
+        "test_zero_and_numpy_limits_are_accepted")},
     # the 2 MiB region hides a second difference, which the first_region_1mib run shows
     "test_backpedal_only_once_per_lifetime": {S: "first-region", P: "backpedal-every-extend"},
     "test_grow_or_shrink_without_freeing": {S: "first-region", P: "int64-stat"},
+    "test_limits_up_to_the_size_t_maximum_are_accepted": {S: "first-region", P: "int64-stat"},
+    "test_mem_pool_stats_is_a_consistent_snapshot": shipped_only("first-region-layout"),
     # TensorFlow 2.21's behaviour, whatever the regions
     "test_backpedal_terminates_for_tiny_sizes": both("backpedal-loop"),
     "test_invalid_pointers_raise_and_change_nothing": both("abort"),
@@ -117,6 +144,10 @@ FAILING: dict[str, dict[str, str]] = {
     "test_int64_bad_value_logs_and_keeps_default": both("int64-parse"),
     "test_host_limit_bad_values_use_default": both("int64-parse"),
     "test_int64_other_spaces_and_past_the_range_are_errors": both("int64-parse"),
+    "test_a_pool_built_with_limit_zero_grows_once_the_limit_is_raised": both("zero-region-loop"),
+    "test_next_region_size_wraps_in_64_bits": both("zero-region-loop"),
+    "test_chunks_never_handed_out_ask_for_nothing": both("stale-requested-size"),
+    "test_bad_value_error_is_bounded_and_quoted": both("raw-value"),
     # the stateful machines stop at the first of TensorFlow's aborts, loops or wraps
     "test_bfc_state_machine": both("guards"),
     "test_vmem_state_machine": both("guards"),
@@ -129,19 +160,22 @@ CLAUSES: dict[str, tuple[str, str]] = {
     "API-1": (PASS, PASS), "API-2": (PASS, PASS), "API-3": (PASS, PASS),
     "API-4": ("NOT_SUPPORTED", "NOT_SUPPORTED"), "API-5": (PASS, PASS), "API-6": (PASS, PASS),
     "API-7": (PASS, PASS), "API-8": ("NOT_SUPPORTED", "NOT_SUPPORTED"),
+    # sessions and their runtime context: not an allocator's
+    "API-9": ("NOT_SUPPORTED", "NOT_SUPPORTED"), "API-10": ("NOT_SUPPORTED", "NOT_SUPPORTED"),
     "ENV-1": (PASS, PASS), "ENV-2": (FAIL, FAIL), "ENV-3": (PASS, PASS), "ENV-4": (PASS, PASS),
-    "ENV-5": (FAIL, PASS),
-    **{f"BFC-{n}": (FAIL, FAIL) for n in range(1, 19)},
-    "BFC-7": (FAIL, PASS), "BFC-12": (FAIL, PASS), "BFC-17": (PASS, PASS),
-    "BFC-18": (FAIL, PASS),
-    **{f"VMEM-{n}": (FAIL, FAIL) for n in range(1, 11)},
-    "VMEM-1": (FAIL, PASS), "VMEM-6": (PASS, PASS),
+    "ENV-5": (FAIL, PASS), "ENV-6": (FAIL, FAIL),
+    **{f"BFC-{n}": (PASS, PASS) for n in range(1, 19)},
+    **{f"BFC-{n}": (FAIL, FAIL) for n in (1, 6, 8, 10, 15)},
+    **{f"BFC-{n}": (FAIL, PASS) for n in (5, 7, 11, 12, 16, 18)},
+    **{f"VMEM-{n}": (PASS, PASS) for n in range(1, 11)},
+    **{f"VMEM-{n}": (FAIL, FAIL) for n in (2, 7)},
+    "VMEM-1": (FAIL, PASS), "VMEM-10": (FAIL, PASS),
     # every test of VMEM-9 observes the host retry's wait on the injected clock (virtual_clock)
     "VMEM-9": ("NOT_SUPPORTED", "NOT_SUPPORTED"),
     # a failure is blamed on the clause its check names (SPEC.md section 7): with the 2 MiB
     # region the tests of ADJ-2 and ADJ-4 stop at a BFC-8 check of the regions they lay out
     "ADJ-1": (FAIL, FAIL), "ADJ-2": ("NOT_RUN", PASS), "ADJ-3": (FAIL, PASS),
-    "ADJ-4": ("NOT_RUN", PASS), "ADJ-5": (FAIL, PASS), "ADJ-6": (PASS, PASS),
+    "ADJ-4": ("NOT_RUN", PASS), "ADJ-5": (FAIL, PASS), "ADJ-6": (FAIL, FAIL),
 }
 #: Must-pass clauses required of the adapter's capabilities that no test could exercise
 #: without a capability it does not declare: none, since a clause's must-pass section requires

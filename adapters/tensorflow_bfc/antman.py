@@ -170,26 +170,28 @@ class GPUAdjustableAllocator:
         self._c = shim.GPUAdjustable()
 
     @staticmethod
-    def _bfc(bfc: object) -> Any:
+    def _bfc(bfc: object, method: str) -> Any:
         if not isinstance(bfc, BFCAllocator):
-            raise TypeError(f"GPUAdjustableAllocator works on a BFCAllocator, got {bfc!r}")
+            raise TypeError(f"GPUAdjustableAllocator.{method}: bfc must be a BFCAllocator, "
+                            f"got {bfc!r}")
         return bfc._c
 
     def adjust_memory_limit(self, new_limit: int, bfc: BFCAllocator) -> int:
-        handle = self._bfc(bfc)
         limit = check_size_t(new_limit, "adjust_memory_limit: new_limit")
+        handle = self._bfc(bfc, "adjust_memory_limit")
         try:
             return self._c.adjust_memory_limit(limit, handle)
         finally:
             forward_tf_log()
 
     def free_empty_memory(self, target: int, bfc: BFCAllocator) -> int:
-        handle = self._bfc(bfc)
         target = check_size_t(target, "free_empty_memory: target")
+        handle = self._bfc(bfc, "free_empty_memory")
         try:
             return self._c.free_empty_memory(target, handle)
         finally:
             forward_tf_log()
 
     def get_mem_pool_stats(self, bfc: BFCAllocator) -> MemPoolStats:
-        return MemPoolStats(*self._c.get_mem_pool_stats(self._bfc(bfc)))
+        handle = self._bfc(bfc, "get_mem_pool_stats")
+        return MemPoolStats(*self._c.get_mem_pool_stats(handle))

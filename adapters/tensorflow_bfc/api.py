@@ -6,13 +6,14 @@ from __future__ import annotations
 import abc
 from dataclasses import dataclass, replace
 
+# InvalidPointerError (SPEC.md API-3, BFC-6, VMEM-7) is the reference's class: the simulated
+# memories the adapter exports (the suite's instruments, from reference_runtime.sim_memory)
+# raise it, and a caller catches one class for both.
+from reference_runtime.allocator import InvalidPointerError
+
 __all__ = ["AllocationAttributes", "AllocatorStats", "Allocator", "SubAllocator",
            "InvalidPointerError", "TensorFlowGuardError", "ChunkInfo", "RegionInfo",
            "MemoryMap", "BinDebugInfo", "MemPoolStats"]
-
-
-class InvalidPointerError(ValueError):
-    """An address that is not the start of a chunk of the allocator (SPEC.md BFC-6, VMEM-7)."""
 
 
 class TensorFlowGuardError(RuntimeError):
@@ -75,11 +76,13 @@ class MemoryMap:
 
 @dataclass(frozen=True)
 class BinDebugInfo:
-    total_bytes_in_use: int
-    total_bytes_in_bin: int
-    total_requested_bytes_in_use: int
-    total_chunks_in_use: int
-    total_chunks_in_bin: int
+    """TensorFlow's ``BinDebugInfo``: every field 0 unless given (its member initialisers)."""
+
+    total_bytes_in_use: int = 0
+    total_bytes_in_bin: int = 0
+    total_requested_bytes_in_use: int = 0
+    total_chunks_in_use: int = 0
+    total_chunks_in_bin: int = 0
 
 
 @dataclass(frozen=True)

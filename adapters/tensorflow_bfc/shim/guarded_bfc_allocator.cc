@@ -51,9 +51,10 @@ void GuardedBFCAllocator::GuardRequest(size_t num_bytes) {
   if (BFCPrivate::RoundedBytes(num_bytes) <= available) {
     throw GuardError(
         Name() + ": allocate_raw(" + std::to_string(num_bytes) + "): the allocator was built "
-        "with a total memory of 0, so its next region size is 0, and TensorFlow 2.21's "
-        "BFCAllocator::Extend doubles it until it covers the request: forever, under its "
-        "mutex (D-BFC-5); the adapter refused the call [BFC-8]");
+        "with a total memory whose RoundedBytes is 0 (0, or above 2^64-256, where it wraps), "
+        "so its next region size is 0, and TensorFlow 2.21's BFCAllocator::Extend doubles it "
+        "until it covers the request: forever, under its mutex (D-BFC-5); the adapter refused "
+        "the call [BFC-8]");
   }
 }
 

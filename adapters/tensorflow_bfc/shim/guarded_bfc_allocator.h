@@ -58,8 +58,8 @@ class GuardedBFCAllocator final : public tsl::Allocator {
   std::unique_ptr<tsl::BFCAllocator> bfc_;
   PythonSubAllocator* sub_allocator_;  // owned by bfc_
   const int64_t retry_timeout_us_;
-  // Built with a total memory of 0: the next region size is 0 until a limit change resets it,
-  // and Extend would double 0 forever.
+  // Built with a total memory whose RoundedBytes is 0 (0, or above 2^64-256, where it wraps):
+  // the next region size is 0 until a shrink resets it, and Extend would double 0 forever.
   std::atomic<bool> next_region_may_be_zero_;
 };
 
