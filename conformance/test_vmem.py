@@ -492,6 +492,13 @@ def test_address_reused_during_a_free_is_routed_to_the_device(rt, tf_env, monkey
     monkeypatch.setattr(s.device, "deallocate_raw", free_then_reallocate)
     s.free(p)
     monkeypatch.undo()
+    if not reused:             # the free did not go through the hooked method
+        in_use = s.device.get_stats().bytes_in_use
+        assert in_use == 0, (f"vmem.deallocate_raw({p:#x}) of a device pointer left {in_use} "
+                             f"bytes in use on the device allocator [VMEM-7]")
+        pytest.skip("the VMem allocator freed the device pointer without calling the device "
+                    "allocator's deallocate_raw that this test hooks: no allocation can be "
+                    "forced between the free and the forgetting (compiled allocators)")
     q = reused.get("result")
     assert reused.get("joined") and q is not None, f"the concurrent allocation: {reused} [VMEM-3]"
     assert q == p, f"the device allocator gave {q:#x}, not the address just freed {p:#x} [BFC-3]"
