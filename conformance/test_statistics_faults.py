@@ -1,6 +1,6 @@
 """STAT clauses under attack: what is at the status path, and writers killed mid-write.
 
-Special files come from ``fixtures/nemesis.py`` (a character device needs root and is
+Special files come from ``fixtures/nemesis.py`` (a device node needs root and is
 skipped otherwise). ``kill_mid_status_write`` runs a step of the runtime under test in a
 child process that is SIGKILLed when it fsyncs its temporary file, leaving it behind.
 """
@@ -50,7 +50,7 @@ def temporaries(directory: Path, name: str = NAME) -> list[str]:
 # -- STAT-9: what is at the status path ------------------------------------------------------
 #: the words naming each kind of special file (FL-9's, any case) one of which the error holds
 KIND_WORDS = {"fifo": ("fifo", "pipe"), "directory": ("directory",), "socket": ("socket",),
-              "character_device": ("character device",),
+              "character_device": ("character device",), "block_device": ("block device",),
               "symlink_loop": ("symlink", "symbolic link")}
 
 
