@@ -364,6 +364,54 @@ def test_workload_command_line_flushes_each_step_line(rt, tmp_path) -> None:
         f"{held - 1} [E2E-1]")
 
 
+@pytest.mark.clause("E2E-1")
+def test_workload_command_line_flushes_its_first_line_before_the_first_step(rt,
+                                                                             tmp_path) -> None:
+    """The first line (``param_bytes``, ``step_bytes``) is flushed when complete, before the
+    first step runs: with perfControl 1 in the config from the start (in effect when the
+    runtime is built, RM-2), the first step sleeps 99 times its duration after it (RM-10),
+    so its line comes long after the first one, in another write; a first line kept in a
+    buffer comes out with the step's line, in the same write and the same read."""
+    if "resource_management" not in rt.CAPABILITIES:
+        pytest.skip("slowing the first step of the command line needs perfControl (RM-10)")
+    writer = ConfigWriter(tmp_path / "sche2pai.json")
+    writer.write(config_document(perf=1))
+    env = {k: v for k, v in os.environ.items()     # standard output as a user's pipe has it
+           if k not in ("TF_GPU_ALLOCATOR", "PYTHONUNBUFFERED")}
+    env.update(ANTMAN_DEVICE="sim", GPU_CONFIG_FILE=str(writer.path),
+               GPU_STATUS_FILE=str(tmp_path / "pai2sche.json"))
+    reads: list[bytes] = []
+    try:
+        with open(tmp_path / "stderr.txt", "w+b") as stderr:
+            proc = subprocess.Popen([sys.executable, "-m", f"{rt.__name__}.workload",
+                                     "--backend", "sim", "--steps", "1", "--hidden", "1024",
+                                     "--gpu-memory", "64M"],
+                                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=stderr, env=env)
+            try:
+                while chunk := os.read(proc.stdout.fileno(), 1 << 16):
+                    reads.append(chunk)
+                status = proc.wait(120)
+            finally:
+                proc.kill()
+                proc.wait()
+            stderr.seek(0)
+            errors = stderr.read()[-1000:]
+    finally:
+        writer.cleanup()
+    data = b"".join(reads)
+    lines = data.split(b"\n")
+    assert status == 0 and len(lines) == 3 and lines[2] == b"", (
+        f"the workload command line with --steps 1 exited {status} with {data[-300:]!r} "
+        f"(stderr {errors!r}); expected a first line and one step line [E2E-1]")
+    first = len(lines[0]) + 1
+    ends = [sum(map(len, reads[:i + 1])) for i in range(len(reads))]
+    assert first in ends, (
+        f"the first line ({first} bytes) was read together with the first step's line "
+        f"(reads of {[len(r) for r in reads]} bytes): it was not flushed before the step "
+        f"ran; each line must be flushed when complete [E2E-1]")
+
+
 def training_graph(wl) -> tuple[str, str, list[tuple[str, str]]]:
     """(x placeholder, y placeholder, [(weight, bias) per layer]) found by walking the graph:
     x -> MatMul(h, w) -> BiasAdd(., b) [-> Relu] ... -> SoftmaxCrossEntropyWithLogits(., y)."""

@@ -252,7 +252,12 @@ def test_value_count_bound(rt, managed, config_path, caplog, values, accepted) -
 @pytest.mark.parametrize("literal,value", [
     ("1e-99999999999999999999", None), ("1e99999999999999999999", None),
     ("0e99999999999999999999", 0), ("-0e-99999999999999999999", 0),
-    ("1048576" + "0" * 5000 + "e-5000", MiB), ("1" + "0" * 5000, None)])
+    ("1048576" + "0" * 5000 + "e-5000", MiB), ("1" + "0" * 5000, None),
+    # exponents of 18, 19 and 20 digits against digits that offset a short exponent
+    ("5" + "0" * 200 + "e-" + "1" * 18, None), ("5" + "0" * 200 + "e-" + "1" * 19, None),
+    ("5" + "0" * 200 + "e-" + "1" * 20, None), ("5" + "0" * 200 + "e-000" + "1" * 19, None),
+    ("0." + "0" * 199 + "5e+" + "1" * 19, None), ("0." + "0" * 199 + "5e" + "1" * 20, None),
+    ("5" + "0" * 200 + "e-200", 5), ("0." + "0" * 199 + "5e200", 5)])
 def test_numbers_read_exactly_whatever_their_literal(rt, managed, literal, value) -> None:
     doc = '{"gpuConfigInfo": {"%s": {"maxDeviceMem": %s}}}' % (BUS, literal)
     t, out = run_in_thread(lambda: managed.parse_manage_info_from_json(doc), "parse")

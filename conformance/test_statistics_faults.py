@@ -1,6 +1,6 @@
 """STAT clauses under attack: what is at the status path, and writers killed mid-write.
 
-Special files come from ``fixtures/nemesis.py`` (a character device needs root and is
+Special files come from ``fixtures/nemesis.py`` (a device node needs root and is
 skipped otherwise). ``kill_mid_status_write`` runs a step of the runtime under test in a
 child process that is SIGKILLed when it fsyncs its temporary file, leaving it behind.
 """
@@ -48,6 +48,12 @@ def temporaries(directory: Path, name: str = NAME) -> list[str]:
 
 
 # -- STAT-9: what is at the status path ------------------------------------------------------
+#: the words naming each kind of special file (FL-9's, any case) one of which the error holds
+KIND_WORDS = {"fifo": ("fifo", "pipe"), "directory": ("directory",), "socket": ("socket",),
+              "character_device": ("character device",), "block_device": ("block device",),
+              "symlink_loop": ("symlink", "symbolic link")}
+
+
 @pytest.mark.clause("STAT-9")
 @pytest.mark.parametrize("kind", sorted(nemesis.SPECIAL_FILES))
 def test_special_file_at_the_status_path_is_left_alone(rt, runtimes, tmp_path, caplog,
@@ -69,6 +75,11 @@ def test_special_file_at_the_status_path_is_left_alone(rt, runtimes, tmp_path, c
             f"a dump replaced {resolved}, what the {kind} at the status path resolves to [STAT-9]"
     errors = runtime_records(caplog, rt, logging.ERROR, containing=str(path.name))
     assert errors, f"a dump refused by the {kind} at the status path logged no error [STAT-8]"
+    words = KIND_WORDS[kind.removeprefix("symlink_to_")]
+    texts = [r.getMessage().replace(str(tmp_path), "<dir>") for r in errors]
+    assert all(any(w in t.lower() for w in words) for t in texts), (
+        f"the error of a dump refused by the {kind} at the status path does not name its "
+        f"kind ({' or '.join(repr(w) for w in words)}, in any case): {texts} [STAT-9]")
     assert temporaries(tmp_path) == [], \
         f"the refused dump left {temporaries(tmp_path)} behind [STAT-8]"
 

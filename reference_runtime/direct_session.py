@@ -227,7 +227,7 @@ class DirectSession:
             eak = self._executors.get(key)
             if eak is None:
                 impl = ExecutorImpl(self._graph, self._device_mgr, feeds=key[0],
-                                    fetches=key[1], targets=key[2])  # it copies what it keeps
+                                    fetches=key[1], targets=key[2])
                 eak = _ExecutorsAndKeys(impl, next(_graph_ids),
                                         {name: i for i, name in enumerate(impl.fetches)})
                 self._executors[key] = eak

@@ -78,7 +78,7 @@ class ExecutorImpl:
                  registry: OpRegistry | None = None) -> None:
         registry = registry or OpRegistry.global_registry()
         graph.validate()
-        self.fetches = list(fetches)
+        self.fetches = fetches          # the session's signature: a tuple it never changes
         fed: set[str] = set()
         for name in feeds:
             node_name, slot = parse_tensor_name(name)
