@@ -370,8 +370,12 @@ def test_workload_command_line_flushes_its_first_line_before_the_first_step(rt,
     """The first line (``param_bytes``, ``step_bytes``) is flushed when complete, before the
     first step runs: with perfControl 1 in the config from the start (in effect when the
     runtime is built, RM-2), the first step sleeps 99 times its duration after it (RM-10),
-    so its line comes long after the first one, in another write; a first line kept in a
-    buffer comes out with the step's line, in the same write and the same read."""
+    so its line comes seconds after the first one, in another write; a first line kept in a
+    buffer comes out with the step's line, in the same write and the same read. (perfControl
+    0 cannot hold the first step alone: the variables' initialising run comes before the
+    first line and would be suspended too.) The reader would have to stay descheduled for
+    the whole throttle sleep, 99 times a step of 256 x 2048 (3.5 s on a 2-core machine), to
+    read both lines at once from a runtime that flushed."""
     if "resource_management" not in rt.CAPABILITIES:
         pytest.skip("slowing the first step of the command line needs perfControl (RM-10)")
     writer = ConfigWriter(tmp_path / "sche2pai.json")
@@ -384,7 +388,8 @@ def test_workload_command_line_flushes_its_first_line_before_the_first_step(rt,
     try:
         with open(tmp_path / "stderr.txt", "w+b") as stderr:
             proc = subprocess.Popen([sys.executable, "-m", f"{rt.__name__}.workload",
-                                     "--backend", "sim", "--steps", "1", "--hidden", "1024",
+                                     "--backend", "sim", "--steps", "1", "--hidden", "2048",
+                                     "--batch", "256",
                                      "--gpu-memory", "64M"],
                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                     stderr=stderr, env=env)
