@@ -757,6 +757,39 @@ def test_one_byte_outputs_are_allocated_and_empty_ones_are_not(rt, ctx, value, c
     np.testing.assert_array_equal(out, value, err_msg="the fetched value [EXEC-5]")
 
 
+@pytest.mark.clause("EXEC-5")
+@pytest.mark.parametrize("device", [CPU, GPU])
+def test_kernel_outputs_are_placed_with_alignment_64_and_their_exact_size(rt, ctx, device,
+                                                                          monkeypatch) -> None:
+    """Every allocation a step makes for a 3 x 5 float32 output is ``allocate_raw(64, 60,
+    ...)``: TF's kAllocatorAlignment, and the output's bytes."""
+    alloc = allocator_of(ctx, device)
+    g = rt.Graph()
+    g.add_node("a", "Placeholder", device=device, dtype="float32")
+    g.add_node("r", "Relu", ["a"], device=device)
+    g.add_node("n", "Add", ["r", "r"], device=device)
+    s = ctx.new_session(g)
+    calls: list[tuple] = []
+    allocate = alloc.allocate_raw
+
+    def recording(*args, **kwargs):
+        calls.append(args[:2] + tuple(kwargs.get(k) for k in ("alignment", "num_bytes")
+                                      if k in kwargs))
+        return allocate(*args, **kwargs)
+
+    monkeypatch.setattr(alloc, "allocate_raw", recording)
+    try:
+        (out,) = s.run(["n"], {"a": np.ones((3, 5), np.float32)})
+    finally:
+        monkeypatch.undo()
+    assert calls and all(c == (64, 60) for c in calls), (
+        f"the kernels' allocations on {device} were {calls}, expected (alignment, num_bytes) = "
+        f"(64, 60) for each 3 x 5 float32 output [EXEC-5]")
+    np.testing.assert_array_equal(out, np.full((3, 5), 2, np.float32),
+                                  err_msg="the fetched value [EXEC-5]")
+    s.close()
+
+
 @pytest.mark.clause("EXEC-5", "EXEC-6")
 def test_variables_and_constants_are_session_owned(rt, ctx) -> None:
     alloc = allocator_of(ctx, GPU)

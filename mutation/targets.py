@@ -78,7 +78,8 @@ OBSERVERS: dict[str, tuple[str, ...]] = {
     "device.py": _RUNTIME + ("test_executor.py", "test_session.py", "test_end_to_end.py",
                              "test_env.py"),
     "process_state.py": ("test_devices.py", "test_session_run_actions.py", "test_session.py",
-                         "test_resource_management.py", "test_statistics.py",
+                         "test_resource_management.py", "test_resource_management_faults.py",
+                         "test_statistics.py",
                          "test_clock.py", "test_executor.py", "test_end_to_end.py",
                          "test_gpu.py"),
     # Execution.

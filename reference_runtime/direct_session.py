@@ -156,7 +156,7 @@ class DirectSession:
                 raise RuntimeError("Attempted to use a closed Session.")
             self._running_threads[me] = self._running_threads.get(me, 0) + 1
         try:
-            return self._run(start_us, fetch_names, feeds, targets, list(feed_dict or ()))
+            return self._run(start_us, fetch_names, feeds, targets)
         finally:
             with self._lock:
                 left = self._running_threads[me] - 1
@@ -167,8 +167,8 @@ class DirectSession:
                 self._runs_done.notify_all()
 
     def _run(self, start_us: int, fetch_names: list[str], feeds: dict[str, np.ndarray],
-             targets: list[str], feed_keys: list[str]) -> list[np.ndarray]:
-        eak = self._get_or_create(fetch_names, feed_keys, targets)
+             targets: list[str]) -> list[np.ndarray]:
+        eak = self._get_or_create(fetch_names, feeds, targets)    # keyed by the fed nodes
         step_id = next(self._step_ids)
         pre = SessionRunActionOptions(device_mgr=self._device_mgr, session=self,
                                       graph_id=eak.graph_id, sess_duration_us=0)
@@ -217,7 +217,7 @@ class DirectSession:
         except Exception as exc:
             raise InvalidArgumentError(f"cannot feed {key!r}: {exc}") from None
 
-    def _get_or_create(self, fetches: list[str], feeds: list[str],
+    def _get_or_create(self, fetches: list[str], feeds: Iterable[str],
                        targets: list[str]) -> _ExecutorsAndKeys:
         """TF ``GetOrCreateExecutors``: one entry per signature, names in any order."""
         key = (tuple(sorted({parse_tensor_name(f)[0] for f in feeds})),
