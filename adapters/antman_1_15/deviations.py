@@ -594,8 +594,8 @@ DEVIATIONS: tuple[Deviation, ...] = (
               "start_time_usecs is taken after the feeds are converted and the executors found",
               ((SESS, "        start_us = self._clock.now_us()  # sess_duration_us counts from run entry (SESS clauses)\n",
                       "        start_us = 0                        # AntMan: taken in RunInternal (_run)\n"),
-               (SESS, "        eak = self._get_or_create(fetch_names, feed_keys, targets)\n",
-                      "        eak = self._get_or_create(fetch_names, feed_keys, targets)\n"
+               (SESS, "        eak = self._get_or_create(fetch_names, feeds, targets)    # keyed by the fed nodes\n",
+                      "        eak = self._get_or_create(fetch_names, feeds, targets)\n"
                       "        start_us = self._clock.now_us()     # AntMan: in RunInternal\n")),
               modules=("conformance/test_session.py", "conformance/test_session_run_actions.py")),
     Deviation("D-SESS-4", ("SESS-9",),
