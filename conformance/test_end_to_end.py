@@ -14,6 +14,10 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 import pytest
@@ -294,6 +298,29 @@ def test_workload_command_line_without_vmem_has_no_host_figures(rt) -> None:
             f"figures of the 64 MiB GPU and no host figure [E2E-1]")
 
 
+@contextmanager
+def streaming_workload_cli(rt, tmp_path: Path, config: Path,
+                           *args: str) -> Iterator[tuple[subprocess.Popen, BinaryIO]]:
+    """``python -m <runtime>.workload --backend sim --gpu-memory 64M *args`` with its standard
+    output a pipe as a user's has it (no ``PYTHONUNBUFFERED``) and ``config`` as its
+    ``GPU_CONFIG_FILE``; yields the process and its standard error (a file); kills it at the
+    end."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("TF_GPU_ALLOCATOR", "PYTHONUNBUFFERED")}
+    env.update(ANTMAN_DEVICE="sim", GPU_CONFIG_FILE=str(config),
+               GPU_STATUS_FILE=str(tmp_path / "pai2sche.json"))
+    with open(tmp_path / "stderr.txt", "w+b") as stderr:
+        proc = subprocess.Popen([sys.executable, "-m", f"{rt.__name__}.workload", "--backend",
+                                 "sim", "--gpu-memory", "64M", *args],
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=stderr,
+                                env=env)
+        try:
+            yield proc, stderr
+        finally:
+            proc.kill()
+            proc.wait()
+
+
 @pytest.mark.clause("E2E-1")
 def test_workload_command_line_flushes_each_step_line(rt, tmp_path) -> None:
     """Each line is flushed when complete: a step held back by perfControl 0 (RM-12, through
@@ -305,19 +332,11 @@ def test_workload_command_line_flushes_each_step_line(rt, tmp_path) -> None:
         pytest.skip("holding a step of the command line needs perfControl 0 (RM-12)")
     writer = ConfigWriter(tmp_path / "sche2pai.json")
     writer.write(config_document(perf=100))
-    env = {k: v for k, v in os.environ.items()     # standard output as a user's pipe has it
-           if k not in ("TF_GPU_ALLOCATOR", "PYTHONUNBUFFERED")}
-    env.update(ANTMAN_DEVICE="sim", GPU_CONFIG_FILE=str(writer.path),
-               GPU_STATUS_FILE=str(tmp_path / "pai2sche.json"))
     quiet_s, held_us = 3.0, 2_000_000
     received = bytearray()
     arrived = [time.monotonic()]
-    with open(tmp_path / "stderr.txt", "w+b") as stderr:
-        proc = subprocess.Popen([sys.executable, "-m", f"{rt.__name__}.workload", "--backend",
-                                 "sim", "--steps", "1000000", "--hidden", "16",
-                                 "--gpu-memory", "64M"],
-                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=stderr,
-                                env=env)
+    with streaming_workload_cli(rt, tmp_path, writer.path, "--steps", "1000000",
+                                "--hidden", "16") as (proc, stderr):
 
         def read() -> None:
             while chunk := os.read(proc.stdout.fileno(), 1 << 16):
@@ -374,32 +393,19 @@ def test_workload_command_line_flushes_its_first_line_before_the_first_step(rt,
     buffer comes out with the step's line, in the same write and the same read. (perfControl
     0 cannot hold the first step alone: the variables' initialising run comes before the
     first line and would be suspended too.) The reader would have to stay descheduled for
-    the whole throttle sleep, 99 times a step of 256 x 2048 (3.5 s on a 2-core machine), to
-    read both lines at once from a runtime that flushed."""
+    the whole throttle sleep, 99 times a step of 256 x 2048 (1.1 to 2.3 s measured on an idle
+    2-core machine), to read both lines at once from a runtime that flushed."""
     if "resource_management" not in rt.CAPABILITIES:
         pytest.skip("slowing the first step of the command line needs perfControl (RM-10)")
     writer = ConfigWriter(tmp_path / "sche2pai.json")
     writer.write(config_document(perf=1))
-    env = {k: v for k, v in os.environ.items()     # standard output as a user's pipe has it
-           if k not in ("TF_GPU_ALLOCATOR", "PYTHONUNBUFFERED")}
-    env.update(ANTMAN_DEVICE="sim", GPU_CONFIG_FILE=str(writer.path),
-               GPU_STATUS_FILE=str(tmp_path / "pai2sche.json"))
     reads: list[bytes] = []
     try:
-        with open(tmp_path / "stderr.txt", "w+b") as stderr:
-            proc = subprocess.Popen([sys.executable, "-m", f"{rt.__name__}.workload",
-                                     "--backend", "sim", "--steps", "1", "--hidden", "2048",
-                                     "--batch", "256",
-                                     "--gpu-memory", "64M"],
-                                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                    stderr=stderr, env=env)
-            try:
-                while chunk := os.read(proc.stdout.fileno(), 1 << 16):
-                    reads.append(chunk)
-                status = proc.wait(120)
-            finally:
-                proc.kill()
-                proc.wait()
+        with streaming_workload_cli(rt, tmp_path, writer.path, "--steps", "1",
+                                    "--hidden", "2048", "--batch", "256") as (proc, stderr):
+            while chunk := os.read(proc.stdout.fileno(), 1 << 16):
+                reads.append(chunk)
+            status = proc.wait(120)
             stderr.seek(0)
             errors = stderr.read()[-1000:]
     finally:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import random
 import subprocess
 import sys
 import threading
+import tracemalloc
+import weakref
 
 import numpy as np
 import pytest
@@ -742,9 +745,6 @@ def test_a_session_keeps_no_finished_step(rt, ctx) -> None:
     """A job running one session step after step: once a run has returned, the session keeps
     nothing of its step (neither what was fed nor what was returned), so its memory does not
     grow with the number of runs (a step kept costs some KiB)."""
-    import gc
-    import tracemalloc
-    import weakref
     graph = rt.Graph()
     graph.add_node("x", "Placeholder", device=CPU, dtype="float32")
     graph.add_node("out", "Relu", ["x"], device=CPU)
