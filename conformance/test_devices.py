@@ -340,7 +340,7 @@ def test_cpu_device_close_cancels_calls_not_started(rt, no_thread_leak, runtimes
     queued ones at once and waits for the running ones."""
     ctx = runtimes()
     cpu = ctx.device_mgr.lookup_device("CPU:0")
-    n = 128
+    n = max(128, 4 * (os.cpu_count() or 1))   # beyond a pool sized by the host's cores
     go, last_done = threading.Event(), threading.Event()
     lock = threading.Lock()
     ran: list[int] = []
