@@ -884,3 +884,26 @@ def test_decorating_a_class_that_cannot_be_an_action_registers_nothing(rt) -> No
         pytest.fail("decorating a class without run_action did not raise TypeError [REG-6]")
     assert reg.actions(0) == [] and reg.actions(1) == [], \
         f"a failed decoration registered {reg.actions(1)} [REG-6]"
+
+
+@pytest.mark.clause("REG-6")
+def test_session_run_action_is_abstract(rt) -> None:
+    """An action class that does not define run_action cannot be built: neither the base
+    class itself nor a subclass that forgets run_action (so the helper registers nothing)."""
+    reg = rt.SessionRunActionRegistry()
+
+    class ForgotRunAction(rt.SessionRunAction):
+        pass
+
+    for cls in (rt.SessionRunAction, ForgotRunAction):
+        try:
+            made = cls()
+        except TypeError:
+            continue
+        pytest.fail(f"{cls.__name__}() built {made!r} instead of raising TypeError: "
+                    f"run_action is abstract [REG-6]")
+    with pytest.raises(TypeError):
+        rt.register_session_run_action(1, 0, registry=reg)(ForgotRunAction)
+        pytest.fail("decorating a SessionRunAction subclass without run_action did not "
+                    "raise TypeError [REG-6]")
+    assert reg.actions(1) == [], f"the failed decoration registered {reg.actions(1)} [REG-6]"

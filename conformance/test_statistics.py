@@ -419,6 +419,33 @@ def test_figures_and_oom(rt, runtimes, control_env, tmp_path) -> None:
     a.deallocate_raw(host)
 
 
+@pytest.mark.clause("STAT-7")
+def test_every_object_of_the_document_has_its_keys_sorted(rt, runtimes, control_env,
+                                                            tmp_path) -> None:
+    """Read as text, in the order written: graph_2 is stored before graph_10 (which sorts
+    first as a string), and a GPU's figures are many keys, so a dump in any other order
+    than sorted shows in at least one object."""
+    control_env.setenv("TF_CUDA_HOST_MEM_LIMIT_IN_MB", "16")
+    ctx = runtimes()
+    h = Harness(rt, ctx, tmp_path / "status.json")
+    p = alloc(ctx, MiB)
+    assert h.run(1000, graph=2), "the first run was not checked [STAT-3]"
+    assert h.later(10).run(3000, graph=10), "a new graph's run was not checked [STAT-3]"
+    objects: list[list[str]] = []
+
+    def keep_order(pairs: list) -> dict:
+        objects.append([k for k, _ in pairs])
+        return dict(pairs)
+
+    doc = json.loads(h.path.read_text(encoding="utf-8"), object_pairs_hook=keep_order)
+    assert sorted(doc["Durations"]) == ["graph_10", "graph_2"], f"{doc['Durations']} [STAT-7]"
+    assert doc["gpuUsageInfo"], f"gpuUsageInfo {doc['gpuUsageInfo']!r}: no GPU tracked [STAT-7]"
+    unsorted = [keys for keys in objects if keys != sorted(keys)]
+    assert not unsorted, (f"objects of the status file with their keys not in sorted order: "
+                          f"{unsorted} [STAT-7]")
+    gpus(ctx)[0].get_allocator().deallocate_raw(p)
+
+
 @pytest.mark.clause("STAT-6")
 def test_no_host_use_has_no_reason(rt, harness) -> None:
     p = alloc(harness.ctx, 4 * MiB)
