@@ -85,6 +85,28 @@ def test_each_failure_of_an_exception_group_is_its_own() -> None:
         "msg [API-1]"
 
 
+def test_a_test_that_raised_an_exception_group_reads_its_first_failure_first(
+        tmp_path: Path) -> None:
+    """Hypothesis' "found 2 distinct failures" is a count, not a cause: the test's message
+    starts with its first failure's, and names the group after it."""
+    group = "ExceptionGroup: Hypothesis found 2 distinct failures. (2 sub-exceptions)"
+    t = _record("t::a", ["API-1", "API-2"], PASSED, ("FAIL", group), PASSED)
+    t.whens = ["setup", "call", "teardown"]
+    t.failures = {1: [{"tags": ["API-1"], "message": "always false [API-1]\nFalsifying x=1"},
+                      {"tags": ["API-2"], "message": "ValueError: second [API-2]"}]}
+    one = _record("t::b", ["API-1"], PASSED, ("FAIL", "BaseExceptionGroup: g (1 sub-exception)"),
+                  PASSED)
+    one.whens = ["setup", "call", "teardown"]
+    one.failures = {1: [{"tags": ["API-1"], "message": "KeyboardInterrupt"}]}
+    plain = _record("t::c", ["API-1"], PASSED, ("FAIL", "ExceptionGroupish [API-1]"), PASSED)
+    plain.failures = {1: [{"tags": ["API-1"], "message": "other"}]}
+    tests = by_id(_build(_data(tmp_path, [t, one, plain])), "tests", "nodeid")
+    assert tests["t::a"]["message"] == ("always false [API-1]\nFalsifying x=1\n(and 1 more "
+                                        f"distinct failure: {group})"), tests["t::a"]
+    assert tests["t::b"]["message"] == "KeyboardInterrupt", tests["t::b"]
+    assert tests["t::c"]["message"] == "ExceptionGroupish [API-1]", tests["t::c"]
+
+
 def test_a_clause_waiver_excuses_only_the_blamed_clause(tmp_path: Path) -> None:
     waivers = '[[waiver]]\nclause = "API-2"\nreason = "r"\nlink = "https://example.org/1"\n'
     t = _record("t::a", ["API-1", "API-2"], PASSED, ("FAIL", "x [API-2]"), PASSED)

@@ -168,8 +168,10 @@ def test_cleanup():
 """
 
 
-def test_end_to_end_a_leak_errs_in_its_own_teardown_and_a_stray_context_is_named(
-        tmp_path: Path) -> None:
+def stand_in_host(tmp_path: Path) -> tuple[Path, Path]:
+    """A folder to put first on a child's PYTHONPATH, where NVML is the stand-in (one GPU,
+    1 GiB in use, no process) and CuPy cannot be imported, and the stand-in's state file: the
+    child's guard then observes no real GPU, whatever other processes of the host do there."""
     host = tmp_path / "host"
     host.mkdir()
     fake_pynvml.install(host)
@@ -178,6 +180,12 @@ def test_end_to_end_a_leak_errs_in_its_own_teardown_and_a_stray_context_is_named
     (host / "cupy.py").write_text("raise ImportError('no CuPy on this stand-in host')\n")
     state = tmp_path / "nvml.json"
     fake_pynvml.write_state(state, used=GiB, processes=[])
+    return host, state
+
+
+def test_end_to_end_a_leak_errs_in_its_own_teardown_and_a_stray_context_is_named(
+        tmp_path: Path) -> None:
+    host, state = stand_in_host(tmp_path)
     suite = tmp_path / "suite"
     suite.mkdir()
     (suite / "conftest.py").write_text(CONFTEST)
@@ -231,9 +239,13 @@ def test_a_plain_xdist_run_keeps_the_gpu_group_in_one_worker(tmp_path: Path) -> 
         'def pytest_configure(config):\n'
         '    config.addinivalue_line("markers", "gpu: needs a real NVIDIA GPU")\n')
     (suite / "test_grouped.py").write_text(GROUPED)
+    # The guard observes the stand-in NVML: on a GPU host the real GPUs are shared with the
+    # other tests of this run, whose CUDA contexts and co-tenants it would take for leaks.
+    host, state = stand_in_host(tmp_path)
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("PYTEST_XDIST", "PYTEST_CURRENT"))}
-    env["PYTHONPATH"] = python_path(spec.ROOT)
+    env["PYTHONPATH"] = python_path(host, spec.ROOT)
+    env["FAKE_NVML_STATE"] = str(state)
     env["WHERE"] = str(tmp_path / "where.txt")
     done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p",
                            "no:randomly", "-q", "-n", "2", str(suite)],

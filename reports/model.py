@@ -35,8 +35,9 @@ clauses are not reported as missing. ``--require-certified`` fails such a run.
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -138,6 +139,26 @@ class RunData:
     today: dt.date | None = None
 
 
+_GROUP_MESSAGE = re.compile(r"\A(?:Base)?ExceptionGroup\b")
+
+
+def _root_cause_first(message: str | None, failures: Mapping[int, Sequence[Mapping[str, Any]]]
+                      ) -> str | None:
+    """A test whose phase raised an exception group (Hypothesis' "found 2 distinct failures")
+    reads first the message of its first failure, not the group's count."""
+    if not message or not _GROUP_MESSAGE.match(message):
+        return message
+    for phase in sorted(failures):
+        found = [f for f in failures[phase] if f.get("message")]
+        if found:
+            more = len(found) - 1
+            text = found[0]["message"]
+            if more:
+                text += f"\n(and {more} more distinct failure{'s' if more > 1 else ''}: {message})"
+            return text
+    return message
+
+
 def _finish_tests(data: RunData, waivers: list[exp.Waiver]) -> None:
     exact: dict[str, list[exp.Waiver]] = {}     # globs without wildcards: looked up, not scanned
     globs: list[exp.Waiver] = []
@@ -150,6 +171,7 @@ def _finish_tests(data: RunData, waivers: list[exp.Waiver]) -> None:
     uncovered: dict[str, set[str]] = {}
     for t in data.tests.values():
         t.observed, t.message = oc.combine_phases(t.phases)
+        t.message = _root_cause_first(t.message, t.failures)
         t.verdicts = attribution.attribute(t.clauses, t.phases, t.failures, data.clauses,
                                            t.whens)
         if t.repeat and t.repeat.get("flaky"):
