@@ -18,7 +18,7 @@ import time
 import pytest
 
 from conformance.checks import names_identifier
-from conformance.control_helpers import (control_env, expect_value_error,  # noqa: F401
+from conformance.control_helpers import (MiB, control_env, expect_value_error,  # noqa: F401
                                          joined, listener, run_in_thread, runtime_records,
                                          vclock, wait_for_poller, write_text)
 from conformance.execution_helpers import wait_until
@@ -376,6 +376,55 @@ def test_a_check_stopped_by_close_logs_no_error(rt, no_thread_leak, vclock, tmp_
         assert errors == [], (
             f"a {how} during a check logged {[r.getMessage()[:200] for r in errors]}: a check "
             f"stopped by close is no failure [FL-11]")
+    finally:
+        monkeypatch.undo()
+        fl.close()
+
+
+@pytest.mark.clause("FL-11")
+def test_a_check_stopped_by_close_reads_at_most_1_mib_more(rt, no_thread_leak, vclock,
+                                                            tmp_path, monkeypatch) -> None:
+    """A file of 3 MiB and 5 bytes, well within max_file_bytes, changes; the listener is
+    closed from within the check's first read of it (just before the bytes are read). From
+    then on the check reads at most 1 MiB (exactly 1 MiB when it reads in pieces of 1 MiB,
+    2 MiB in pieces of 2 MiB, the whole file in one piece), delivers nothing and the thread
+    ends."""
+    path = tmp_path / "gpu_config.json"
+    write_text(path, "v1")
+    size = 3 * MiB + 5
+    fl = rt.FileListener(clock=vclock, poll_interval_s=1.0)
+    cb = Calls()
+    try:
+        fl.register_file_listener(str(path), "h", cb)
+        wait_for_poller(vclock)
+        write_text(path, "x" * size)
+        real_read, real_fstat = os.read, os.fstat
+        after_close: list[int] = []            # bytes each read of the file returned
+
+        def read(fd, n, *args, **kwargs):
+            ours = threading.current_thread().name == THREAD \
+                and os.path.samestat(real_fstat(fd), os.stat(path))
+            if ours and not after_close:
+                fl.close()
+            data = real_read(fd, n, *args, **kwargs)
+            if ours:
+                after_close.append(len(data))
+            return data
+
+        monkeypatch.setattr(os, "read", read)
+        check_once(vclock, "FL-11", "a close during the read of a file of 3 MiB")
+        monkeypatch.undo()
+        if not after_close:
+            pytest.skip("the monitor thread read the file without os.read: the close cannot "
+                        "be made from within its read here")
+        wait_until(lambda: not monitor_alive(), "the monitor thread to end after close [FL-11]")
+        assert sum(after_close) <= MiB, (
+            f"a close() made during the read of a file of {size} bytes was followed by "
+            f"reads of {after_close} bytes ({sum(after_close)} in all): a check reads at "
+            f"most 1 MiB ({MiB} bytes) of a file after a close() [FL-11]")
+        assert cb.contents == ["v1"], (
+            f"a close during the read of a file delivered {[c[:20] for c in cb.contents[1:]]} "
+            f"[FL-11]")
     finally:
         monkeypatch.undo()
         fl.close()

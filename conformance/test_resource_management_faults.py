@@ -514,6 +514,49 @@ def test_the_entry_whose_place_a_gpu_takes_stops_being_pending(rt, runtimes, lis
 
 
 @pytest.mark.clause("RM-20")
+def test_a_gpu_beyond_256_held_gpus_is_rejected(rt, listener, vclock, tmp_path) -> None:
+    """An instance built on its own finds 257 GPUs in the device manager of a boundary
+    (duck-typed devices, RM-17, sharing one BFC). A document naming all 257: the first 256
+    are held, every held entry is a GPU's, so no entry can give the last one its place: it is
+    rejected like any other bus id beyond the 256 (RM-5: the call returns False), without an
+    exception and without costing a held GPU its entry."""
+    from types import SimpleNamespace
+
+    bfc = rt.BFCAllocator(rt.SimulatedDeviceMemory(64 * MiB), 64 * MiB, True, "GPU_bfc")
+    devices = [SimpleNamespace(device_type="GPU", get_allocator=lambda *a: bfc,
+                               attributes=SimpleNamespace(
+                                   physical_device_desc=f"device: {i}, name: X, pci bus id: "
+                                                        f"0000:{i // 32:02x}:{i % 32:02x}.0, "
+                                                        f"compute capability: 7.0"))
+               for i in range(MAX_BUS_IDS + 1)]
+    buses = [rt.get_pci_bus_id(d.attributes.physical_device_desc) for d in devices]
+    precondition_holds("RM-17", len(set(buses)) == MAX_BUS_IDS + 1 and all(buses),
+                       f"257 duck-typed GPUs have 257 bus ids ({len(set(buses))})")
+    mgr = SimpleNamespace(list_devices=lambda: list(devices))
+    rm = rt.GPUResourceManagement(str(tmp_path / "gpu_config.json"), clock=vclock,
+                                  file_listener=listener)
+    try:
+        rm.parse_manage_info_from_json(json.dumps(config_document(limits={buses[0]: 32 * MiB})))
+        rm.run_action(rt.SessionRunActionOptions(device_mgr=mgr, graph_id=1,
+                                                 sess_duration_us=1000))
+        limits = {b: (16 + i % 16) * MiB for i, b in enumerate(buses)}
+        try:
+            accepted = rm.parse_manage_info_from_json(json.dumps(config_document(limits=limits)))
+        except Exception as exc:                   # noqa: BLE001 - the failure reported
+            pytest.fail(f"a document naming 257 GPUs, 256 held, raised {exc!r} [RM-20]")
+        held = rm.memory_limits
+        expected = {b: limits[b] for b in buses[:MAX_BUS_IDS]}
+        assert accepted is False and held == expected, (
+            f"a document naming 257 GPUs of the last boundary returned {accepted!r} and left "
+            f"memory_limits with {len(held)} bus ids, the last GPU's "
+            f"{'held' if buses[-1] in held else 'not held'}, "
+            f"{sum(held.get(b) == v for b, v in expected.items())} of the first 256 GPUs' "
+            f"limits held: expected False, the first 256 held and the last rejected [RM-20]")
+    finally:
+        rm.close()
+
+
+@pytest.mark.clause("RM-20")
 def test_unknown_bus_id_found_again_is_remembered_as_the_newest(rt, one_gpu, vclock,
                                                                 caplog) -> None:
     """The remembered unknown bus ids are the 256 most recently found: one found again moves
