@@ -456,19 +456,26 @@ def dump_with_temporaries_swept(rt, runtimes, tmp_path: Path, monkeypatch, caplo
 
 
 @pytest.mark.clause("STAT-10")
+@pytest.mark.parametrize("removals", [1, 2])
 def test_temporary_file_swept_before_it_is_locked_is_made_again(rt, runtimes, tmp_path,
-                                                                monkeypatch, caplog) -> None:
-    """Another writer's first dump removes the temporary file of this one between its
-    creation and its lock (forced: the first ``flock`` of a temporary of the status file
-    unlinks it first); the dump still replaces the status file, with no error logged."""
+                                                                monkeypatch, caplog,
+                                                                removals) -> None:
+    """Other writers' first dumps remove the temporary file of this one between its
+    creation and its lock, ``removals`` times in a row (forced: the first ``removals``
+    ``flock`` calls on a temporary of the status file unlink it first); below 3 in a row
+    the dump still replaces the status file, with no error logged."""
     swept, written, errors = dump_with_temporaries_swept(
-        rt, runtimes, tmp_path, monkeypatch, caplog, at_most=1, nonblocking_too=True)
+        rt, runtimes, tmp_path, monkeypatch, caplog, at_most=removals, nonblocking_too=True)
     path = tmp_path / NAME
     assert written and errors == [], (
-        f"the temporary file {swept[0]} was removed by another writer's sweep before it was "
-        f"locked, and the dump {'wrote' if path.exists() else 'did not write'} the status "
-        f"file, logging {[r.getMessage()[:200] for r in errors]}: it must make a new "
-        f"temporary file [STAT-10]")
+        f"the temporary files {swept} were removed by other writers' sweeps before they were "
+        f"locked ({len(swept)} in a row, fewer than 3), and the dump "
+        f"{'wrote' if path.exists() else 'did not write'} the status file, logging "
+        f"{[r.getMessage()[:200] for r in errors]}: it must make a new temporary file "
+        f"[STAT-10]")
+    assert len(swept) == removals, (
+        f"only {len(swept)} of the {removals} temporary files the dump was to make were "
+        f"removed before their lock: {swept} [STAT-10]")
     assert temporaries(tmp_path) == [], \
         f"the dump left {temporaries(tmp_path)} behind [STAT-8]"
 
