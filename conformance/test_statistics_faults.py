@@ -511,6 +511,27 @@ def test_special_file_of_the_temporary_name_form_is_not_swept(rt, runtimes, tmp_
 
 
 @pytest.mark.clause("STAT-10")
+def test_terminal_of_the_temporary_name_form_does_not_become_the_controlling_terminal(
+        rt, tmp_path) -> None:
+    """A pseudo-terminal at a name of the temporary form, in the status directory of a
+    process that leads its session without a controlling terminal (a job started with
+    ``setsid``): the first dump's sweep leaves it as it is, and opening it, if the sweep
+    does, does not make it the process's controlling terminal, whose hang-up would then
+    kill the job (root only: the terminal is bind-mounted there)."""
+    out = nemesis.terminal_of_the_temporary_name_form(rt.__name__, tmp_path, NAME)
+    if "skipped" in out:
+        pytest.skip(out["skipped"])
+    assert out["written"], \
+        f"the first dump beside a terminal named .{NAME}.terminal.tmp wrote nothing [STAT-8]"
+    assert out["left"], \
+        f"the first dump removed the terminal named .{NAME}.terminal.tmp [STAT-10]"
+    assert not out["controlling_terminal"], (
+        f"after the first dump, whose sweep met the terminal {out['terminal']} named "
+        f".{NAME}.terminal.tmp, it is the controlling terminal of the process, which led its "
+        f"session without one [STAT-10]")
+
+
+@pytest.mark.clause("STAT-10")
 def test_stale_temporaries_among_directories_of_the_name_form_are_all_removed(
         rt, runtimes, tmp_path) -> None:
     """Ten directories of the temporary name form, made between ten temporaries of dead
