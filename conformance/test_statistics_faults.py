@@ -517,7 +517,8 @@ def test_terminal_of_the_temporary_name_form_does_not_become_the_controlling_ter
     process that leads its session without a controlling terminal (a job started with
     ``setsid``): the first dump's sweep leaves it as it is, and opening it, if the sweep
     does, does not make it the process's controlling terminal, whose hang-up would then
-    kill the job (root only: the terminal is bind-mounted there)."""
+    kill the job (the terminal is bind-mounted there: root, or a system that lets any user
+    make a user namespace; skipped otherwise)."""
     out = nemesis.terminal_of_the_temporary_name_form(rt.__name__, tmp_path, NAME)
     if "skipped" in out:
         pytest.skip(out["skipped"])
