@@ -249,6 +249,28 @@ def test_workload_command_line_defaults(rt) -> None:
 
 
 @pytest.mark.clause("E2E-1")
+@pytest.mark.parametrize("option,variable", [
+    pytest.param(["--backend", "sim"], "cuda", id="option-over-variable"),
+    pytest.param(["--backend", " Sim "], "cuda", id="option-as-select-backend"),
+    pytest.param([], " SIM ", id="variable")])
+def test_workload_command_line_names_its_backend(rt, option: list[str], variable: str) -> None:
+    """The first object names the backend the runtime was built on: ``--backend`` resolved
+    as ``select_backend`` resolves a name (case and white space aside), which wins over
+    ``$ANTMAN_DEVICE`` (here ``cuda``, never built); without the option, the variable."""
+    env = {k: v for k, v in os.environ.items() if k not in ("GPU_CONFIG_FILE", "GPU_STATUS_FILE")}
+    env["ANTMAN_DEVICE"] = variable
+    proc = subprocess.run([sys.executable, "-m", f"{rt.__name__}.workload", *option,
+                           "--steps", "0", "--hidden", "4", "--gpu-memory", "64M"],
+                          capture_output=True, text=True, timeout=60, env=env)
+    assert proc.returncode == 0, (f"{' '.join(option)} with ANTMAN_DEVICE={variable!r}: "
+                                  f"{proc.stderr[-2000:]} [E2E-1]")
+    first = json.loads(proc.stdout.splitlines()[0])
+    assert first.get("backend") == "sim", (
+        f"{' '.join(option) or 'without --backend'}, ANTMAN_DEVICE={variable!r}: the first "
+        f"object {first} names the backend {first.get('backend')!r}, not 'sim' [E2E-1]")
+
+
+@pytest.mark.clause("E2E-1")
 def test_workload_command_line_figures_are_the_device_bfcs_under_vmem(rt) -> None:
     """A GPU of 24 KiB is too small for a step of the default workload: with VMem on and a
     planned memory of ten times the GPU (TF_RO_PLANNED_GPU=1000, VMEM-5, VMEM-6) the step's

@@ -456,19 +456,26 @@ def dump_with_temporaries_swept(rt, runtimes, tmp_path: Path, monkeypatch, caplo
 
 
 @pytest.mark.clause("STAT-10")
+@pytest.mark.parametrize("removals", [1, 2])
 def test_temporary_file_swept_before_it_is_locked_is_made_again(rt, runtimes, tmp_path,
-                                                                monkeypatch, caplog) -> None:
-    """Another writer's first dump removes the temporary file of this one between its
-    creation and its lock (forced: the first ``flock`` of a temporary of the status file
-    unlinks it first); the dump still replaces the status file, with no error logged."""
+                                                                monkeypatch, caplog,
+                                                                removals) -> None:
+    """Other writers' first dumps remove the temporary file of this one between its
+    creation and its lock, ``removals`` times in a row (forced: the first ``removals``
+    ``flock`` calls on a temporary of the status file unlink it first); below 3 in a row
+    the dump still replaces the status file, with no error logged."""
     swept, written, errors = dump_with_temporaries_swept(
-        rt, runtimes, tmp_path, monkeypatch, caplog, at_most=1, nonblocking_too=True)
+        rt, runtimes, tmp_path, monkeypatch, caplog, at_most=removals, nonblocking_too=True)
     path = tmp_path / NAME
     assert written and errors == [], (
-        f"the temporary file {swept[0]} was removed by another writer's sweep before it was "
-        f"locked, and the dump {'wrote' if path.exists() else 'did not write'} the status "
-        f"file, logging {[r.getMessage()[:200] for r in errors]}: it must make a new "
-        f"temporary file [STAT-10]")
+        f"the temporary files {swept} were removed by other writers' sweeps before they were "
+        f"locked ({len(swept)} in a row, fewer than 3), and the dump "
+        f"{'wrote' if path.exists() else 'did not write'} the status file, logging "
+        f"{[r.getMessage()[:200] for r in errors]}: it must make a new temporary file "
+        f"[STAT-10]")
+    assert len(swept) == removals, (
+        f"only {len(swept)} of the {removals} temporary files the dump was to make were "
+        f"removed before their lock: {swept} [STAT-10]")
     assert temporaries(tmp_path) == [], \
         f"the dump left {temporaries(tmp_path)} behind [STAT-8]"
 
@@ -501,6 +508,28 @@ def test_special_file_of_the_temporary_name_form_is_not_swept(rt, runtimes, tmp_
         f"the first dump removed or replaced the {kind} named {special.name} [STAT-10]"
     assert validate_status(json.loads(path.read_text(encoding="utf-8"))) == [], \
         f"the first dump beside a {kind} named {special.name} wrote no statistics [STAT-8]"
+
+
+@pytest.mark.clause("STAT-10")
+def test_terminal_of_the_temporary_name_form_does_not_become_the_controlling_terminal(
+        rt, tmp_path) -> None:
+    """A pseudo-terminal at a name of the temporary form, in the status directory of a
+    process that leads its session without a controlling terminal (a job started with
+    ``setsid``): the first dump's sweep leaves it as it is, and opening it, if the sweep
+    does, does not make it the process's controlling terminal, whose hang-up would then
+    kill the job (the terminal is bind-mounted there: root, or a system that lets any user
+    make a user namespace; skipped otherwise)."""
+    out = nemesis.terminal_of_the_temporary_name_form(rt.__name__, tmp_path, NAME)
+    if "skipped" in out:
+        pytest.skip(out["skipped"])
+    assert out["written"], \
+        f"the first dump beside a terminal named .{NAME}.terminal.tmp wrote nothing [STAT-8]"
+    assert out["left"], \
+        f"the first dump removed the terminal named .{NAME}.terminal.tmp [STAT-10]"
+    assert not out["controlling_terminal"], (
+        f"after the first dump, whose sweep met the terminal {out['terminal']} named "
+        f".{NAME}.terminal.tmp, it is the controlling terminal of the process, which led its "
+        f"session without one [STAT-10]")
 
 
 @pytest.mark.clause("STAT-10")

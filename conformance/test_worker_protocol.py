@@ -163,16 +163,18 @@ def test_max_steps_writes_exactly_n_steps_then_exits_0(worker) -> None:
 @pytest.mark.parametrize("step_ms,max_steps", [pytest.param("nan", "three", id="nan"),
                                                pytest.param("0", "-1", id="0")])
 def test_invalid_knobs_fall_back_to_their_defaults(worker, step_ms: str, max_steps: str) -> None:
-    """Unparsable or out-of-range knobs: the worker still starts and trains (each knob at its
-    default: ANTMAN_WORKER_MAX_STEPS 0 means it keeps training) and says so on stderr."""
+    """Unparsable or out-of-range knobs (a poll interval of ``nan`` or ``0`` too): the worker
+    still starts and trains (each knob at its default: ANTMAN_WORKER_MAX_STEPS 0 means it
+    keeps training) and says so on stderr, naming each variable."""
     w = worker(ANTMAN_WORKER_MAX_STEPS=max_steps, ANTMAN_WORKER_SEED="-1",
-               ANTMAN_WORKER_STEP_MS=step_ms)
+               ANTMAN_WORKER_STEP_MS=step_ms, ANTMAN_WORKER_POLL_INTERVAL_S=step_ms)
     steps = w.steps(4)
     assert [r["step"] for r in steps] == [0, 1, 2, 3], \
         f"a worker with invalid knobs wrote steps {[r['step'] for r in steps]} [WORKER-3]"
     tail = w.stderr_tail(1 << 20)       # all of it: a runtime may log much at start
     missing = [k for k in ("ANTMAN_WORKER_MAX_STEPS", "ANTMAN_WORKER_SEED",
-                           "ANTMAN_WORKER_STEP_MS") if k not in tail]
+                           "ANTMAN_WORKER_STEP_MS", "ANTMAN_WORKER_POLL_INTERVAL_S")
+               if k not in tail]
     assert not missing, (f"standard error names no invalid value of {missing}: "
                          f"{tail[-600:]!r} [WORKER-3]")
 

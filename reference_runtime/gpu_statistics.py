@@ -23,7 +23,6 @@ import stat as stat_module
 import tempfile
 import threading
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from .clock import REAL_CLOCK, Clock
@@ -33,14 +32,13 @@ from .log_text import quote
 from .session_run_action_registry import (SessionRunAction,
                                                            SessionRunActionOptions)
 
-__all__ = ["GPUStatistics", "AllocatorStatus", "STATUS_FILE_ENV_VAR", "SCHEMA_PATH",
+__all__ = ["GPUStatistics", "AllocatorStatus", "STATUS_FILE_ENV_VAR",
            "GPU_STATISTICS_INTERVAL_S", "MAX_RECORD_INTERVAL_S", "DURATION_STATISTICS_NUM_SESS",
            "DURATION_HUGE_CHANGE_THRESHOLD", "PHASE", "ENV_DEFAULT", "MAX_GRAPHS"]
 
 log = logging.getLogger(__name__)
 
 STATUS_FILE_ENV_VAR = "GPU_STATUS_FILE"
-SCHEMA_PATH = Path(__file__).resolve().parent / "schemas" / "gpu_status.schema.json"
 GPU_STATISTICS_INTERVAL_S = 10
 MAX_RECORD_INTERVAL_S = 100
 DURATION_STATISTICS_NUM_SESS = 10         # the window holds at most this minus one entries
