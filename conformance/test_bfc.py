@@ -1874,6 +1874,30 @@ def test_a_large_region_keeps_off_the_next_instance(rt, kind):
 
 @pytest.mark.clause("API-3")
 @pytest.mark.parametrize("kind", ["SimulatedDeviceMemory", "SimulatedHostMemory"])
+def test_an_empty_instance_serves_up_to_16_tib_less_4096(rt, kind):
+    """With a capacity of 32 TiB, an instance without live regions serves exactly
+    2^44 - 4096 bytes, first and again after a free, and refuses a byte, 256 bytes, 4096
+    bytes and 8192 bytes more."""
+    most = (1 << 44) - 4096
+    memory = getattr(rt, kind)(1 << 45)
+    for attempt in ("first", "again after a free"):
+        ptr = memory.alloc(256, most)
+        assert ptr is not None, (
+            f"{kind} without live regions refused alloc(256, 2^44 - 4096) ({attempt}) with a "
+            f"capacity of 2^45 [API-3]")
+        memory.free(ptr, most)
+        for more in (1, 256, 4096, 8192):
+            got = memory.alloc(256, most + more)
+            assert got is None, (
+                f"{kind}.alloc(256, 2^44 - 4096 + {more}) without live regions returned "
+                f"{got:#x}, expected None (more than an instance's addresses hold) [API-3]")
+    assert memory.live_regions == {} and memory.bytes_in_use == 0, (
+        f"{kind}: live_regions {memory.live_regions}, bytes_in_use {memory.bytes_in_use} after "
+        f"every region was freed [API-3]")
+
+
+@pytest.mark.clause("API-3")
+@pytest.mark.parametrize("kind", ["SimulatedDeviceMemory", "SimulatedHostMemory"])
 def test_a_freed_address_is_not_handed_out_again_at_once(rt, kind):
     memory = getattr(rt, kind)(MiB)
     a = memory.alloc(256, 4096)
