@@ -821,7 +821,7 @@ def test_cpu_allocator_name_sizes_and_alignment(rt, runtimes) -> None:
         f"an allocation of {size} bytes has (requested_size, allocated_size) {got}: expected "
         f"{size} and at least {size} [DEVICE-6]")
     held = []
-    for alignment in (1, 64, 128, 4096, 64, 256):
+    for alignment in (1, 64, 128, 4096, 64, 256, 2, 4, 8, 16, 32, 512, 1024, 2048, 2, 32):
         held.append(a.allocate_raw(alignment, 3 * alignment + 1))   # odd sizes: no luck
         assert held[-1] % alignment == 0, (
             f"allocate_raw({alignment}, {3 * alignment + 1}) returned {held[-1]:#x}, not a "

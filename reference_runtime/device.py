@@ -274,9 +274,7 @@ class CPUAllocator(Allocator):
         if not isinstance(num_bytes, int) or num_bytes < 0:
             raise ValueError(f"{self._name}: allocate_raw({alignment}, {num_bytes!r}): "
                              f"num_bytes must be a non-negative int")
-        align = 64
-        while align < alignment:
-            align <<= 1
+        align = max(64, alignment)      # DEVICE-6's alignments: powers of two up to 4096
         with self._lock:
             ptr = -(-self._cursor // align) * align
             self._cursor = ptr + max(num_bytes, 1)
