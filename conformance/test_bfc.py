@@ -867,8 +867,9 @@ def test_a_released_region_leaves_the_other_free_chunks_of_its_bin(rt):
 def test_a_released_region_empties_its_bin_and_leaves_the_next_bin(rt):
     """The released region was the only free chunk of its bin (1 MiB), and the next bin up
     (2 to 4 MiB) holds the free rest of another region: that rest is still the best fit of
-    a later request, and the released region's chunk is no longer a chunk of the allocator
-    (its queries and its free raise InvalidPointerError)."""
+    later requests (a 1 MiB one included, which finds its own bin empty), and the released
+    region's chunk is no longer a chunk of the allocator (its queries and its free raise
+    InvalidPointerError)."""
     bfc, sim = make(rt, 10 * MiB, gc=True)
     a = bfc.allocate_raw(256, MiB)            # R0 = 1 MiB, next 2 MiB
     d = bfc.allocate_raw(256, 2 * MiB)        # R1 = 2 MiB, next 4 MiB
@@ -883,7 +884,7 @@ def test_a_released_region_empties_its_bin_and_leaves_the_next_bin(rt):
     assert p is not None and sim.free_calls == [(a, MiB)], (
         f"allocate_raw(256, 4 MiB): {p}, released {sim.free_calls}, expected R0 released "
         f"[BFC-11]")
-    for size in (3 * MiB, 2 * MiB):
+    for size in (3 * MiB, 2 * MiB, MiB):
         try:
             q = bfc.allocate_raw(256, size, no_retry(rt))
         except Exception as exc:   # a bin still listing a released chunk, say
