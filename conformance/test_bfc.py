@@ -863,6 +863,55 @@ def test_a_released_region_leaves_the_other_free_chunks_of_its_bin(rt):
     assert_bfc_valid(bfc)
 
 
+@pytest.mark.clause("BFC-11", "BFC-6")
+def test_a_released_region_empties_its_bin_and_leaves_the_next_bin(rt):
+    """The released region was the only free chunk of its bin (1 MiB), and the next bin up
+    (2 to 4 MiB) holds the free rest of another region: that rest is still the best fit of
+    later requests (a 1 MiB one included, which finds its own bin empty), and the released
+    region's chunk is no longer a chunk of the allocator (its queries and its free raise
+    InvalidPointerError)."""
+    bfc, sim = make(rt, 10 * MiB, gc=True)
+    a = bfc.allocate_raw(256, MiB)            # R0 = 1 MiB, next 2 MiB
+    d = bfc.allocate_raw(256, 2 * MiB)        # R1 = 2 MiB, next 4 MiB
+    c = bfc.allocate_raw(256, MiB)            # R2 = 4 MiB split: free rest K of 3 MiB
+    precondition_holds("BFC-4", None not in (a, d, c) and bfc.allocated_size(c) == MiB,
+                       "a 1 MiB request splits the 4 MiB region R2")
+    k = c + MiB
+    bfc.deallocate_raw(a)                     # R0 fully free, alone in the bin of 1 MiB
+    p = bfc.allocate_raw(256, 4 * MiB, no_retry(rt))
+    # Extend fails (available 3 MiB); F = 1 MiB; 4 MiB <= 10 - 7 + 1 → release R0; Extend:
+    # region min(8 MiB, 4 MiB), whole. The pool is now the limit.
+    assert p is not None and sim.free_calls == [(a, MiB)], (
+        f"allocate_raw(256, 4 MiB): {p}, released {sim.free_calls}, expected R0 released "
+        f"[BFC-11]")
+    for size in (3 * MiB, 2 * MiB, MiB):
+        try:
+            q = bfc.allocate_raw(256, size, no_retry(rt))
+        except Exception as exc:   # a bin still listing a released chunk, say
+            pytest.fail(f"after R0 was released, allocate_raw(256, {size}) raised {exc!r} "
+                        f"[BFC-11]")
+        assert q == k, (
+            f"after R0 (the only free chunk of its bin) was released, allocate_raw(256, "
+            f"{size}) returned {q and hex(q)}, expected the free 3 MiB chunk {k:#x} of R2, "
+            f"which stays in its bin [BFC-11]")
+        bfc.deallocate_raw(q)
+    before = (bfc.memory_map(), bfc.get_stats())
+    for name in ("requested_size", "allocated_size", "allocation_id", "deallocate_raw"):
+        with raises(rt.InvalidPointerError, "BFC-6",
+                    f"{name}({a:#x}) of the released region's chunk"):
+            try:
+                getattr(bfc, name)(a)
+            except rt.InvalidPointerError as exc:
+                assert names_identifier(exc, name), (
+                    f"{name}({a:#x}) error {exc!r} does not name the method called [BFC-6]")
+                raise
+    assert (bfc.memory_map(), bfc.get_stats()) == before, (
+        "a pointer of a released region changed state [BFC-6]")
+    for ptr in (p, c, d):
+        bfc.deallocate_raw(ptr)
+    assert_bfc_valid(bfc, sim)
+
+
 @pytest.mark.clause("BFC-11")
 def test_nothing_to_release_makes_no_second_extend(rt):
     """F == 0 (the only region holds a chunk in use): garbage collection releases nothing,
@@ -1822,6 +1871,30 @@ def test_a_large_region_keeps_off_the_next_instance(rt, kind):
         hit = [(hex(a), hex(b)) for a, b in theirs if y < b + 1 and a < y + size + 1]
         assert not hit, (f"{kind}: a region [{y:#x}, +{size}) touches or overlaps the live "
                          f"region(s) {hit} of instances made after it [API-3]")
+
+
+@pytest.mark.clause("API-3")
+@pytest.mark.parametrize("kind", ["SimulatedDeviceMemory", "SimulatedHostMemory"])
+def test_an_empty_instance_serves_up_to_16_tib_less_4096(rt, kind):
+    """With a capacity of 32 TiB, an instance without live regions serves exactly
+    2^44 - 4096 bytes, first and again after a free, and refuses a byte, 256 bytes, 4096
+    bytes and 8192 bytes more."""
+    most = (1 << 44) - 4096
+    memory = getattr(rt, kind)(1 << 45)
+    for attempt in ("first", "again after a free"):
+        ptr = memory.alloc(256, most)
+        assert ptr is not None, (
+            f"{kind} without live regions refused alloc(256, 2^44 - 4096) ({attempt}) with a "
+            f"capacity of 2^45 [API-3]")
+        memory.free(ptr, most)
+        for more in (1, 256, 4096, 8192):
+            got = memory.alloc(256, most + more)
+            assert got is None, (
+                f"{kind}.alloc(256, 2^44 - 4096 + {more}) without live regions returned "
+                f"{got:#x}, expected None (more than an instance's addresses hold) [API-3]")
+    assert memory.live_regions == {} and memory.bytes_in_use == 0, (
+        f"{kind}: live_regions {memory.live_regions}, bytes_in_use {memory.bytes_in_use} after "
+        f"every region was freed [API-3]")
 
 
 @pytest.mark.clause("API-3")

@@ -674,12 +674,19 @@ def test_a_string_num_gpus_with_a_config_file_names_num_gpus(rt, control_env, tm
 
 
 @pytest.mark.clause("DEVICE-8")
-@pytest.mark.parametrize("bad", [-1, True, 1.0, "1"])
+@pytest.mark.parametrize("bad", [-1, True, 1.0, "1", 4, 5])
 def test_num_gpus_must_be_an_int_in_range(rt, control_env, bad) -> None:
-    with pytest.raises(ValueError):
-        rt.create_runtime(num_gpus=bad, backend=rt.SimBackend(2, 16 * MiB), config_file=None,
+    """The error names num_gpus, the value given and the count of the backend (3) that
+    bounds it, whatever is wrong with the value."""
+    with pytest.raises(ValueError) as refused:
+        rt.create_runtime(num_gpus=bad, backend=rt.SimBackend(3, 16 * MiB), config_file=None,
                           status_file=None)
         pytest.fail(f"create_runtime(num_gpus={bad!r}) built a runtime [DEVICE-8]")
+    message = str(refused.value)
+    assert (names_identifier(refused.value, "num_gpus") and repr(bad) in message
+            and re.search(r"(?<![0-9.'-])3(?![0-9.'])", message)), (
+        f"create_runtime(num_gpus={bad!r}) over a backend of 3 GPUs raised {message!r}: it "
+        f"must name num_gpus, the value {bad!r} and the backend's count 3 [DEVICE-8]")
 
 
 @pytest.mark.clause("DEVICE-8")
@@ -814,7 +821,7 @@ def test_cpu_allocator_name_sizes_and_alignment(rt, runtimes) -> None:
         f"an allocation of {size} bytes has (requested_size, allocated_size) {got}: expected "
         f"{size} and at least {size} [DEVICE-6]")
     held = []
-    for alignment in (1, 64, 128, 4096, 64, 256):
+    for alignment in (1, 64, 128, 4096, 64, 256, 2, 4, 8, 16, 32, 512, 1024, 2048, 2, 32):
         held.append(a.allocate_raw(alignment, 3 * alignment + 1))   # odd sizes: no luck
         assert held[-1] % alignment == 0, (
             f"allocate_raw({alignment}, {3 * alignment + 1}) returned {held[-1]:#x}, not a "

@@ -634,6 +634,54 @@ def test_three_argument_fallback_counts_an_allocator_without_stats_as_0(rt, tf_e
         f"host calls {host.calls}, expected the host's {host.PTR:#x} [VMEM-5]")
 
 
+@pytest.mark.clause("VMEM-5")
+@pytest.mark.parametrize("device_stats", ["none", "peak 0"])
+@pytest.mark.parametrize("above", [1, 0], ids=["peak-above-planned", "peak-at-planned"])
+def test_a_device_without_stats_adds_0_to_the_host_peak(rt, tf_env, device_stats, above):
+    """The host's peak alone (4096 bytes) decides the three-argument fallback when the device
+    allocator has no stats: refused with memory_planned a byte below it, served at it."""
+    tf_env.set("TF_RO_PLANNED_GPU", "100")
+    stats = None if device_stats == "none" else rt.AllocatorStats()
+    host = rt.BFCAllocator(rt.SimulatedHostMemory(MiB), MiB, True, "GPUHost_0_bfc",
+                           retry_timeout_us=0)
+    vmem = rt.GPUVMemAllocator(SharedStatsAllocator(rt, stats), host,
+                               physical_total_memory=4096 - above)
+    first = vmem.allocate_raw(256, 4096)        # two-argument: no planned check (VMEM-4)
+    assert first is not None and host.get_stats().peak_bytes_in_use == 4096, (
+        f"allocate_raw(256, 4096) through a device that serves nothing gave {first!r}, host "
+        f"stats {host.get_stats()} [VMEM-4]")
+    got = vmem.allocate_raw(256, 256, rt.AllocationAttributes())
+    expected = "refused" if above else "served"
+    assert ("refused" if got is None else "served") == expected, (
+        f"allocate_raw(256, 256, attrs) with a device without stats ({device_stats}) and a "
+        f"host peak of 4096 against memory_planned {4096 - above}: {got!r}, expected it "
+        f"{expected} (the merged peak is the host's alone) [VMEM-5]")
+
+
+@pytest.mark.clause("VMEM-5")
+@pytest.mark.parametrize("above", [1, 0], ids=["peak-above-planned", "peak-at-planned"])
+def test_a_host_without_stats_adds_0_to_the_device_peak(rt, tf_env, above):
+    """The device's peak alone (a full device of 4096 bytes) decides the three-argument
+    fallback when the host allocator has no stats: refused with memory_planned a byte below
+    it, served at it."""
+    tf_env.set("TF_RO_PLANNED_GPU", "100")
+    device = rt.BFCAllocator(rt.SimulatedDeviceMemory(MiB), 4096, False, "GPU_0_bfc",
+                             retry_timeout_us=0)
+    host = ServingAllocatorWithoutStats(rt)
+    vmem = rt.GPUVMemAllocator(device, host, physical_total_memory=4096 - above)
+    first = vmem.allocate_raw(256, 4096)
+    assert first is not None and host.calls == [] \
+        and device.get_stats().peak_bytes_in_use == 4096, (
+            f"allocate_raw(256, 4096) on a free device of 4096 bytes gave {first!r} (host calls "
+            f"{host.calls}), device stats {device.get_stats()} [VMEM-3]")
+    got = vmem.allocate_raw(256, 256, rt.AllocationAttributes())
+    expected = ([], None) if above else ([256], host.PTR)
+    assert (host.calls, got) == expected, (
+        f"allocate_raw(256, 256, attrs) with the device full (peak 4096) and a host without "
+        f"stats against memory_planned {4096 - above}: host calls {host.calls}, returned "
+        f"{got!r}, expected {expected} (the merged peak is the device's alone) [VMEM-5]")
+
+
 # --- VMEM-9 ------------------------------------------------------------------------------
 
 @pytest.mark.clause("VMEM-9", "BFC-12")

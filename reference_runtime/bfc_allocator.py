@@ -370,13 +370,9 @@ class BFCAllocator(Allocator):
         return True
 
     def _release_region(self, region: _Region) -> None:
-        """Give a region whose chunks are all free back to the sub-allocator (lock held)."""
-        c = self._chunks[region.ptr]
-        while c is not None:
-            if c.bin_num != K_INVALID_BIN_NUM:
-                self._remove_free(c)
-            del self._chunks[c.ptr]
-            c = c.next
+        """Give a region with no chunk in use back to the sub-allocator (lock held): it is one
+        free chunk, in its bin (free neighbours always merge, BFC-5)."""
+        self._remove_free(self._chunks.pop(region.ptr))
         i = bisect_left(self._region_starts, region.ptr)
         del self._region_starts[i]
         del self._regions[i]

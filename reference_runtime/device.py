@@ -200,11 +200,9 @@ class SimBackend:
         return f"SimBackend(num_gpus={self.num_gpus}, gpu_memory_bytes={self.gpu_memory_bytes})"
 
 
-def _check_count(what: str, value: Any, *, upper: int | None = None) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0 \
-            or (upper is not None and value > upper):
-        bound = f", at most {upper}" if upper is not None else ""
-        raise ValueError(f"{what} must be a non-negative int{bound}, got {value!r}")
+def _check_count(what: str, value: Any, *, upper: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= upper:
+        raise ValueError(f"{what} must be an int from 0 to {upper}, got {value!r}")
 
 
 def _check_bytes(what: str, value: Any) -> None:
@@ -276,9 +274,7 @@ class CPUAllocator(Allocator):
         if not isinstance(num_bytes, int) or num_bytes < 0:
             raise ValueError(f"{self._name}: allocate_raw({alignment}, {num_bytes!r}): "
                              f"num_bytes must be a non-negative int")
-        align = 64
-        while align < alignment:
-            align <<= 1
+        align = max(64, alignment)      # DEVICE-6's alignments: powers of two up to 4096
         with self._lock:
             ptr = -(-self._cursor // align) * align
             self._cursor = ptr + max(num_bytes, 1)
@@ -457,10 +453,7 @@ def create_devices(*, backend: Backend, clock: Clock | None = None,
     available = backend.gpu_count()
     if num_gpus is None:
         num_gpus = available
-    _check_count("num_gpus", num_gpus)
-    if num_gpus > available:
-        raise ValueError(f"num_gpus={num_gpus} but backend {backend.name!r} has "
-                         f"{available} GPU(s)")
+    _check_count("num_gpus", num_gpus, upper=available)    # the backend's GPUs
     if gpu_memory_bytes is not None:
         _check_bytes("gpu_memory_bytes", gpu_memory_bytes)
     devices: list[Device] = [CPUDevice(0)]
