@@ -56,7 +56,7 @@ class Buffer:
 
     __slots__ = ("allocator", "ptr", "array", "refs", "persistent")
 
-    def __init__(self, allocator: Allocator | None, ptr: int | None, array: Any, *,
+    def __init__(self, allocator: Allocator, ptr: int | None, array: Any, *,
                  persistent: bool) -> None:
         self.allocator = allocator
         self.ptr = ptr
@@ -67,8 +67,9 @@ class Buffer:
     def release(self) -> None:
         """Give the memory back to its allocator. Its owner calls it once: the step at the
         last reference (``unref``) or at its end for what is left (``free_all``), each after
-        taking the buffer out of its table under the lock; the session at ``close()``."""
-        if self.allocator is not None and self.ptr is not None:
+        taking the buffer out of its table under the lock; the session at ``close()``. A buffer
+        of 0 bytes (no pointer) has nothing to give back."""
+        if self.ptr is not None:
             self.allocator.deallocate_raw(self.ptr)
         self.array = None
 
