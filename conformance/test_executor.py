@@ -54,6 +54,39 @@ def test_add_node_returns_the_name_and_rejects_bad_nodes(rt) -> None:
 
 
 @pytest.mark.clause("EXEC-1")
+def test_inputs_given_as_one_str_are_one_input(rt, ctx) -> None:
+    g = rt.Graph()
+    g.add_node("src", "Const", value=[1.0, 2.0])
+    g.add_node("out", "Identity", "src")
+    g.add_node("after", "NoOp", "^out")
+    seen = {n.name: (list(n.inputs), list(n.control_inputs)) for n in g.nodes}
+    assert seen["out"] == (["src"], []) and seen["after"] == ([], ["out"]), (
+        f"add_node(..., 'src') and add_node(..., '^out') recorded (inputs, control inputs) "
+        f"{seen['out']} and {seen['after']}, expected one input each [EXEC-1]")
+    s = ctx.new_session(g)
+    (value,) = s.run(["out"], target_nodes=["after"])
+    assert np.array_equal(value, [1.0, 2.0]), f"Identity of 'src' returned {value!r} [EXEC-1]"
+
+
+@pytest.mark.clause("EXEC-1")
+@pytest.mark.parametrize("inputs", [5, None, 1.5, object()], ids=["int", "None", "float",
+                                                                   "object"])
+def test_inputs_that_are_no_iterable_are_a_graph_error(rt, inputs) -> None:
+    g = rt.Graph()
+    try:
+        g.add_node("n", "NoOp", inputs)
+    except rt.GraphError as exc:
+        assert names_identifier(exc, "n"), f"the GraphError {exc} does not name 'n' [EXEC-1]"
+    except Exception as exc:   # noqa: BLE001 - any other error is the violation
+        pytest.fail(f"add_node('n', 'NoOp', {inputs!r}) raised {exc!r}, not GraphError "
+                    f"[EXEC-1]")
+    else:
+        pytest.fail(f"add_node('n', 'NoOp', {inputs!r}) accepted inputs that are neither "
+                    f"a str nor an iterable [EXEC-1]")
+    assert g.nodes == [], f"a refused add_node('n', 'NoOp', {inputs!r}) left a node [EXEC-1]"
+
+
+@pytest.mark.clause("EXEC-1")
 def test_graph_nodes_is_a_copy(rt) -> None:
     g = rt.Graph()
     g.add_node("a", "Placeholder", dtype="float32")
@@ -156,6 +189,25 @@ def test_validation_rejects_unknown_inputs_bad_indices_and_cycles(rt, ctx) -> No
     msg = str(info.value)
     assert "->" in msg and all(n in msg for n in "abc"), \
         f"cycle error {msg!r} must list the cycle a -> b -> c [EXEC-2]"
+
+
+@pytest.mark.clause("EXEC-2")
+def test_a_control_input_that_names_no_node_is_a_graph_error(rt, ctx) -> None:
+    g = rt.Graph()
+    g.add_node("a", "Placeholder", dtype="float32")
+    g.add_node("b", "Identity", ["a", "^ghost"])
+    for what, call in (("validate()", g.validate), ("new_session", lambda: ctx.new_session(g))):
+        try:
+            call()
+        except rt.GraphError as exc:
+            assert names_identifier(exc, "ghost"), \
+                f"{what}: the GraphError {exc} does not name the control input 'ghost' [EXEC-2]"
+        except Exception as exc:   # noqa: BLE001 - any other error is the violation
+            pytest.fail(f"{what} of a graph whose control input '^ghost' names no node raised "
+                        f"{exc!r}, not GraphError [EXEC-2]")
+        else:
+            pytest.fail(f"{what} accepted a control input '^ghost' that names no node "
+                        f"[EXEC-2]")
 
 
 def cycle_in(message: str) -> list[str]:

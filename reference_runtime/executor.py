@@ -355,11 +355,7 @@ class ExecutorState:
                 if not self.clock.sleep_us(item.cost_us, self._abort):
                     raise CancelledError("step aborted during the kernel's compute time")
             with kernel_context(item.device):
-                item.kernel.compute(ctx)
-            for slot, out in enumerate(ctx.outputs):
-                if out is None:
-                    raise InvalidArgumentError(f"{item.node.op} node {item.name!r} did not "
-                                               f"produce output {slot}")
+                item.kernel.compute(ctx)      # sets every output or raises (kernels.py)
         except OpError as exc:
             error = exc
         except BaseException as exc:  # noqa: BLE001 - a kernel's own failure is the step's

@@ -24,7 +24,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from .clock import REAL_CLOCK, Clock
+from .clock import Clock
 
 __all__ = ["GpuOpManager", "QueuedOp", "THREAD_NAME_PREFIX"]
 
@@ -46,11 +46,11 @@ class QueuedOp:
 class GpuOpManager:
     """One step's op manager: a FIFO of queued GPU ops and the thread that launches them."""
 
-    def __init__(self, resource_management: Any, *, num_ops: int, clock: Clock | None = None,
-                 drain: Callable[[], None] | None = None, label: str) -> None:
+    def __init__(self, resource_management: Any, *, num_ops: int, clock: Clock,
+                 drain: Callable[[], None] | None, label: str) -> None:
         self._rm = resource_management
         self._drain = drain                       # waits for the step's GPUs (OPM-8)
-        self._clock = clock if clock is not None else REAL_CLOCK
+        self._clock = clock
         # GPU ops of the step not launched yet; its one reader is max(_remaining, 1) (OPM-4)
         self._remaining = int(num_ops)
         self._cv = threading.Condition()

@@ -77,10 +77,15 @@ class Graph:
         if not isinstance(op, str) or OpRegistry.global_registry().find(op) is None:
             raise GraphError(f"add_node({name!r}, {op!r}): unknown op {op!r}")
         if isinstance(inputs, str):
-            inputs = (inputs,)
+            inputs = (inputs,)                    # one input, not its characters (EXEC-1)
+        try:
+            refs = iter(inputs)
+        except TypeError:
+            raise GraphError(f"add_node({name!r}, {op!r}): inputs must be a str or an "
+                             f"iterable of str, got {inputs!r}") from None
         data: list[str] = []
         control: list[str] = []
-        for ref in inputs:
+        for ref in refs:
             if not isinstance(ref, str) or not ref:
                 raise GraphError(f"add_node({name!r}, {op!r}): bad input {ref!r}")
             if ref.startswith("^"):

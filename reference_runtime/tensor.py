@@ -54,23 +54,22 @@ def copy_from_host(out: Any, value: np.ndarray) -> None:
 class Buffer:
     """One allocation holding a tensor's values."""
 
-    __slots__ = ("allocator", "ptr", "array", "refs", "persistent", "freed")
+    __slots__ = ("allocator", "ptr", "array", "refs", "persistent")
 
-    def __init__(self, allocator: Allocator | None, ptr: int | None, array: Any, *,
+    def __init__(self, allocator: Allocator, ptr: int | None, array: Any, *,
                  persistent: bool) -> None:
         self.allocator = allocator
         self.ptr = ptr
         self.array = array
         self.refs = 0
         self.persistent = persistent
-        self.freed = False
 
     def release(self) -> None:
-        """Give the memory back to its allocator (once)."""
-        if self.freed:
-            return
-        self.freed = True
-        if self.allocator is not None and self.ptr is not None:
+        """Give the memory back to its allocator. Its owner calls it once: the step at the
+        last reference (``unref``) or at its end for what is left (``free_all``), each after
+        taking the buffer out of its table under the lock; the session at ``close()``. A buffer
+        of 0 bytes (no pointer) has nothing to give back."""
+        if self.ptr is not None:
             self.allocator.deallocate_raw(self.ptr)
         self.array = None
 
@@ -149,9 +148,9 @@ class StepAllocations:
             return
         with self._lock:
             buf.refs -= 1
-            if buf.refs > 0 or buf.freed:
+            if buf.refs > 0:
                 return
-            self._live.pop(id(buf), None)
+            del self._live[id(buf)]
         buf.release()
 
     def free_all(self) -> None:
