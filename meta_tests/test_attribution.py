@@ -100,7 +100,14 @@ def test_a_test_that_raised_an_exception_group_reads_its_first_failure_first(
     one.failures = {1: [{"tags": ["API-1"], "message": "KeyboardInterrupt"}]}
     plain = _record("t::c", ["API-1"], PASSED, ("FAIL", "ExceptionGroupish [API-1]"), PASSED)
     plain.failures = {1: [{"tags": ["API-1"], "message": "other"}]}
-    tests = by_id(_build(_data(tmp_path, [t, one, plain])), "tests", "nodeid")
+    torn = _record("t::d", ["API-1"], PASSED, PASSED, ("ERROR", "teardown: BaseExceptionGroup: "
+                   "errors while tearing down <Function d> (2 sub-exceptions)"))
+    torn.whens = ["setup", "call", "teardown"]
+    torn.failures = {2: [{"tags": ["API-1"], "message": "Failed: close() hung [API-1]"},
+                         {"tags": [], "message": "RuntimeError: leak"}]}
+    tests = by_id(_build(_data(tmp_path, [t, one, plain, torn])), "tests", "nodeid")
+    assert tests["t::d"]["message"].startswith("teardown: Failed: close() hung [API-1]\n(and 1 "
+                                               "more distinct failure: teardown: "), tests["t::d"]
     assert tests["t::a"]["message"] == ("always false [API-1]\nFalsifying x=1\n(and 1 more "
                                         f"distinct failure: {group})"), tests["t::a"]
     assert tests["t::b"]["message"] == "KeyboardInterrupt", tests["t::b"]

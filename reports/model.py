@@ -139,20 +139,21 @@ class RunData:
     today: dt.date | None = None
 
 
-_GROUP_MESSAGE = re.compile(r"\A(?:Base)?ExceptionGroup\b")
+_GROUP_MESSAGE = re.compile(r"\A((?:setup|teardown): )?(?:Base)?ExceptionGroup\b")
 
 
 def _root_cause_first(message: str | None, failures: Mapping[int, Sequence[Mapping[str, Any]]]
                       ) -> str | None:
     """A test whose phase raised an exception group (Hypothesis' "found 2 distinct failures")
     reads first the message of its first failure, not the group's count."""
-    if not message or not _GROUP_MESSAGE.match(message):
+    group = _GROUP_MESSAGE.match(message or "")
+    if not group:
         return message
     for phase in sorted(failures):
         found = [f for f in failures[phase] if f.get("message")]
         if found:
             more = len(found) - 1
-            text = found[0]["message"]
+            text = (group.group(1) or "") + found[0]["message"]
             if more:
                 text += f"\n(and {more} more distinct failure{'s' if more > 1 else ''}: {message})"
             return text

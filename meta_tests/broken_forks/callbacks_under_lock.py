@@ -25,6 +25,9 @@ ALSO_BREAKS = {
             "deadlock; a handler running under the listener's lock deadlocks exactly there",
     "FL-5": "FL-5 requires that a registration's start-up delivery holds up no other path; its "
             "handler runs under the listener's lock, so the monitor thread's check waits for it",
+    "FL-11": "FL-11 requires that a close() from a handler, on the monitor thread, ends the "
+             "round; the handler runs under the listener's lock, which close() takes: it "
+             "deadlocks there",
 }
 
 _forks.log_as(__name__)
