@@ -20,7 +20,9 @@ MODULES = ("conformance/test_resource_management.py", "conformance/test_clock.py
            "test_perf_control_zero_suspends_and_nonzero_resumes")
 OUTCOMES = ("FAIL",)
 ALSO_BREAKS = {"WORKER-11": "a black-box worker shows the misread value only as its clause's "
-                            "own check: training goes on after perfControl 0 is written"}
+                            "own check: training goes on after perfControl 0 is written",
+               "RM-12": "the workload command line, a process of its own, shows the misread "
+                        "value only as RM-12's behaviour: perfControl 0 never holds its steps"}
 
 _forks.log_as(__name__)
 _forks.patch_source(_rm.GPUResourceManagement, "_parse_perf", (
