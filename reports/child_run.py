@@ -6,18 +6,38 @@ child is killed when it outlives ``timeout_s``, or ``grace_s`` after its report 
 one killed by a signal it did not get from here (its own watchdog's) may still be writing its
 report: that is waited for up to ``report_wait_s``. The child's output goes to ``log`` (an
 open text file), read back whole. Used by the tools that certify many runtimes in turn (the
-AntMan pinning tool, the broken-fork meta-tests).
+AntMan pinning tool, the broken-fork meta-tests). A tool stopped by a signal calls
+``stop_all()`` from its handler: every child still running is killed (and reaped by its
+call), and no other is started, so none outlives the tool.
 """
 
 from __future__ import annotations
 
 import subprocess
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-__all__ = ["ChildRun", "report_files", "run_certification"]
+__all__ = ["ChildRun", "ChildRunStopped", "report_files", "run_certification", "stop_all"]
+
+_live: set[subprocess.Popen[str]] = set()
+_live_lock = threading.Lock()
+_stopping = threading.Event()
+
+
+class ChildRunStopped(RuntimeError):
+    """``run_certification`` was called after ``stop_all()``."""
+
+
+def stop_all() -> None:
+    """Kill every child a ``run_certification`` of this process has running, and start no
+    other (for a tool's SIGTERM or Ctrl-C handler; each call still reaps its own child)."""
+    _stopping.set()
+    with _live_lock:
+        for proc in _live:
+            proc.kill()
 
 
 @dataclass
@@ -42,8 +62,14 @@ def run_certification(cmd: list[str], *, cwd: Path, env: dict[str, str], report_
     start = time.monotonic()
     reported_at: float | None = None
     killed = None
+    if _stopping.is_set():
+        raise ChildRunStopped("the tool is stopping: no certification run is started")
     proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
                             text=True)
+    with _live_lock:
+        _live.add(proc)
+        if _stopping.is_set():          # stop_all() came between the check and the add
+            proc.kill()
     try:
         while True:
             try:
@@ -63,6 +89,8 @@ def run_certification(cmd: list[str], *, cwd: Path, env: dict[str, str], report_
         if proc.poll() is None:
             proc.kill()
         proc.wait()
+        with _live_lock:
+            _live.discard(proc)
     if proc.returncode < 0 and killed is None:
         waited_until = time.monotonic() + report_wait_s
         while not report_files(report_dir) and time.monotonic() < waited_until:

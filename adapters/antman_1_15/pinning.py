@@ -22,6 +22,7 @@ import concurrent.futures
 import json
 import os
 import re
+import signal
 import sys
 import tempfile
 from dataclasses import dataclass, field
@@ -34,7 +35,7 @@ if str(ROOT) not in sys.path:
 
 from adapters.antman_1_15.deviations import (BY_ID, DEVIATIONS, OFF_ENV_VAR,  # noqa: E402
                                              Deviation)
-from reports.child_run import report_files, run_certification  # noqa: E402
+from reports.child_run import report_files, run_certification, stop_all  # noqa: E402
 
 __all__ = ["RUNTIME", "DATA_PATH", "Run", "certify", "failures_of", "message_pattern",
            "spec_entries", "generate", "load"]
@@ -349,12 +350,24 @@ def main(argv: list[str] | None = None) -> int:
             write(doc)
             print(f"wrote {DATA_PATH.relative_to(ROOT)} from {args.source}")
         return 0
-    with tempfile.TemporaryDirectory(prefix="antman-pin-") as tmp:
-        base = args.keep or Path(tmp)
-        results = generate([s for s in only if s != "all-on"] if only
-                           else [d.id for d in DEVIATIONS],
-                           all_on=not only or "all-on" in only, jobs=args.jobs, base=base,
-                           all_on_workers=args.all_on_workers)
+    def stop(signum: int, frame: Any) -> None:      # no pytest child outlives the tool
+        stop_all()
+        raise KeyboardInterrupt
+
+    previous_handlers = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        with tempfile.TemporaryDirectory(prefix="antman-pin-") as tmp:
+            base = args.keep or Path(tmp)
+            results = generate([s for s in only if s != "all-on"] if only
+                               else [d.id for d in DEVIATIONS],
+                               all_on=not only or "all-on" in only, jobs=args.jobs, base=base,
+                               all_on_workers=args.all_on_workers)
+    except KeyboardInterrupt:
+        print("pinning: stopped; nothing written", file=sys.stderr)
+        return 130
+    finally:
+        for sig, handler in previous_handlers.items():
+            signal.signal(sig, handler)
     for key, run in results.items():
         if run.problems and run.report is not None:     # e.g. AntMan's threads kept it alive
             print(f"{key}: {'; '.join(run.problems)[:300]}", file=sys.stderr)
