@@ -38,6 +38,9 @@ STEP_MS = knob("ANTMAN_WORKER_STEP_MS", 50.0, float, lambda v: math.isfinite(v) 
 STEP_S = STEP_MS / 1000
 SEED = knob("ANTMAN_WORKER_SEED", 0, int, lambda v: v >= 0)   # stated, unused: steps are sleeps
 MAX_STEPS = knob("ANTMAN_WORKER_MAX_STEPS", 0, int, lambda v: v >= 0)
+# stated in the hello record (the fakes that read a config read it once a step)
+POLL_INTERVAL_S = knob("ANTMAN_WORKER_POLL_INTERVAL_S", 0.1, float,
+                       lambda v: math.isfinite(v) and 0 < v <= 60)
 BUS_ID = "3b:00.0"
 LIMIT = 1 << 30
 
@@ -54,7 +57,7 @@ def emit(record: dict) -> None:
 def hello() -> None:
     emit({"type": "hello", "protocol": 1,
           "runtime": {"name": "fake-worker", "version": "0"}, "spec_version": "2026.11",
-          "pid": os.getpid(), "t_us": now_us(), "poll_interval_s": 0.1,
+          "pid": os.getpid(), "t_us": now_us(), "poll_interval_s": POLL_INTERVAL_S,
           "devices": [{"name": "/device:GPU:0", "pci_bus_id": BUS_ID, "memory_limit": LIMIT}],
           "workload": {"kind": "sleep", "step_ms": STEP_MS, "max_steps": MAX_STEPS,
                        "seed": SEED}})
