@@ -2,7 +2,8 @@
 
 ``pytest.raises(E)`` fails with ``DID NOT RAISE`` or lets another exception through, and
 neither message names a clause, so the report would blame every clause of the test (a
-stateful machine names many). ``raises(E, clause, what)`` is the same check, tagged.
+stateful machine names many). ``raises(E, clause, what)`` is the same check, tagged; as
+``pytest.raises`` it yields what it caught (``.value``).
 
 ``names_identifier(message, name)`` is how a test checks that an error or a log line *names*
 an identifier (an argument, a field, a method, an allocator): as a whole word (SPEC.md,
@@ -16,7 +17,7 @@ import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-__all__ = ["names_identifier", "raises"]
+__all__ = ["Raised", "names_identifier", "raises"]
 
 _WORD = "A-Za-z0-9_"
 
@@ -28,15 +29,24 @@ def names_identifier(message: object, name: str) -> bool:
     return re.search(pattern, str(message)) is not None
 
 
+class Raised:
+    """What ``raises`` caught: ``value``, the exception (set once the block has raised it)."""
+
+    value: BaseException
+
+
 @contextmanager
 def raises(expected: type[BaseException] | tuple[type[BaseException], ...], clause: str,
-           what: str) -> Iterator[None]:
-    """The block MUST raise ``expected``; otherwise an assertion tagged with ``clause``."""
+           what: str) -> Iterator[Raised]:
+    """The block MUST raise ``expected``; otherwise an assertion tagged with ``clause``.
+    Yields a ``Raised`` whose ``value`` is the exception, for checks of its message."""
     names = " or ".join(e.__name__ for e in (expected if isinstance(expected, tuple)
                                              else (expected,)))
+    caught = Raised()
     try:
-        yield
-    except expected:
+        yield caught
+    except expected as exc:
+        caught.value = exc
         return
     except Exception as exc:
         raise AssertionError(f"{what} raised {type(exc).__name__}: {exc}, expected {names} "

@@ -9,7 +9,7 @@ import time
 import numpy as np
 import pytest
 
-from conformance.checks import names_identifier
+from conformance.checks import names_identifier, raises
 from conformance.control_helpers import JOIN_TIMEOUT_S as JOIN_S
 from conformance.control_helpers import joined, run_in_thread
 from conformance.execution_helpers import (CPU, GPU, INTER_OP_PREFIX, Log, RecordingBackend,
@@ -73,16 +73,11 @@ def test_inputs_given_as_one_str_are_one_input(rt, ctx) -> None:
                                                                    "object"])
 def test_inputs_that_are_no_iterable_are_a_graph_error(rt, inputs) -> None:
     g = rt.Graph()
-    try:
+    with raises(rt.GraphError, "EXEC-1", f"add_node('n', 'NoOp', {inputs!r}) (inputs neither "
+                                         f"a str nor an iterable)") as refused:
         g.add_node("n", "NoOp", inputs)
-    except rt.GraphError as exc:
-        assert names_identifier(exc, "n"), f"the GraphError {exc} does not name 'n' [EXEC-1]"
-    except Exception as exc:   # noqa: BLE001 - any other error is the violation
-        pytest.fail(f"add_node('n', 'NoOp', {inputs!r}) raised {exc!r}, not GraphError "
-                    f"[EXEC-1]")
-    else:
-        pytest.fail(f"add_node('n', 'NoOp', {inputs!r}) accepted inputs that are neither "
-                    f"a str nor an iterable [EXEC-1]")
+    assert names_identifier(refused.value, "n"), \
+        f"the GraphError {refused.value} does not name 'n' [EXEC-1]"
     assert g.nodes == [], f"a refused add_node('n', 'NoOp', {inputs!r}) left a node [EXEC-1]"
 
 
@@ -197,17 +192,12 @@ def test_a_control_input_that_names_no_node_is_a_graph_error(rt, ctx) -> None:
     g.add_node("a", "Placeholder", dtype="float32")
     g.add_node("b", "Identity", ["a", "^ghost"])
     for what, call in (("validate()", g.validate), ("new_session", lambda: ctx.new_session(g))):
-        try:
+        with raises(rt.GraphError, "EXEC-2", f"{what} of a graph whose control input '^ghost' "
+                                             f"names no node") as refused:
             call()
-        except rt.GraphError as exc:
-            assert names_identifier(exc, "ghost"), \
-                f"{what}: the GraphError {exc} does not name the control input 'ghost' [EXEC-2]"
-        except Exception as exc:   # noqa: BLE001 - any other error is the violation
-            pytest.fail(f"{what} of a graph whose control input '^ghost' names no node raised "
-                        f"{exc!r}, not GraphError [EXEC-2]")
-        else:
-            pytest.fail(f"{what} accepted a control input '^ghost' that names no node "
-                        f"[EXEC-2]")
+        assert names_identifier(refused.value, "ghost"), (
+            f"{what}: the GraphError {refused.value} does not name the control input 'ghost' "
+            f"[EXEC-2]")
 
 
 def cycle_in(message: str) -> list[str]:
