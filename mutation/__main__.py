@@ -28,12 +28,12 @@ import math
 import os
 import re
 import shutil
-import signal
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from reports.child_run import interrupted_by_signals
 from reports.untrusted import ReportError, read_regular
 
 from . import equivalents as eq
@@ -443,11 +443,6 @@ def _kinds(text: str) -> list[str]:
     return kinds
 
 
-def _stop(signum: int, frame: object) -> None:
-    STOP.set()                       # kills the pytest process groups of the runs in progress
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m mutation", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -545,18 +540,15 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"copy the report to {PUBLISHED_DIR}/sweep/")
     sw.set_defaults(func=cmd_sweep)
     args = parser.parse_args(argv)
-    previous = {sig: signal.signal(sig, _stop) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        return args.func(args)
+    try:          # STOP.set kills the pytest process groups of the runs in progress
+        with interrupted_by_signals(STOP.set):
+            return args.func(args)
     except (UsageError, eq.ReviewedListError) as exc:
         print(f"{parser.prog} {args.command}: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("stopped", file=sys.stderr)
         return 130
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 if __name__ == "__main__":

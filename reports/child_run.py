@@ -8,19 +8,25 @@ report: that is waited for up to ``report_wait_s``. The child's output goes to `
 open text file), read back whole. Used by the tools that certify many runtimes in turn (the
 AntMan pinning tool, the broken-fork meta-tests). A tool stopped by a signal calls
 ``stop_all()`` from its handler: every child still running is killed (and reaped by its
-call), and no other is started, so none outlives the tool.
+call), and no other is started, so none outlives the tool. ``interrupted_by_signals(stop)``
+is that handler for a tool's main: SIGTERM and Ctrl-C call ``stop`` and raise
+KeyboardInterrupt.
 """
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-__all__ = ["ChildRun", "ChildRunStopped", "report_files", "run_certification", "stop_all"]
+__all__ = ["ChildRun", "ChildRunStopped", "interrupted_by_signals", "report_files",
+           "run_certification", "stop_all"]
 
 _live: set[subprocess.Popen[str]] = set()
 _live_lock = threading.Lock()
@@ -38,6 +44,23 @@ def stop_all() -> None:
     with _live_lock:
         for proc in _live:
             proc.kill()
+
+
+@contextmanager
+def interrupted_by_signals(stop: Callable[[], None] = stop_all) -> Iterator[None]:
+    """While the block runs (in the main thread), SIGTERM and SIGINT call ``stop`` (which
+    ends the tool's children) and raise KeyboardInterrupt, so that the tool's ``finally``
+    clauses run and it exits as stopped; the previous handlers come back afterwards."""
+    def handler(signum: int, frame: object) -> None:
+        stop()
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 @dataclass

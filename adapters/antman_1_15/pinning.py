@@ -22,7 +22,6 @@ import concurrent.futures
 import json
 import os
 import re
-import signal
 import sys
 import tempfile
 from dataclasses import dataclass, field
@@ -35,7 +34,8 @@ if str(ROOT) not in sys.path:
 
 from adapters.antman_1_15.deviations import (BY_ID, DEVIATIONS, OFF_ENV_VAR,  # noqa: E402
                                              Deviation)
-from reports.child_run import report_files, run_certification, stop_all  # noqa: E402
+from reports.child_run import (interrupted_by_signals, report_files,  # noqa: E402
+                               run_certification)
 
 __all__ = ["RUNTIME", "DATA_PATH", "Run", "certify", "failures_of", "message_pattern",
            "spec_entries", "generate", "load"]
@@ -350,13 +350,9 @@ def main(argv: list[str] | None = None) -> int:
             write(doc)
             print(f"wrote {DATA_PATH.relative_to(ROOT)} from {args.source}")
         return 0
-    def stop(signum: int, frame: Any) -> None:      # no pytest child outlives the tool
-        stop_all()
-        raise KeyboardInterrupt
-
-    previous_handlers = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        with tempfile.TemporaryDirectory(prefix="antman-pin-") as tmp:
+    try:                   # stopped by a signal, it kills its pytest children (child_run)
+        with interrupted_by_signals(), \
+                tempfile.TemporaryDirectory(prefix="antman-pin-") as tmp:
             base = args.keep or Path(tmp)
             results = generate([s for s in only if s != "all-on"] if only
                                else [d.id for d in DEVIATIONS],
@@ -365,9 +361,6 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("pinning: stopped; nothing written", file=sys.stderr)
         return 130
-    finally:
-        for sig, handler in previous_handlers.items():
-            signal.signal(sig, handler)
     for key, run in results.items():
         if run.problems and run.report is not None:     # e.g. AntMan's threads kept it alive
             print(f"{key}: {'; '.join(run.problems)[:300]}", file=sys.stderr)
