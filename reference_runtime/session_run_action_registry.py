@@ -134,7 +134,10 @@ class SessionRunActionRegistry:
 
     def run_grouping(self, grouping: Grouping | int, options: SessionRunActionOptions) -> None:
         """Run every action of ``grouping``; the first exception stops and propagates."""
-        for _, action in self._snapshots[_grouping(grouping)]:
+        snapshot = self._snapshots.get(grouping) if type(grouping) in (Grouping, int) else None
+        if snapshot is None:
+            snapshot = self._snapshots[_grouping(grouping)]
+        for _, action in snapshot:
             action.run_action(options)
 
     def get_action(self, grouping: Grouping | int, phase: int, name: str) -> Any:

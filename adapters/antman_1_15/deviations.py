@@ -230,8 +230,7 @@ DEVIATIONS: tuple[Deviation, ...] = (
     Deviation("D-REG-1", ("REG-8",),
               "the registry has no locking and a run iterates the live map, so an action "
               "registered during a run runs in it",
-              ((REG, "        for _, action in self._snapshots[_grouping(grouping)]:\n"
-                     "            action.run_action(options)\n",
+              ((REG, "        for _, action in snapshot:\n            action.run_action(options)\n",
                      "        regs = self._groups[_grouping(grouping)]   # AntMan: the live std::map\n"
                      "        p = None\n"
                      "        while True:                         # an iterator: later phases added now are seen\n"
