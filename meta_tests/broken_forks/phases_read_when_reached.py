@@ -19,10 +19,10 @@ OUTCOMES = ("FAIL",)
 
 _forks.log_as(__name__)
 _forks.patch_source(_registry.SessionRunActionRegistry, "run_grouping", (
-    "        for _, action in self._snapshots[_grouping(grouping)]:\n"
+    "        for _, action in snapshot:\n"
     "            action.run_action(options)\n",
     "        g = _grouping(grouping)\n"
-    "        for phase in sorted({p for p, _ in self._snapshots[g]}):\n"
+    "        for phase in sorted({p for p, _ in snapshot}):\n"
     "            with self._lock:                          # the fork: read when reached\n"
     "                actions = [a for q, a in self._groups[g] if q == phase]\n"
     "            for action in actions:\n"

@@ -20,8 +20,8 @@ OUTCOMES = ("FAIL", "TIMEOUT")   # an action that registers deadlocks on the loc
 
 _forks.log_as(__name__)
 _forks.patch_source(_registry.SessionRunActionRegistry, "run_grouping", (
-    "        for _, action in self._snapshots[_grouping(grouping)]:\n"
+    "        for _, action in snapshot:\n"
     "            action.run_action(options)\n",
     "        with self._lock:                            # the fork: held while actions run\n"
-    "            for _, action in self._snapshots[_grouping(grouping)]:\n"
+    "            for _, action in snapshot:\n"
     "                action.run_action(options)\n"))
