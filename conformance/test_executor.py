@@ -467,6 +467,23 @@ def test_a_variable_without_initial_value_fails_the_step(rt, ctx, device: str) -
 
 @pytest.mark.clause("EXEC-4")
 @pytest.mark.parametrize("device", [CPU, GPU])
+def test_a_variable_takes_its_dtype_attribute(rt, ctx, device: str) -> None:
+    """``Variable(initial_value, dtype)``: the variable is its initial value converted to
+    ``dtype``, whether that value is given or returned by a callable."""
+    g = rt.Graph()
+    g.add_node("ints", "Variable", device=device, initial_value=[1, 2], dtype="float32")
+    g.add_node("wide", "Variable", device=device, dtype="float32",
+               initial_value=lambda: np.array([0.5, 3.0], np.float64))
+    ints, wide = ctx.new_session(g).run(["ints", "wide"])
+    for name, got, want in (("ints", ints, [1.0, 2.0]), ("wide", wide, [0.5, 3.0])):
+        assert got.dtype == np.float32, (
+            f"Variable {name!r} of dtype='float32' on {device} has dtype {got.dtype} [EXEC-4]")
+        np.testing.assert_array_equal(got, want, err_msg=f"Variable {name!r} on {device} "
+                                                         f"[EXEC-4]")
+
+
+@pytest.mark.clause("EXEC-4")
+@pytest.mark.parametrize("device", [CPU, GPU])
 def test_const_takes_its_dtype_attribute(rt, ctx, device: str) -> None:
     """``Const(value, dtype)``: the constant is ``value`` converted to ``dtype``."""
     g = rt.Graph()
