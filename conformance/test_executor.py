@@ -591,6 +591,13 @@ BAD_KERNEL_INPUTS = {
     "pyfunc-too-many": ("PyFunc", {}, [], {"num_outputs": 2,
                                            "func": lambda: (np.ones(1), np.ones(1), np.ones(1))}),
     "pyfunc-none": ("PyFunc", {}, [], {"func": lambda: None}),
+    # with num_outputs >= 2 only a tuple or list is several values: anything else is one
+    "pyfunc-generator": ("PyFunc", {}, [], {"num_outputs": 2,
+                                            "func": lambda: (v for v in (np.ones(1),
+                                                                         np.ones(1)))}),
+    "pyfunc-two-row-array": ("PyFunc", {}, [], {"num_outputs": 2,
+                                                "func": lambda: np.ones((2, 3), F32)}),
+    "pyfunc-scalar": ("PyFunc", {}, [], {"num_outputs": 2, "func": lambda: 5.0}),
 }
 
 
@@ -696,6 +703,16 @@ def test_pyfunc_outputs_and_shape_errors(rt, ctx) -> None:
     d, total = s.run(["two:0", "two:1"], {"x": x})
     np.testing.assert_array_equal(d, x * 2, err_msg="PyFunc output 0 [EXEC-4]")
     assert float(total) == 15.0, f"PyFunc output 1 = {total} [EXEC-4]"
+    g.add_node("as_list", "PyFunc", ["x"], device=GPU, num_outputs=2,
+               func=lambda x: [x[0], x[1] * 3])
+    g.add_node("one_tuple", "PyFunc", ["x"], device=GPU, func=lambda x: (x[0], x[1]))
+    s = ctx.new_session(g)
+    first, tripled, pair = s.run(["as_list:0", "as_list:1", "one_tuple"], {"x": x})
+    np.testing.assert_array_equal(first, x[0], err_msg="PyFunc list result, output 0 [EXEC-4]")
+    np.testing.assert_array_equal(tripled, x[1] * 3,
+                                  err_msg="PyFunc list result, output 1 [EXEC-4]")
+    np.testing.assert_array_equal(pair, x, err_msg="the tuple result of a PyFunc of one "
+                                                   "output is that output [EXEC-4]")
     with pytest.raises(rt.InvalidArgumentError) as info:
         s.run(["bad_mm"], {"x": x})
     assert info.value.node_name == "bad_mm" and names_identifier(info.value, "bad_mm"), \

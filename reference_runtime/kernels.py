@@ -465,8 +465,8 @@ def _py_func_outputs(attrs: dict) -> int:
 def _py_func(ctx: OpKernelContext) -> None:
     """Calls ``attrs["func"](*inputs)`` with host (NumPy) copies of the inputs.
 
-    The result (one array-like, or a tuple of ``num_outputs`` of them) is copied into
-    outputs allocated on the node's device.
+    The result (one array-like, or a tuple or list of ``num_outputs`` of them) is copied into
+    outputs allocated on the node's device; any other result is one value (``tf.py_func``).
     """
     func = ctx.attrs.get("func")
     if not callable(func):
@@ -476,7 +476,7 @@ def _py_func(ctx: OpKernelContext) -> None:
     n = len(ctx.outputs)
     if n == 0:
         return
-    values = (result,) if n == 1 else tuple(result)
+    values = result if n > 1 and isinstance(result, (tuple, list)) else (result,)
     if len(values) != n:
         raise ctx.invalid(f"func returned {len(values)} value(s), expected {n}")
     for i, value in enumerate(values):
