@@ -99,10 +99,9 @@ def _array_over(device: Any, ptr: int | None, nbytes: int, shape: tuple[int, ...
     return device_xp(device).empty(shape, dtype=dtype)
 
 
-def allocate_buffer(device: Any, shape: tuple[int, ...], dtype: Any, *, node_name: str,
+def allocate_buffer(device: Any, shape: tuple[int, ...], dtype: np.dtype, *, node_name: str,
                     persistent: bool) -> Buffer:
     """Allocate a tensor of ``shape``/``dtype`` on ``device``; OOM -> ResourceExhaustedError."""
-    dtype = np.dtype(dtype)
     shape = tuple(int(d) for d in shape)
     nbytes = math.prod(shape) * dtype.itemsize
     allocator = device.get_allocator()          # TF Device::GetAllocator
@@ -129,7 +128,7 @@ class StepAllocations:
         self._lock = threading.Lock()
         self._live: dict[int, Buffer] = {}
 
-    def allocate(self, device: Any, shape: tuple[int, ...], dtype: Any, *,
+    def allocate(self, device: Any, shape: tuple[int, ...], dtype: np.dtype, *,
                  node_name: str) -> Buffer:
         buf = allocate_buffer(device, shape, dtype, node_name=node_name, persistent=False)
         buf.refs = 1  # the producing node's own reference
