@@ -208,9 +208,11 @@ def test_a_pool_built_with_limit_zero_grows_once_the_limit_is_raised(rt, request
 
 
 @pytest.mark.clause("ADJ-4", "BFC-8")
-@pytest.mark.parametrize("gap", [1, 255, 256, 1000, 100 * KiB, MiB - 1, MiB, 3 * MiB,
-                                 4 * MiB - 1, 4 * MiB, 4 * MiB + 1])
+@pytest.mark.parametrize("gap", [-256, -1, 0, 1, 255, 256, 1000, 100 * KiB, MiB - 1, MiB,
+                                 3 * MiB, 4 * MiB - 1, 4 * MiB, 4 * MiB + 1])
 def test_next_region_size_after_shrink(rt, gap):
+    """A negative gap is a target below the 2 MiB in use: the shrink falls short by -gap
+    bytes (1 byte at -1), which wraps to 1 MiB; at 0 it ends on the target exactly (256)."""
     bfc, sim, a, b, c = three_regions(rt)
     target = 2 * MiB + gap                 # below the pool of 7 MiB
     # FreeEmptyMemory: free regions R1 (1 MiB), R3 (4 MiB) in address order until to_free <= 0

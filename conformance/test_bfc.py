@@ -340,6 +340,36 @@ def test_best_fit_smallest_then_lowest_address(rt):
     assert sim.alloc_calls == calls, "best fit grew the pool although a chunk fitted [BFC-3]"
 
 
+@pytest.mark.clause("BFC-3")
+@pytest.mark.parametrize("side", ["next", "prev"])
+def test_a_merge_that_empties_a_bin_leaves_the_next_bin_searched(rt, side):
+    """A free of 4096 bytes merges with its free neighbour of 256 bytes (``side``), the only
+    chunk of bin 0; the 512-byte hole X, alone in bin 1, is still the best fit of a 512-byte
+    request afterwards (not the merged 4352-byte chunk of bin 4 above it)."""
+    bfc, sim = make(rt, MiB, growth=False)
+    sizes = [512, 256, 4096, 256, 256] if side == "next" else [512, 256, 256, 4096, 256]
+    ptrs = [bfc.allocate_raw(256, n) for n in sizes]
+    x = ptrs[0]
+    small, big = (ptrs[3], ptrs[2]) if side == "next" else (ptrs[2], ptrs[3])
+    assert [q - p for p, q in zip(ptrs, ptrs[1:])] == sizes[:-1], "[BFC-3]"
+    for p in (x, small, big):                 # X to bin 1, the 256 to bin 0, then the merge
+        bfc.deallocate_raw(p)
+    low = min(small, big)
+    merged = [c for c in chunks(bfc) if c[0] == low]
+    assert merged == [(low, 4352, False)], (
+        f"freeing the 4096 beside the free 256 ({side}): chunk {merged}, expected one free "
+        f"chunk of 4352 bytes [BFC-3]")
+    calls = list(sim.alloc_calls)
+    got = bfc.allocate_raw(256, 512)
+    assert got == x, (
+        f"allocate_raw(256, 512) after a merge emptied bin 0 returned {got and hex(got)}, "
+        f"expected the 512-byte hole {x:#x}, the only chunk of bin 1 and the best fit "
+        f"[BFC-3]")
+    assert sim.alloc_calls == calls and bfc.allocated_size(got) == 512, (
+        f"the best fit grew the pool ({sim.alloc_calls[len(calls):]}) or handed out "
+        f"{bfc.allocated_size(got)} bytes [BFC-3]")
+
+
 @pytest.mark.clause("BFC-4")
 def test_no_split_below_twice_the_request(rt):
     bfc, _, a, c, e = _holes(rt)

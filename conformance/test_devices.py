@@ -403,6 +403,25 @@ def test_cpu_allocator_statistics(rt, runtimes) -> None:
     a.deallocate_raw(q)
 
 
+@pytest.mark.clause("DEVICE-6")
+def test_cpu_allocator_deallocate_none_is_a_no_op(rt, runtimes) -> None:
+    ctx = runtimes()
+    a = ctx.device_mgr.lookup_device("CPU:0").get_allocator()
+    p = a.allocate_raw(64, 100)
+    before = a.get_stats()
+    try:
+        a.deallocate_raw(None)
+    except Exception as exc:   # noqa: BLE001 - any exception is the failure reported
+        pytest.fail(f"the CPU allocator's deallocate_raw(None) raised {exc!r}; it must do "
+                    f"nothing [DEVICE-6]")
+    assert a.get_stats() == before and a.requested_size(p) == 100, (
+        f"deallocate_raw(None) changed the stats {before} to {a.get_stats()} or the live "
+        f"allocation [DEVICE-6]")
+    a.deallocate_raw(p)
+    assert a.get_stats().bytes_in_use == 0, (
+        f"after freeing the one allocation: {a.get_stats()} [DEVICE-6]")
+
+
 @pytest.mark.clause("DEVICE-7")
 @pytest.mark.parametrize("name", ["sim", " SIM ", "Sim"])
 def test_select_sim(rt, name) -> None:

@@ -456,19 +456,16 @@ def create_devices(*, backend: Backend, clock: Clock | None = None,
     _check_count("num_gpus", num_gpus, upper=available)    # the backend's GPUs
     if gpu_memory_bytes is not None:
         _check_bytes("gpu_memory_bytes", gpu_memory_bytes)
+    # Nothing to close when a GPU fails to build: the CPU pool starts its threads on the
+    # first schedule(), and a GPU device holds no resource of its own.
     devices: list[Device] = [CPUDevice(0)]
-    try:
-        for i in range(num_gpus):
-            info = backend.gpu_info(i)
-            limit = gpu_memory_bytes if gpu_memory_bytes is not None else info.total_memory
-            bfc = rt.GPUBFCAllocator(backend.device_memory(i, limit), limit, f"GPU_{i}_bfc",
-                                     allow_growth=allow_growth, clock=clock)
-            allocator = rt.maybe_create_gpu_vmem_allocator(
-                bfc, host_sub_allocator=backend.host_memory(i), tf_gpu_id=i,
-                physical_total_memory=info.total_memory, clock=clock)
-            devices.append(GPUDevice(i, backend, allocator, info, limit))
-    except BaseException:
-        for d in devices:
-            d.close()
-        raise
+    for i in range(num_gpus):
+        info = backend.gpu_info(i)
+        limit = gpu_memory_bytes if gpu_memory_bytes is not None else info.total_memory
+        bfc = rt.GPUBFCAllocator(backend.device_memory(i, limit), limit, f"GPU_{i}_bfc",
+                                 allow_growth=allow_growth, clock=clock)
+        allocator = rt.maybe_create_gpu_vmem_allocator(
+            bfc, host_sub_allocator=backend.host_memory(i), tf_gpu_id=i,
+            physical_total_memory=info.total_memory, clock=clock)
+        devices.append(GPUDevice(i, backend, allocator, info, limit))
     return DeviceMgr(devices)
