@@ -214,8 +214,9 @@ def cycle_in(message: str) -> list[str]:
     ({"a": ["^n", "^c"], "n": [], "b": ["^a"], "c": ["^b"]}, {"a", "b", "c"}),
     ({"e": ["^d"], "a": ["^x", "^d"], "x": [], "b": ["^a"], "c": ["^b"], "d": ["^c"]},
      {"a", "b", "c", "d"}),
+    ({"y": ["^x"], "x": [], "p": ["q"], "q": ["p"]}, {"p", "q"}),
 ], ids=["three", "self", "behind-a-root", "apart", "beside-a-finished-branch",
-        "entered-from-outside"])
+        "entered-from-outside", "after-a-node-already-walked"])
 def test_cycle_message_follows_the_data_flow(rt, edges, members) -> None:
     g = rt.Graph()
     for name, inputs in edges.items():
