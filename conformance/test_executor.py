@@ -214,8 +214,9 @@ def cycle_in(message: str) -> list[str]:
     ({"a": ["^n", "^c"], "n": [], "b": ["^a"], "c": ["^b"]}, {"a", "b", "c"}),
     ({"e": ["^d"], "a": ["^x", "^d"], "x": [], "b": ["^a"], "c": ["^b"], "d": ["^c"]},
      {"a", "b", "c", "d"}),
+    ({"y": ["^x"], "x": [], "p": ["q"], "q": ["p"]}, {"p", "q"}),
 ], ids=["three", "self", "behind-a-root", "apart", "beside-a-finished-branch",
-        "entered-from-outside"])
+        "entered-from-outside", "after-a-node-already-walked"])
 def test_cycle_message_follows_the_data_flow(rt, edges, members) -> None:
     g = rt.Graph()
     for name, inputs in edges.items():
@@ -1556,8 +1557,10 @@ def test_cost_us_waits_on_the_clock_before_the_kernel(rt, auto_clock) -> None:
 @pytest.mark.clause("EXEC-12")
 def test_an_aborting_step_cancels_the_compute_time_of_its_running_nodes(rt) -> None:
     """'slow' computes for 10 virtual seconds on the GPU; 'bad' fails on the CPU once that
-    wait began: the step aborts, and the wait ends at once without the clock moving."""
+    wait began: the step aborts, the wait ends at once without the clock moving, and the
+    kernel of 'slow' does not compute."""
     clock = VirtualClock()
+    computed: list[int] = []
 
     def fail_once_slow_waits():
         clock.wait_for_waiters(1, clause="EXEC-12")
@@ -1565,7 +1568,8 @@ def test_an_aborting_step_cancels_the_compute_time_of_its_running_nodes(rt) -> N
 
     with sim_runtime(rt, clock=clock) as c:
         g = rt.Graph()
-        g.add_node("slow", "PyFunc", device=GPU, cost_us=10_000_000, func=lambda: np.float32(0))
+        g.add_node("slow", "PyFunc", device=GPU, cost_us=10_000_000,
+                   func=lambda: computed.append(clock.now_us()) or np.float32(0))
         g.add_node("bad", "PyFunc", device=CPU, func=fail_once_slow_waits)
         s = c.new_session(g)
         out: list = []
@@ -1587,6 +1591,9 @@ def test_an_aborting_step_cancels_the_compute_time_of_its_running_nodes(rt) -> N
             assert out and isinstance(out[0], rt.OpError), \
                 f"the aborted step gave {out} [EXEC-12]"
             assert clock.now_us() == 0, "the cancelled compute time needed the clock [EXEC-12]"
+            assert computed == [], (
+                f"the kernel of 'slow' computed (at {computed} us) after the step's abort "
+                f"cancelled its compute time [EXEC-12]")
         finally:
             clock.advance(10_000_000)
             runner.join(10)

@@ -72,10 +72,21 @@ def test_construction_validates_and_new_session_uses_the_context(rt, ctx) -> Non
     (_, _, _, session, device_mgr), = log.snapshot()
     assert session is s and device_mgr is ctx.device_mgr, \
         "new_session() must use the context's registry and device_mgr [SESS-1]"
-    direct = rt.DirectSession(ctx.device_mgr, step_graph(rt, Log()), registry=ctx.registry)
+    graph = step_graph(rt, Log())
+    direct = rt.DirectSession(ctx.device_mgr, graph, registry=ctx.registry)
     direct.close()
     assert s.device_mgr is ctx.device_mgr and direct.device_mgr is ctx.device_mgr, (
         "a session's device_mgr must be the device manager it was made with [SESS-1]")
+    assert direct.graph is graph, (
+        f"a session's graph is {direct.graph!r}, not the Graph it was made with [SESS-1]")
+    assert s.registry is ctx.registry and direct.registry is ctx.registry, (
+        "a session's registry must be the registry it was made with (new_session(): the "
+        "context's) [SESS-1]")
+    default = rt.DirectSession(ctx.device_mgr, graph)
+    default.close()
+    assert default.registry is rt.global_registry(), (
+        "a session made with registry=None must have global_registry() as its registry "
+        "[SESS-1]")
 
 
 @pytest.mark.clause("SESS-1")

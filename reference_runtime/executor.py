@@ -38,11 +38,9 @@ from .kernels import (KernelDef, OpKernelContext, OpRegistry,
                                        SessionResources)
 from .tensor import Buffer, StepAllocations, kernel_context, to_host
 
-__all__ = ["ExecutorImpl", "ExecutorState", "NodeItem", "Runner"]
+__all__ = ["ExecutorImpl", "ExecutorState", "NodeItem"]
 
 log = logging.getLogger(__name__)
-
-Runner = Callable[[Callable[[], None]], None]
 
 
 @dataclass
@@ -159,7 +157,8 @@ class ExecutorImpl:
         self.gpu_devices = {id(it.device): it.device     # each GPU once, a fresh view
                             for it in self.items if it.is_gpu}.values()
 
-    def run(self, *, feeds: dict[str, np.ndarray], runner: Runner,
+    def run(self, *, feeds: dict[str, np.ndarray],
+            runner: Callable[[Callable[[], None]], None],
             resources: SessionResources, clock: Clock, resource_management: Any,
             step_id: int, key: Any,
             on_start: Callable[["ExecutorState"], None]) -> list[np.ndarray]:
@@ -175,7 +174,8 @@ class ExecutorImpl:
 class ExecutorState:
     """One step of an ``ExecutorImpl`` (TF ``ExecutorState``)."""
 
-    def __init__(self, impl: ExecutorImpl, *, feeds: dict[str, np.ndarray], runner: Runner,
+    def __init__(self, impl: ExecutorImpl, *, feeds: dict[str, np.ndarray],
+                 runner: Callable[[Callable[[], None]], None],
                  resources: SessionResources, clock: Clock,
                  resource_management: Any, step_id: int, key: Any) -> None:
         self.impl = impl

@@ -123,5 +123,5 @@ class GpuOpManager:
             self._drain()                        # the slot starts on idle GPUs (OPM-8)
         start = self._clock.now_us()
         self._clock.sleep_us(slot, self._cancel)
-        spent = max(0, int(self._clock.now_us()) - start)
+        spent = int(self._clock.now_us()) - start        # now_us never decreases (API-4)
         self._rm.spend_idle_time(spent)          # deducted from E, counted as idle (RM-14)
