@@ -206,3 +206,41 @@ def test_runtime_close_ends_a_suspended_step(rt, no_thread_leak, control_env, tm
         closer, _ = run_in_thread(ctx.close, name="closer")
         assert joined(closer), "RuntimeContext.close() hung with a suspended step [CLK-3]"
     assert joined(step), "RuntimeContext.close() did not end the suspended step [CLK-3]"
+
+
+@pytest.mark.clause("CLK-1")
+@pytest.mark.parametrize("duration_us", [1, 2, 3])
+def test_real_clock_waits_of_a_few_microseconds_last_them(rt, duration_us) -> None:
+    """Only `timeout_us <= 0` returns at once: a wait of 1 µs lasts at least 1 µs, to the
+    nanosecond, each of many times (a call that returns at once takes a fraction of one)."""
+    clock = real_clock(rt)
+    ev = threading.Event()
+    took_ns = []
+    for _ in range(50):
+        start = time.monotonic_ns()
+        got = clock.wait(ev, duration_us)
+        took_ns.append(time.monotonic_ns() - start)
+        assert got is False, f"wait(unset event, {duration_us}) returned {got!r} [CLK-1]"
+    short = [t for t in took_ns if t < duration_us * 1000]
+    assert not short, (f"wait(unset event, {duration_us} µs) returned after {min(short)} ns "
+                       f"({len(short)} of {len(took_ns)} waits short of it) [CLK-1]")
+
+
+@pytest.mark.clause("CLK-1")
+@pytest.mark.parametrize("timeout_us", [10**15, 9 * 10**15])
+def test_real_clock_waits_for_all_that_is_left(rt, timeout_us) -> None:
+    """Each wait on the event asks for what is left of the timeout, not less: a wait of 10^9 s
+    set by its first event wait saw that wait asked for 10^9 s, less only the time the call
+    took before it (a wait that asks for less wakes before its deadline for nothing)."""
+    clock = real_clock(rt)
+    ev = _SetWhenWaitedOn()
+    start = time.monotonic_ns()
+    got = clock.wait(ev, timeout_us)
+    took_s = (time.monotonic_ns() - start) / 1e9
+    assert got is True, f"wait(event set during the wait, {timeout_us}) returned {got!r} [CLK-1]"
+    assert ev.asked, f"wait(event, {timeout_us}) did not wait on the event [CLK-1]"
+    want_s = min(timeout_us / 1e6, threading.TIMEOUT_MAX) - took_s - 1e-3
+    asked = ev.asked[0]
+    assert asked is not None and asked >= want_s, (
+        f"wait(event, {timeout_us} µs) first waited on the event for {asked} s, less than the "
+        f"{want_s:.6f} s left of it [CLK-1]")

@@ -1122,6 +1122,65 @@ def test_close_from_a_handler_ends_the_round(rt, no_thread_leak, listener, vcloc
         f"{b.name}: {[r.getMessage()[:200] for r in about_b]} [FL-11]")
 
 
+class _ClockPausingOneRead:
+    """A virtual clock whose first reading (``now_us``) on the thread named ``thread_name``
+    waits until ``release`` is set: a registration on that thread is held inside its read
+    of the path (FL-5), after the path was found and before anything is delivered."""
+
+    def __init__(self, inner: VirtualClock, thread_name: str) -> None:
+        self.inner, self.thread_name = inner, thread_name
+        self.paused, self.release = threading.Event(), threading.Event()
+
+    def now_us(self) -> int:
+        if threading.current_thread().name == self.thread_name and not self.paused.is_set():
+            self.paused.set()
+            self.release.wait(SETTLE_TIMEOUT_S)
+        return self.inner.now_us()
+
+    def time_s(self) -> int:
+        return self.inner.time_s()
+
+    def wait(self, event: threading.Event, timeout_us: int) -> bool:
+        return self.inner.wait(event, timeout_us)
+
+    def sleep_us(self, duration_us: int, cancel: threading.Event | None = None) -> bool:
+        return self.inner.sleep_us(duration_us, cancel)
+
+
+@pytest.mark.clause("FL-11")
+def test_close_during_a_registrations_read_leaves_it_nothing_to_deliver(
+        rt, no_thread_leak, vclock, tmp_path) -> None:
+    """A registration reads its path (FL-5); close() is called on another thread while that
+    read is under way and returns; the read then ends with the content: the handler close()
+    removed is not called (the registration returns without an error)."""
+    path = tmp_path / "c.json"
+    write_text(path, "v1")
+    clock = _ClockPausingOneRead(vclock, "registrar")
+    fl = rt.FileListener(clock=clock, poll_interval_s=1.0)
+    cb = Calls()
+    try:
+        reg, out = run_in_thread(lambda: fl.register_file_listener(str(path), "h", cb),
+                                 name="registrar")
+        if not clock.paused.wait(SETTLE_TIMEOUT_S):
+            assert joined(reg), "register_file_listener did not return [FL-5]"
+            pytest.skip("the check holds a registration inside its read at its clock "
+                        "reading; this runtime's registration read no clock")
+        closer, closed = run_in_thread(fl.close, name="closer")
+        assert joined(closer), ("close() did not return while a registration was reading "
+                                "its path [FL-11]")
+        assert "error" not in closed, f"close() raised {closed.get('error')!r} [FL-11]"
+        clock.release.set()
+        assert joined(reg), "the registration did not return once its read went on [FL-5]"
+        assert "error" not in out, (f"the registration interrupted by close() raised "
+                                    f"{out.get('error')!r} [FL-11]")
+        assert cb.calls == [], (
+            f"close() returned during a registration's read, then that registration called "
+            f"the handler close() had removed: {cb.calls} [FL-11]")
+    finally:
+        clock.release.set()
+        fl.close()
+
+
 @pytest.mark.clause("FL-11")
 def test_global_listener_is_a_singleton(rt) -> None:
     assert rt.global_file_listener() is rt.global_file_listener(), \

@@ -478,8 +478,8 @@ LISTENER_LOCKED = {
     "_deliver": ("FL-6", "a delivery can call a handler set torn by a concurrent change"),
 }
 #: A line that names one of these reads or changes the listener's shared state.
-_SHARED = ("self._watches", "self._thread", "self._stop", "self._stopped", "self._given_up",
-           "self._activity", "watch.handlers")
+_SHARED = ("self._watches", "self._running", "self._thread", "self._stop", "self._stopped",
+           "self._given_up", "self._activity", "watch.handlers")
 
 
 @pytest.mark.clause("FL-1", "FL-6", "FL-7", "FL-11", "FL-12")

@@ -51,15 +51,13 @@ CONTENT_CHECK_INTERVAL_S = 5.0       # kFileContentCheckTimeoutInSec (strict >)
 DEFAULT_MAX_FILE_BYTES = 64 << 20
 CLOSE_TIMEOUT_S = 2.0                # close() and the last unregister wait at most this (FL-12)
 
-Callback = Callable[[str], object]
-
 
 @dataclass
 class _Watch:
     """One watched path: its handlers and what was last read and delivered."""
 
     path: str
-    handlers: list[tuple[str, Callback]] = field(default_factory=list)
+    handlers: list[tuple[str, Callable[[str], object]]] = field(default_factory=list)
     scan_lock: threading.Lock = field(default_factory=threading.Lock)
     signature: tuple[int, int, int, int] | None = None   # stat of the last read
     last_read_us: int = 0
@@ -109,8 +107,8 @@ class FileListener:
         self.max_file_bytes = max_file_bytes
         self._lock = threading.Lock()
         self._watches: dict[str, _Watch] = {}
-        self._thread: threading.Thread | None = None
-        self._stop: threading.Event | None = None
+        # the monitor thread started and not asked to stop, with the event that stops it
+        self._running: tuple[threading.Thread, threading.Event] | None = None
         self._stopped: list[threading.Thread] = []     # stopped threads not joined yet
         # not ended within CLOSE_TIMEOUT_S; weak: a thread that ended and was dropped from
         # _stopped is forgotten here too
@@ -119,7 +117,7 @@ class FileListener:
 
     # -- public API ------------------------------------------------------------------
     def register_file_listener(self, path: str | os.PathLike, handler_name: str,
-                               callback: Callback) -> None:
+                               callback: Callable[[str], object]) -> None:
         """Add a handler for ``path`` (duplicate names allowed)."""
         if not callable(callback):
             raise TypeError(f"register_file_listener({path!r}, {handler_name!r}): "
@@ -167,7 +165,7 @@ class FileListener:
     def is_running(self) -> bool:
         """True while a monitor thread is started and not asked to stop."""
         with self._lock:
-            return self._thread is not None and self._thread.is_alive()
+            return self._running is not None and self._running[0].is_alive()
 
     def close(self) -> None:
         """Drop every handler, stop the monitor thread and join it (idempotent)."""
@@ -184,21 +182,21 @@ class FileListener:
 
     # -- thread management -------------------------------------------------------------
     def _start_locked(self) -> None:
-        if self._thread is not None:
+        if self._running is not None:
             return
         stop = threading.Event()
         thread = threading.Thread(target=self._monitor, args=(stop,), name=THREAD_NAME,
                                   daemon=True)
-        self._thread, self._stop = thread, stop
+        self._running = thread, stop
         thread.start()
 
     def _stop_locked(self) -> None:
-        if self._thread is None:
+        if self._running is None:
             return
-        assert self._stop is not None
-        self._stop.set()
-        self._stopped.append(self._thread)
-        self._thread, self._stop = None, None
+        thread, stop = self._running
+        stop.set()
+        self._stopped.append(thread)
+        self._running = None
 
     def _join_stopped(self) -> None:
         """Join stopped monitor threads, never the calling thread itself, waiting at most
