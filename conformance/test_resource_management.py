@@ -1344,6 +1344,21 @@ def test_limits_applied_before_suspending(rt, rt_managed, vclock) -> None:
     assert joined(t), "[RM-12]"
 
 
+@pytest.mark.clause("RM-12")
+@pytest.mark.parametrize("perf", [1, 2, 99])
+def test_every_non_zero_value_ends_a_suspension_at_once(rt, no_thread_leak, managed, vclock,
+                                                         perf) -> None:
+    """The smallest non-zero perfControl resumes a suspended step as 100 does: at once, with
+    no clock time passing, and the step then throttles with that value."""
+    rm, _ = managed
+    t, out, _ = suspended_step(rt, rm, vclock)
+    assert rm.parse_manage_info_from_json('{"perfControl": %d}' % perf) is True, \
+        f"perfControl {perf} was rejected [RM-12]"
+    assert joined(t), (f"perfControl {perf} after 0 did not end the suspension with the clock "
+                       f"standing still [RM-12]")
+    assert "error" not in out, f"the suspended step raised {out.get('error')!r} [RM-12]"
+
+
 @pytest.mark.clause("RM-13")
 def test_perf_read_once_per_step(rt, control_env) -> None:
     clock = VirtualClock(auto_advance=True)
