@@ -596,8 +596,14 @@ def test_what_a_reason_says_of_a_number_is_true(rt, managed, caplog, part, liter
     maximum; ``1e99999999999999999999`` is an integer)."""
     doc = ('{"perfControl": %s}' % literal if part == "perfControl"
            else '{"gpuConfigInfo": {"%s": {"maxDeviceMem": %s}}}' % (BUS, literal))
-    message = the_warning(managed, caplog, rt, doc, doc)
-    reason = message.replace(str(managed[1].path), "<path>").replace(literal, "<literal>")
+    rm, writer = managed
+    caplog.set_level(logging.WARNING)
+    caplog.clear()
+    ok = rm.parse_manage_info_from_json(doc)
+    precondition_holds("RM-4", ok is False, f"{doc} is rejected: returned {ok}")
+    one_warning(caplog, rt, writer.path, doc)
+    message = runtime_records(caplog, rt, containing=str(writer.path))[0].getMessage()
+    reason = message.replace(str(writer.path), "<path>").replace(literal, "<literal>")
     false = sorted(claim for claim, words in NUMBER_CLAIMS.items()
                    if claim not in true_of_it and re.search(words, reason, re.IGNORECASE))
     assert not false, (f"the warning for {part} {literal} says the value is {false}, which "
