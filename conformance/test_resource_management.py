@@ -536,6 +536,9 @@ DESCRIBED = {
     "perf_number": ('{"perfControl": 101}', ("perfControl",), ("101",)),
     "info_true": ('{"gpuConfigInfo": true}', ("gpuConfigInfo",), ("boolean", "true")),
     "info_array": ('{"gpuConfigInfo": [1]}', ("gpuConfigInfo",), ("array",)),
+    "info_number": ('{"gpuConfigInfo": 12345}', ("gpuConfigInfo",), ("12345",)),
+    "entry_number": ('{"gpuConfigInfo": {"%s": 7.25}}' % BUS, (BUS,), ("7.25",)),
+    "root_number": ('31337', (), ("31337",)),
     "entry_null": ('{"gpuConfigInfo": {"%s": null}}' % BUS, (BUS,), ("null",)),
     "entry_false": ('{"gpuConfigInfo": {"%s": false}}' % BUS, (BUS,), ("boolean", "false")),
     "mem_true": ('{"gpuConfigInfo": {"%s": {"maxDeviceMem": true}}}' % BUS,
@@ -564,6 +567,47 @@ def test_the_warning_describes_the_rejected_value(rt, managed, caplog, kind) -> 
     assert not missing, (f"the warning for {doc} does not name {missing} (the path of the "
                          f"rejected part and its value's type or literal): {reason[:400]} "
                          f"[RM-5]")
+
+
+#: What a reason may say of a rejected number, each claim with the words that make it.
+NUMBER_CLAIMS = {
+    "above the maximum": r"\babove\b|\bexceeds?\b|\btoo (?:large|big|high)\b|\b(?:greater|larger) than\b",
+    "not an integer": r"\bnot an? integer\b|\bnot integral\b|\bfraction(?:al)?\b",
+    "negative": r"(?<!non-)\bnegative\b|\bbelow zero\b",
+}
+
+
+@pytest.mark.clause("RM-5")
+@pytest.mark.parametrize("part", ["perfControl", "maxDeviceMem"])
+@pytest.mark.parametrize("literal,true_of_it", [
+    ("1e-99999999999999999999", {"not an integer"}),
+    ("1e-0000000000000000000000001", {"not an integer"}),
+    ("1e99999999999999999999", {"above the maximum"}),
+    ("-1e99999999999999999999", {"negative", "above the maximum"}),
+    ("-1e-99999999999999999999", {"negative", "not an integer"}),
+    ("0.5", {"not an integer"}),
+    ("-3", {"negative"}),
+], ids=["tiny", "tiny_zeros", "huge", "huge_negative", "tiny_negative", "half", "minus_3"])
+def test_what_a_reason_says_of_a_number_is_true(rt, managed, caplog, part, literal,
+                                                true_of_it) -> None:
+    """A rejected number whose exponent has more digits than any machine integer holds is
+    still read for what it is (RM-4, RM-19): the reason may say why the number is rejected,
+    and what it says is true of it (``1e-99999999999999999999`` is below 1, not above the
+    maximum; ``1e99999999999999999999`` is an integer)."""
+    doc = ('{"perfControl": %s}' % literal if part == "perfControl"
+           else '{"gpuConfigInfo": {"%s": {"maxDeviceMem": %s}}}' % (BUS, literal))
+    rm, writer = managed
+    caplog.set_level(logging.WARNING)
+    caplog.clear()
+    ok = rm.parse_manage_info_from_json(doc)
+    precondition_holds("RM-4", ok is False, f"{doc} is rejected: returned {ok}")
+    one_warning(caplog, rt, writer.path, doc)
+    message = runtime_records(caplog, rt, containing=str(writer.path))[0].getMessage()
+    reason = message.replace(str(writer.path), "<path>").replace(literal, "<literal>")
+    false = sorted(claim for claim, words in NUMBER_CLAIMS.items()
+                   if claim not in true_of_it and re.search(words, reason, re.IGNORECASE))
+    assert not false, (f"the warning for {part} {literal} says the value is {false}, which "
+                       f"it is not: {reason[:400]} [RM-5]")
 
 
 @pytest.mark.clause("RM-5")
@@ -1304,6 +1348,21 @@ def test_limits_applied_before_suspending(rt, rt_managed, vclock) -> None:
     assert bytes_limit(g0) == 4 * MiB, "a suspended boundary did not apply the pending limit [RM-12]"
     rm.parse_manage_info_from_json('{"perfControl": 100}')
     assert joined(t), "[RM-12]"
+
+
+@pytest.mark.clause("RM-12")
+@pytest.mark.parametrize("perf", [1, 2, 99])
+def test_every_non_zero_value_ends_a_suspension_at_once(rt, no_thread_leak, managed, vclock,
+                                                         perf) -> None:
+    """The smallest non-zero perfControl resumes a suspended step as 100 does: at once, with
+    no clock time passing, and the step then throttles with that value."""
+    rm, _ = managed
+    t, out, _ = suspended_step(rt, rm, vclock)
+    assert rm.parse_manage_info_from_json('{"perfControl": %d}' % perf) is True, \
+        f"perfControl {perf} was rejected [RM-12]"
+    assert joined(t), (f"perfControl {perf} after 0 did not end the suspension with the clock "
+                       f"standing still [RM-12]")
+    assert "error" not in out, f"the suspended step raised {out.get('error')!r} [RM-12]"
 
 
 @pytest.mark.clause("RM-13")

@@ -382,6 +382,28 @@ def test_the_bound_never_costs_the_gpu_its_entry(rt, runtimes, vclock, tmp_path,
 
 
 @pytest.mark.clause("RM-20")
+def test_the_gpu_is_taken_first_and_the_last_bus_id_is_beyond_the_bound(rt, one_gpu) -> None:
+    """Nothing held, then one document of 256 unknown bus ids and the GPU's entry last: the
+    GPU's entry is taken before the document's other bus ids, so the first 255 of them are
+    held and the 256th, the last in the document, is rejected (RM-5), not the first held."""
+    ctx, _, _, bus = one_gpu
+    rm = ctx.resource_management
+    precondition_holds("RM-20", rm.memory_limits == {},
+                       f"a runtime without a config document holds {rm.memory_limits}")
+    doc = nemesis.unknown_bus_ids_document(MAX_BUS_IDS, extra={bus: 24 * MiB})
+    unknown = list(json.loads(doc)["gpuConfigInfo"])[:MAX_BUS_IDS]
+    ok = rm.parse_manage_info_from_json(doc)
+    held = rm.memory_limits
+    assert ok is False and held.get(bus) == 24 * MiB \
+            and sorted(held) == sorted(unknown[:-1] + [bus]), (
+        f"256 unknown bus ids then the GPU's {bus!r}, nothing held before: returned {ok} and "
+        f"held {len(held)} bus ids, the first {unknown[0]!r} "
+        f"{'held' if unknown[0] in held else 'not held'}, the last {unknown[-1]!r} "
+        f"{'held' if unknown[-1] in held else 'not held'}; expected False, the GPU and the "
+        f"first 255 held, the last rejected [RM-20]")
+
+
+@pytest.mark.clause("RM-20")
 def test_the_bound_never_costs_a_gpu_of_a_runtime_of_every_gpu(rt, runtimes, vclock,
                                                                  tmp_path) -> None:
     """num_gpus=None with a backend object builds every GPU of the backend (DEVICE-8): those

@@ -61,9 +61,8 @@ def gpu_bfc_allocators(device_mgr: Any) -> dict[str, Any]:
 
 
 def find_gpu_bfc_allocator(device_mgr: Any, pci_bus_id: str) -> Any:
-    """The BFC allocator of the GPU whose description carries ``pci_bus_id``, or None."""
-    if not pci_bus_id:
-        return None
+    """The BFC allocator of the GPU whose description carries ``pci_bus_id``, or None (for
+    an empty bus id too: ``gpu_bfc_allocators`` holds no GPU without one)."""
     return gpu_bfc_allocators(device_mgr).get(pci_bus_id)
 
 
