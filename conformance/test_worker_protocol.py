@@ -208,12 +208,15 @@ def test_valid_and_empty_knobs_write_no_line(worker, seed: str, max_steps: str) 
     pytest.param({"ANTMAN_WORKER_STEP_MS": "nan", "ANTMAN_WORKER_MAX_STEPS": "-1",
                   "ANTMAN_WORKER_SEED": "-1"}, (50, 0, 0), id="invalid"),
     pytest.param({"ANTMAN_WORKER_STEP_MS": " ", "ANTMAN_WORKER_MAX_STEPS": "",
-                  "ANTMAN_WORKER_SEED": " "}, (50, 0, 0), id="empty")])
-def test_hello_states_the_knobs_in_effect(worker, knobs: dict[str, str],
+                  "ANTMAN_WORKER_SEED": " "}, (50, 0, 0), id="empty"),
+    pytest.param({"ANTMAN_WORKER_STEP_MS": None, "ANTMAN_WORKER_MAX_STEPS": None,
+                  "ANTMAN_WORKER_SEED": None, "ANTMAN_WORKER_POLL_INTERVAL_S": None},
+                 (50, 0, 0), id="unset")])
+def test_hello_states_the_knobs_in_effect(worker, knobs: dict[str, str | None],
                                           in_effect: tuple[float, int, int]) -> None:
     """The hello record's ``workload`` states ``step_ms``, ``max_steps`` and ``seed`` as
-    given, or their defaults (50, 0, 0) for invalid and empty values; then the worker
-    trains with them."""
+    given, or their defaults (50, 0, 0) for invalid, empty and unset values (None: the
+    variable is not in the worker's environment); then the worker trains with them."""
     w = worker(**knobs)
     assert w.hello is not None, "[WORKER-2]"
     workload = w.hello["workload"]
@@ -244,6 +247,34 @@ def test_poll_interval_knob_beyond_60_s_is_not_in_force(worker) -> None:
     steps = w.steps(2)
     assert [r["step"] for r in steps] == [0, 1], \
         f"with ANTMAN_WORKER_POLL_INTERVAL_S=60.5 the worker wrote steps {steps} [WORKER-3]"
+
+
+@pytest.mark.clause("WORKER-3")
+def test_poll_interval_knob_up_to_60_s_is_valid_and_stated_as_requested(worker) -> None:
+    """``ANTMAN_WORKER_POLL_INTERVAL_S=60`` (the most WORKER-2 allows) and ``0.25`` are
+    valid: no line names the variable. An implementation whose interval is fixed states the
+    same ``poll_interval_s`` for both; one that takes the requested interval states each
+    exactly as requested (60 and 0.25, not a value a microsecond off)."""
+    stated = {}
+    for value in ("60", "0.25"):
+        w = worker(ANTMAN_WORKER_POLL_INTERVAL_S=value)
+        assert w.hello is not None, "[WORKER-3]"
+        stated[value] = w.hello["poll_interval_s"]
+        steps = w.steps(1)
+        assert [r["step"] for r in steps] == [0], (
+            f"with ANTMAN_WORKER_POLL_INTERVAL_S={value} the worker wrote steps {steps} "
+            f"[WORKER-3]")
+        tail = w.stderr_tail(1 << 20)
+        assert "ANTMAN_WORKER_POLL_INTERVAL_S" not in tail, (
+            f"ANTMAN_WORKER_POLL_INTERVAL_S={value} is valid (positive, finite, at most "
+            f"60 s), yet standard error names it: {tail[-600:]!r} [WORKER-3]")
+        w.close()
+    if stated["60"] != stated["0.25"]:
+        wrong = {k: v for k, v in stated.items() if v != float(k)}
+        assert not wrong, (
+            f"the worker takes the requested poll interval (it states {stated['60']!r} for "
+            f"60 and {stated['0.25']!r} for 0.25), so poll_interval_s must be the value "
+            f"requested; it states {wrong} [WORKER-3]")
 
 
 @pytest.mark.clause("WORKER-4")

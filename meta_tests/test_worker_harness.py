@@ -50,17 +50,20 @@ READER_GONE = "test_a_worker_whose_reader_went_away_exits_with_a_failure_status"
 #: Read the hello record and two steps only: a fake that fails later passes them.
 POLL = "test_poll_interval_knob_beyond_60_s_is_not_in_force"
 STATED = "test_hello_states_the_knobs_in_effect"
+POLL_60 = "test_poll_interval_knob_up_to_60_s_is_valid_and_stated_as_requested"
 
 #: fake -> (outcome of every test, {test: other outcome}, text every non-PASS message has)
 EXPECTED: dict[str, tuple[str, dict[str, str], str]] = {
     "no_hello": ("TIMEOUT", {}, "--worker-timeout"),
     "hang_after_hello": ("TIMEOUT", {}, "--worker-timeout"),
-    "crash_mid_run": ("CRASH", {POLL: "PASS", STATED: "PASS"}, "killed by signal"),
-    "garbage": ("FAIL", {POLL: "PASS", STATED: "PASS"}, "not JSON"),
+    "crash_mid_run": ("CRASH", {POLL: "PASS", STATED: "PASS", POLL_60: "PASS"},
+                      "killed by signal"),
+    "garbage": ("FAIL", {POLL: "PASS", STATED: "PASS", POLL_60: "PASS"}, "not JSON"),
     "missing_field": ("FAIL", {}, "device_limit"),
     "crash_on_config": ("CRASH", {HELLO: "PASS", MAX_STEPS: "PASS", STDIN: "PASS",
                                   STATS: "FAIL", KNOBS: "PASS", VALID_KNOBS: "PASS",
-                                  READER_GONE: "PASS", POLL: "PASS", STATED: "PASS"}, ""),
+                                  READER_GONE: "PASS", POLL: "PASS", STATED: "PASS",
+                                  POLL_60: "PASS"}, ""),
 }
 SUBSET = f"{HELLO} or {MAX_STEPS} or {STDIN}"
 
