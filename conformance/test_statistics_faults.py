@@ -563,6 +563,34 @@ def test_stale_temporaries_among_directories_of_the_name_form_are_all_removed(
 
 
 @pytest.mark.clause("STAT-10")
+def test_stale_temporaries_among_symlinks_of_the_name_form_are_all_removed(
+        rt, runtimes, tmp_path) -> None:
+    """Ten symlinks of the temporary name form (to a regular file elsewhere, or to nothing),
+    made between ten temporaries of dead writers: whatever order the directory lists them
+    in, the first dump keeps every symlink and its target and removes every temporary (a
+    sweep that stops at the first entry it does not open leaves the temporaries listed after
+    it)."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    victim = elsewhere / "victim.json"
+    victim.write_text("{}", encoding="utf-8")
+    links, stale = [], []
+    for i in range(10):
+        links.append(tmp_path / f".{NAME}.planted-{i}.tmp")
+        os.symlink(victim if i % 2 else elsewhere / "nothing", links[-1])
+        stale.append(tmp_path / f".{NAME}.dead-{i}.tmp")
+        stale[-1].write_text("x", encoding="utf-8")
+    dump_once(rt, runtimes(), tmp_path / NAME)
+    assert all(os.path.islink(p) for p in links) \
+        and victim.read_text(encoding="utf-8") == "{}", \
+        "the first dump removed a symlink named as a temporary file, or its target [STAT-10]"
+    left = [p.name for p in stale if p.exists()]
+    assert left == [], (
+        f"the first dump left {len(left)} of {len(stale)} temporaries of dead writers "
+        f"({left[:3]}...) among symlinks of the same name form [STAT-10]")
+
+
+@pytest.mark.clause("STAT-10")
 def test_symlink_of_the_temporary_name_form_is_not_followed(rt, runtimes, tmp_path,
                                                             monkeypatch) -> None:
     """A symlink named as a temporary file, to a regular file elsewhere: the first dump
