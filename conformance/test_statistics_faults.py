@@ -7,6 +7,7 @@ child process that is SIGKILLed when it fsyncs its temporary file, leaving it be
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import logging
@@ -461,6 +462,49 @@ def dump_with_temporaries_swept(rt, runtimes, tmp_path: Path, monkeypatch, caplo
     except (OSError, ValueError):
         written = False
     return swept, written, runtime_records(caplog, rt, logging.ERROR)
+
+
+@pytest.mark.clause("STAT-10")
+def test_dump_leaves_the_status_file_unlocked_and_nothing_open(rt, runtimes, tmp_path) -> None:
+    """After each of three dumps (one instance's first, which sweeps a stale temporary
+    beside a directory of the name form, a check, a new instance's first) the status file can
+    be locked at once by another open file, and no file descriptor of this process refers to
+    anything in the status file's directory (through ``/proc/self/fd`` where there is one: a
+    runtime in another process is seen by the lock alone)."""
+    path = tmp_path / NAME
+    directory = os.path.realpath(tmp_path)
+    ctx = runtimes()
+    clock = VirtualClock()
+    stats = rt.GPUStatistics(str(path), clock=clock)
+
+    def step(graph: int, d: int) -> None:
+        stats.run_action(rt.SessionRunActionOptions(device_mgr=ctx.device_mgr, graph_id=graph,
+                                                    sess_duration_us=d))
+
+    dumps = [("the first dump", lambda: step(1, 1000)),
+             ("a dump at a check", lambda: (clock.advance(10_000_000), step(2, 5000))),
+             ("a new instance's first dump", lambda: dump_once(rt, ctx, path))]
+    (tmp_path / f".{NAME}.dead.tmp").write_text("x", encoding="utf-8")
+    (tmp_path / f".{NAME}.directory.tmp").mkdir()
+    for what, dump in dumps:
+        before = path.stat().st_ino if path.exists() else None
+        dump()
+        assert path.exists() and path.stat().st_ino != before, \
+            f"{what} did not replace the status file [STAT-8]"
+        with open(path, "rb") as reader:
+            try:
+                fcntl.flock(reader.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                pytest.fail(f"after {what} the status file is still locked: the lock on its "
+                            f"temporary file outlived the rename [STAT-10]")
+        if os.path.isdir("/proc/self/fd"):
+            held = []
+            for fd in os.listdir("/proc/self/fd"):
+                with contextlib.suppress(OSError):
+                    target = os.readlink(f"/proc/self/fd/{fd}")
+                    if target.startswith(directory + os.sep):
+                        held.append(target.removeprefix(directory + os.sep))
+            assert held == [], f"after {what} the process still holds {held} open [STAT-10]"
 
 
 @pytest.mark.clause("STAT-10")
