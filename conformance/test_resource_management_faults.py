@@ -707,6 +707,21 @@ def test_a_text_quoted_whole_is_not_said_to_be_cut(rt, managed, config_path, cap
                        f"cut: {wrong[:2]} [RM-21]")
 
 
+@pytest.mark.clause("RM-21")
+@pytest.mark.parametrize("n", [59, 60, 61, 200])
+def test_an_excerpt_holds_the_first_60_characters(rt, managed, caplog, n) -> None:
+    """A string perfControl of ``n`` characters, no two neighbours alike: the warning quotes
+    at least its first 60 characters in a row (all of it up to 60)."""
+    caplog.set_level(logging.WARNING)
+    text = "".join(chr(ord("a") + i % 26) for i in range(n))
+    managed.parse_manage_info_from_json(json.dumps({"perfControl": text}))
+    messages = [r.getMessage() for r in runtime_records(caplog, rt, logging.WARNING)]
+    assert messages, f"a string perfControl of {n} characters logged no warning [RM-5]"
+    assert any(text[:60] in m for m in messages), (
+        f"the warning for a string perfControl of {n} characters does not quote its first "
+        f"{min(n, 60)} characters: {[m[:300] for m in messages]} [RM-21]")
+
+
 # -- API-8 ------------------------------------------------------------------------------------
 @pytest.mark.clause("API-8")
 @pytest.mark.parametrize("bad", ["gpu\x00config.json", "gpu\ud800config.json"])

@@ -390,6 +390,19 @@ def test_mini_batch_duration_ignores_graphs_100_s_old(harness, age, expected) ->
     gpus(h.ctx)[0].get_allocator().deallocate_raw(p)
 
 
+@pytest.mark.clause("STAT-7")
+@pytest.mark.parametrize("d", [0, 1, 2])
+def test_mini_batch_duration_of_the_shortest_means(harness, d) -> None:
+    """The largest stored mean is the mean itself down to 0 µs: no floor above it."""
+    h = harness
+    assert h.run(d, graph=1), f"the first run ({d} µs) was not checked [STAT-3]"
+    doc = h.doc()
+    assert doc["Durations"] == {"graph_1": d}, f"Durations {doc['Durations']} [STAT-7]"
+    assert doc["miniBatchDuration"] == d, (
+        f"miniBatchDuration {doc['miniBatchDuration']} with the one graph stored {d} µs just "
+        f"now: it is the largest stored mean, {d} [STAT-7]")
+
+
 def figures_of(doc: dict, bus: str) -> dict:
     return doc["gpuUsageInfo"][bus]
 

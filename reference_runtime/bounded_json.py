@@ -145,7 +145,7 @@ def loads(text: str, *, max_depth: int, max_values: int) -> Any:
             else:
                 container.append(value)
             pos = _WHITESPACE.match(text, pos).end()
-            c = text[pos] if pos < end else ""
+            c = text[pos:pos + 1]                          # "" at the end
             if c == ",":
                 pos = _WHITESPACE.match(text, pos + 1).end()
                 if is_object:

@@ -393,7 +393,7 @@ def _remove_stale_temporaries(target: str) -> int:
             continue
         try:
             fd = os.open(entry.path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW
-                         | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0))
+                         | os.O_CLOEXEC | os.O_NOCTTY)
         except OSError:
             continue
         try:
