@@ -335,6 +335,33 @@ def missing_guarantee(config: pytest.Config) -> str | None:
     return None
 
 
+_KEEP_TIMER = pytest.StashKey[bool]()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_exception_interact(node: pytest.Item | pytest.Collector, call: pytest.CallInfo,
+                              report: pytest.TestReport | pytest.CollectReport):
+    """A failed test's per-test limit still bounds its teardown.
+
+    pytest-timeout 2.4 cancels a test's timer as soon as the test fails, so a fixture's
+    teardown that never returns after a failure (``close()`` waiting for a step that a broken
+    fork never ends) would stall the whole run (pytest-dev/pytest-timeout#196; fixed
+    upstream by #197, not yet released). While pytest reports the failure, the cancel is
+    skipped (``pytest_timeout_cancel_timer`` below), unless pytest enters the debugger
+    (``--pdb``), as upstream now does; the timer ends with the test, as it always did."""
+    node.config.stash[_KEEP_TIMER] = not node.config.getoption("usepdb", False)
+    try:
+        yield
+    finally:
+        node.config.stash[_KEEP_TIMER] = False
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_timeout_cancel_timer(item: pytest.Item) -> bool | None:
+    """Handled (the timer kept armed) while a failure is reported; else pytest-timeout's own."""
+    return True if item.config.stash.get(_KEEP_TIMER, False) else None
+
+
 _GPU_LOCK_ERROR = pytest.StashKey[str]()
 
 

@@ -4,6 +4,7 @@ the report of what ran, naming what did not."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from meta_tests.test_reports import (_plotting_imported_before_pytester,  # noqa
                                      assert_valid, project, run, short)
 from reports import model
 from reports import run_budget as rb
+from reports import writer
 
 pytest_plugins = ["pytester"]
 
@@ -177,3 +179,47 @@ def test_a_run_that_never_ends_is_stopped_and_reported_from_its_journal(
     assert "test_unstoppable.py::test_c" in reason["message"]
     assert doc["verdict"]["status"] == model.NOT_CERTIFIED        # API-2 TIMEOUT
     assert not list(out.glob(".journal-*")), "the journal was left behind"
+
+
+HANGS_IN_TEARDOWN = '''
+import threading
+import pytest
+
+@pytest.fixture
+def closes_what_never_ends():
+    yield
+    threading.Event().wait()   # as close() waiting for a step that a broken fork never ends
+
+@pytest.mark.clause("API-2")
+def test_fails_then_its_teardown_hangs(closes_what_never_ends):
+    assert False, "[API-2] the failure that comes first"
+
+@pytest.mark.clause("API-2")
+def test_c():
+    pass
+'''
+
+
+def test_a_teardown_that_hangs_after_a_failure_is_bounded_by_the_per_test_limit(
+        project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    """pytest-timeout 2.4 stops a test's timer once the test failed, so a teardown that
+    never returns after a failure stalled the run (conformance/plugin.py keeps it armed)."""
+    project.makepyfile(test_teardown_hangs=HANGS_IN_TEARDOWN)
+    root = Path(rb.__file__).resolve().parent.parent
+    monkeypatch.setenv("PYTHONPATH", python_path(root, project.path))
+    out = project.path / "out"
+    result = project.runpytest_subprocess(
+        "-p", "conformance.plugin", "-p", "reports.plugin", "-p", "no:cacheprovider",
+        "-p", "no:randomly", "--runtime", "fake_runtime_for_reports", "--report-dir", str(out),
+        "--timeout=3", timeout=UNSTOPPABLE_RUN_S)
+    latest = writer.newest_pointer(out)
+    assert latest is not None, f"no report: {result.outlines[-5:]}"
+    doc = json.loads((latest / "certification.json").read_text())
+    assert_valid(doc)
+    assert result.ret != 0, result.ret
+    outcomes = short(doc)
+    assert outcomes["test_c"] == "PASS", outcomes            # the run went on after it
+    assert outcomes["test_fails_then_its_teardown_hangs"] in ("FAIL", "TIMEOUT"), outcomes
+    text = json.dumps(doc)
+    assert "the failure that comes first" in text and "Timeout (>3.0s)" in text, \
+        "the report keeps the failure and names the teardown's timeout"
