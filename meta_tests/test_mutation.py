@@ -842,3 +842,21 @@ def test_an_untagged_kill_is_blamed_on_the_tests_only_clause(tmp_path: Path) -> 
                          + "</testsuite></testsuites>")
         assert first_failure(junit) == (f"conformance.{module}::{test}",
                                         msg.replace("&gt;", ">"), clause), test
+
+
+def test_a_report_names_the_commit_its_operator_names_for_a_copied_tree(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A copy of the working tree can carry stale git metadata: ANTMAN_SUITE_COMMIT names the
+    commit instead, as in the certification report, and the report says where it came from."""
+    head = report._git("rev-parse", "HEAD")
+    named = "0123456789abcdef0123456789abcdef01234567"
+    given = report.suite_commit({"ANTMAN_SUITE_COMMIT": named.upper()})
+    assert given == {"commit": named, "uncommitted_changes": None,
+                     "commit_source": "ANTMAN_SUITE_COMMIT"}
+    assert report.commit_text(given) == f"{named} (named by ANTMAN_SUITE_COMMIT)"
+    for environ in ({}, {"ANTMAN_SUITE_COMMIT": head}, {"ANTMAN_SUITE_COMMIT": "not-a-sha"}):
+        found = report.suite_commit(environ)
+        assert found["commit"] == (head or None) and found["commit_source"] == "git", found
+        assert isinstance(found["uncommitted_changes"], bool), found
+    assert report.commit_text({"commit": "abc", "uncommitted_changes": True,
+                               "commit_source": "git"}) == "abc with uncommitted changes"

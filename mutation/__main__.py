@@ -391,10 +391,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                                    progress=_progress, journal=journal)
         finally:
             journal.close()
-    data["commit"] = report._git("rev-parse", "HEAD")
+    found = report.suite_commit()
+    data["commit"], data["commit_source"] = found["commit"], found["commit_source"]
     data["code_fingerprint"] = report.code_fingerprint()
     data["generated"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    header = (f"Suite commit {data['commit']} (code fingerprint "
+    header = (f"Suite commit {report.commit_text(found)} (code fingerprint "
               f"{data['code_fingerprint'][:16]}); generated {data['generated']}; "
               f"{os.cpu_count()} CPUs; load average {data['load_before'][0]:.2f} before, "
               f"{data['load_after'][0]:.2f} after.")

@@ -122,6 +122,31 @@ def _git(*args: str) -> str:
         return ""
 
 
+def suite_commit(environ: dict[str, str] | None = None) -> dict[str, Any]:
+    """The commit a report names, as the certification report finds it
+    (``reports.environment.suite_git``): ``ANTMAN_SUITE_COMMIT`` where the operator names the
+    commit of a copied working tree whose git metadata does not describe it, else the
+    checkout's HEAD and whether the code the fingerprint covers has uncommitted changes."""
+    from reports import environment
+    found = environment.suite_git(ROOT, environ)
+    if found["source"] == "env":
+        return {"commit": found["commit"], "uncommitted_changes": None,
+                "commit_source": environment.COMMIT_VARIABLE}
+    return {"commit": _git("rev-parse", "HEAD") or None,
+            "uncommitted_changes": bool(_git("status", "--porcelain", "--",
+                                             "reference_runtime", "conformance",
+                                             "fixtures", "SPEC.md", "mutation")),
+            "commit_source": "git"}
+
+
+def commit_text(suite: dict[str, Any]) -> str:
+    """``<commit>[ with uncommitted changes][ (named by ANTMAN_SUITE_COMMIT)]``."""
+    named = suite.get("commit_source") not in (None, "git")
+    return (f"{suite.get('commit') or 'unknown'}"
+            f"{' with uncommitted changes' if suite.get('uncommitted_changes') else ''}"
+            f"{' (named by ' + suite['commit_source'] + ')' if named else ''}")
+
+
 def code_fingerprint() -> str:
     """SHA-256 of the runtime, the suite, its fixtures and the harness (``journal``)."""
     from .journal import fingerprint
@@ -133,13 +158,9 @@ def to_json(result: CampaignResult) -> dict[str, Any]:
     return {
         "schema": "antman-mutation-report/1",
         "generated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "suite": {"commit": _git("rev-parse", "HEAD") or None,
-                  # the code itself (journal.fingerprint of no settings): it names what ran
-                  # even where the copy's git metadata does not (a copied working tree)
-                  "code_fingerprint": code_fingerprint(),
-                  "uncommitted_changes": bool(_git("status", "--porcelain", "--",
-                                                   "reference_runtime", "conformance",
-                                                   "fixtures", "SPEC.md", "mutation"))},
+        # the code itself (journal.fingerprint of no settings): it names what ran even where
+        # the copy's git metadata does not (a copied working tree)
+        "suite": {**suite_commit(), "code_fingerprint": code_fingerprint()},
         "machine": {"python": sys.version.split()[0], "platform": platform.platform(),
                     "cpus": os.cpu_count(), "load_before": list(result.load_before),
                     "load_after": list(result.load_after)},
@@ -199,8 +220,7 @@ def to_markdown(data: dict[str, Any]) -> str:
         *([f"- resumed: {data['resumed']} of the {s['sampled']} results were recorded by an "
            f"earlier run of this campaign on the same code (its journal) and not run again; "
            f"wall time {data['wall_s']} s is this run's"] if data.get("resumed") else []),
-        f"- suite commit {data['suite']['commit'] or 'unknown'}"
-        f"{' with uncommitted changes' if data['suite']['uncommitted_changes'] else ''}"
+        f"- suite commit {commit_text(data['suite'])}"
         + (f" (code fingerprint {data['suite']['code_fingerprint'][:16]})"
            if data["suite"].get("code_fingerprint") else "")
         + f"; generated {data['generated']}",
