@@ -181,6 +181,16 @@ def joined(thread: threading.Thread, timeout_s: float = JOIN_TIMEOUT_S) -> bool:
     return not thread.is_alive()
 
 
+def close_within(session: Any, failure: str, timeout_s: float = JOIN_TIMEOUT_S) -> None:
+    """``session.close()`` on a thread, bounded: a close that waits for a step that never ends
+    fails the test with ``failure`` (which carries its clause tag) at once, instead of
+    holding the test to its time limit; an error close() raised is raised here."""
+    closer, out = run_in_thread(session.close, name="test-close")
+    assert joined(closer, timeout_s), failure
+    if "error" in out:
+        raise out["error"]
+
+
 def not_joined(threads: list[threading.Thread], timeout_s: float = JOIN_TIMEOUT_S) -> list[str]:
     """The names of ``threads`` still alive after joining them all within one shared bound
     (a bound each would make a test of many stuck threads wait many times over)."""
