@@ -1,8 +1,9 @@
 """Breaks OPM-4 (the idle slot before each launch): the idle time a slot took is at least 1 µs.
 
-``GpuOpManager._idle_slot`` clamps the measured ``spent`` at 1 instead of 0, a guard against
-a clock that goes backwards written one digit off: a slot that a failed step or ``close()``
-ends before any clock time passed deducts 1 µs from ``E`` and counts 1 µs of in-step idle.
+``GpuOpManager._idle_slot`` floors the measured ``spent`` at 1, a guard against a clock that
+goes backwards (API-4 says it never does) written one digit off: a slot that a failed step or
+``close()`` ends before any clock time passed deducts 1 µs from ``E`` and counts 1 µs of
+in-step idle.
 """
 
 from reference_runtime import *  # noqa: F401,F403 - the runtime's public API
@@ -19,5 +20,5 @@ OUTCOMES = ("FAIL",)
 
 _forks.log_as(__name__)
 _forks.patch_source(_opm.GpuOpManager, "_idle_slot", (
-    "spent = max(0, int(self._clock.now_us()) - start)",
+    "spent = int(self._clock.now_us()) - start",
     "spent = max(1, int(self._clock.now_us()) - start)"))         # the fork: floored at 1 µs
