@@ -851,8 +851,7 @@ def test_a_report_names_the_commit_its_operator_names_for_a_copied_tree(
     head = report._git("rev-parse", "HEAD")
     named = "0123456789abcdef0123456789abcdef01234567"
     given = report.suite_commit({"ANTMAN_SUITE_COMMIT": named.upper()})
-    assert given == {"commit": named, "uncommitted_changes": None,
-                     "commit_source": "ANTMAN_SUITE_COMMIT"}
+    assert given == {"commit": named, "uncommitted_changes": None, "commit_source": "env"}
     assert report.commit_text(given) == f"{named} (named by ANTMAN_SUITE_COMMIT)"
     for environ in ({}, {"ANTMAN_SUITE_COMMIT": head}, {"ANTMAN_SUITE_COMMIT": "not-a-sha"}):
         found = report.suite_commit(environ)

@@ -123,28 +123,29 @@ def _git(*args: str) -> str:
 
 
 def suite_commit(environ: dict[str, str] | None = None) -> dict[str, Any]:
-    """The commit a report names, as the certification report finds it
+    """The commit a report names, found as the certification report finds it
     (``reports.environment.suite_git``): ``ANTMAN_SUITE_COMMIT`` where the operator names the
     commit of a copied working tree whose git metadata does not describe it, else the
-    checkout's HEAD and whether the code the fingerprint covers has uncommitted changes."""
+    checkout's HEAD (with whether the code the fingerprint covers has uncommitted changes),
+    else a ``git archive`` stamp."""
     from reports import environment
     found = environment.suite_git(ROOT, environ)
-    if found["source"] == "env":
-        return {"commit": found["commit"], "uncommitted_changes": None,
-                "commit_source": environment.COMMIT_VARIABLE}
-    return {"commit": _git("rev-parse", "HEAD") or None,
-            "uncommitted_changes": bool(_git("status", "--porcelain", "--",
-                                             "reference_runtime", "conformance",
-                                             "fixtures", "SPEC.md", "mutation")),
-            "commit_source": "git"}
+    dirty = (bool(_git("status", "--porcelain", "--", "reference_runtime", "conformance",
+                       "fixtures", "SPEC.md", "mutation"))
+             if found["source"] == "git" else None)
+    return {"commit": found["commit"], "uncommitted_changes": dirty,
+            "commit_source": found["source"]}
+
+
+_NAMED_BY = {"env": "named by ANTMAN_SUITE_COMMIT", "archive": "from the git archive stamp"}
 
 
 def commit_text(suite: dict[str, Any]) -> str:
     """``<commit>[ with uncommitted changes][ (named by ANTMAN_SUITE_COMMIT)]``."""
-    named = suite.get("commit_source") not in (None, "git")
+    named = _NAMED_BY.get(suite.get("commit_source") or "")
     return (f"{suite.get('commit') or 'unknown'}"
             f"{' with uncommitted changes' if suite.get('uncommitted_changes') else ''}"
-            f"{' (named by ' + suite['commit_source'] + ')' if named else ''}")
+            f"{f' ({named})' if named else ''}")
 
 
 def code_fingerprint() -> str:
