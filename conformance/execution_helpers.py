@@ -11,6 +11,7 @@ import time
 from typing import Any, Callable, Iterator
 
 import numpy as np
+import pytest
 
 from conformance.control_helpers import run_in_thread  # noqa: F401 - shared helper
 
@@ -116,8 +117,10 @@ def py_func(log: Log | None, tag: str, *, value: Any = 0.0, record: str = "name"
 _EARLIER_MANAGERS: set[threading.Thread] = set()
 
 
-def set_aside_earlier_manager_threads() -> None:
-    """At a test's start: manager threads alive now are not the test's (``manager_threads``)."""
+@pytest.fixture(autouse=True)
+def earlier_manager_threads_set_aside() -> None:
+    """Autouse in the modules that import it: at a test's start, the manager threads alive
+    are not the test's (``manager_threads``)."""
     _EARLIER_MANAGERS.clear()
     _EARLIER_MANAGERS.update(t for t in threading.enumerate()
                              if t.name.startswith(OP_MANAGER_PREFIX))

@@ -24,18 +24,12 @@ import pytest
 
 from conformance.checks import names_identifier
 from conformance.execution_helpers import (GPU, OP_MANAGER_PREFIX, POST, manager_threads,
-                                           set_aside_earlier_manager_threads, sim_runtime,
-                                           wait_until)
+                                           sim_runtime, wait_until)
+from conformance.execution_helpers import earlier_manager_threads_set_aside  # noqa: F401 - autouse
 from conformance.preconditions import precondition, precondition_holds
 from fixtures.config_writer import ConfigWriter, config_document
 
 pytestmark = pytest.mark.capability("workload", "executor")
-
-
-@pytest.fixture(autouse=True)
-def _earlier_manager_threads_set_aside() -> None:
-    """A manager thread an earlier test left behind is blamed on that test, not this one."""
-    set_aside_earlier_manager_threads()
 
 
 MiB = 1 << 20

@@ -18,19 +18,13 @@ import pytest
 from conformance.control_helpers import close_within, runtime_records
 from conformance.execution_helpers import (CPU, GPU, INTER_OP_PREFIX, OP_MANAGER_PREFIX, POST,
                                            Log, RecordingBackend, manager_threads,
-                                           recording_action, run_in_thread,
-                                           set_aside_earlier_manager_threads, sim_runtime,
+                                           recording_action, run_in_thread, sim_runtime,
                                            wait_until)
+from conformance.execution_helpers import earlier_manager_threads_set_aside  # noqa: F401 - autouse
 from conformance.preconditions import precondition_holds
 
 pytestmark = pytest.mark.capability("executor", "gpu_op_manager", "resource_management",
                                     "virtual_clock")
-
-
-@pytest.fixture(autouse=True)
-def _earlier_manager_threads_set_aside() -> None:
-    """A manager thread an earlier test left behind is blamed on that test, not this one."""
-    set_aside_earlier_manager_threads()
 
 
 class Managed:
