@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from conformance.checks import names_identifier
 from conformance.control_helpers import (control_env, expect_value_error,  # noqa: F401
                                          joined, run_in_thread,
                                          runtime_records, runtimes)
@@ -58,8 +59,8 @@ KIND_WORDS = {"fifo": ("fifo", "pipe"), "directory": ("directory",), "socket": (
 def names_kind(text: str, word: str) -> bool:
     """``word`` (or its plural) stands in ``text`` as a word of its own, in any case: not
     inside a longer word."""
-    return re.search(rf"(?<![a-z0-9_]){re.escape(word)}s?(?![a-z0-9_])", text.lower()) \
-        is not None
+    lower = text.lower()
+    return names_identifier(lower, word) or names_identifier(lower, word + "s")
 
 
 @pytest.mark.clause("STAT-9")
