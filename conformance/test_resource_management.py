@@ -1355,7 +1355,7 @@ def test_limits_applied_before_suspending(rt, rt_managed, vclock) -> None:
 def test_every_non_zero_value_ends_a_suspension_at_once(rt, no_thread_leak, managed, vclock,
                                                          perf) -> None:
     """The smallest non-zero perfControl resumes a suspended step as 100 does: at once, with
-    no clock time passing, and the step then throttles with that value."""
+    no clock time passing, and the step ends without an error."""
     rm, _ = managed
     t, out, _ = suspended_step(rt, rm, vclock)
     assert rm.parse_manage_info_from_json('{"perfControl": %d}' % perf) is True, \
