@@ -560,6 +560,17 @@ def test_construction(rt, total, growth, expected_next):
 
 
 @pytest.mark.clause("BFC-7")
+@pytest.mark.parametrize("given,expected", [((), False), ((False,), False), ((True,), True),
+                                            ((0,), False), ((1,), True)])
+def test_garbage_collection_attribute(rt, given, expected):
+    bfc = rt.BFCAllocator(rt.SimulatedDeviceMemory(MiB), MiB, True, "GPU_0_bfc", *given)
+    got = bfc.garbage_collection
+    assert got is expected, (
+        f"BFCAllocator(..., garbage_collection={given[0] if given else 'not given'}): the "
+        f"garbage_collection attribute is {got!r}, expected {expected} [BFC-7]")
+
+
+@pytest.mark.clause("BFC-7")
 @pytest.mark.parametrize("bad", [-1, 1.5, "1024"])
 def test_construction_rejects_bad_sizes(rt, bad):
     with pytest.raises(ValueError):
@@ -1708,6 +1719,9 @@ def test_gpu_bfc_garbage_collection_from_env(rt, tf_env, gc_env, gc):
         f"TF_ENABLE_GPU_GARBAGE_COLLECTION={gc_env!r}: the request that needs GC was "
         f"{'served' if served else 'refused'}, expected GC {'on' if gc else 'off'} [BFC-18]")
     assert (len(sim.free_calls) == 1) == gc, "[BFC-18]"
+    assert bfc.garbage_collection is gc, (
+        f"TF_ENABLE_GPU_GARBAGE_COLLECTION={gc_env!r}: garbage_collection is "
+        f"{bfc.garbage_collection!r}, expected {gc} [BFC-18]")
 
 
 # --- simulated memory (API-3) ----------------------------------------------------------------
