@@ -271,8 +271,8 @@ def test_cotenant_reports_a_child_that_cannot_start(tmp_path, monkeypatch) -> No
 def test_attach_routes_each_gpu_and_detach_gives_the_memory_back(backend, cupy) -> None:
     from reference_runtime.device import create_devices
     previous = cupy.cuda.get_allocator()
-    mgr = create_devices(backend=backend, num_gpus=2, gpu_memory_bytes=32 * MiB,
-                         allow_growth=True)
+    mgr = create_devices(backend=backend, clock=None, num_gpus=2,
+                         gpu_memory_bytes=32 * MiB, allow_growth=True)
     try:
         routing = backend.attach(mgr)
         assert backend.attach(mgr) is routing

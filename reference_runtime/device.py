@@ -440,13 +440,12 @@ class DeviceMgr:
         return f"DeviceMgr({[d.name for d in self._devices]})"
 
 
-def create_devices(*, backend: Backend, clock: Clock | None = None,
-                   num_gpus: int | None = None, gpu_memory_bytes: int | None = None,
-                   allow_growth: bool) -> DeviceMgr:
+def create_devices(*, backend: Backend, clock: Clock | None, num_gpus: int | None,
+                   gpu_memory_bytes: int | None, allow_growth: bool) -> DeviceMgr:
     """CPU:0 then GPU:0..n-1, each GPU with TF's allocator stack (DEVICE-3).
 
-    ``num_gpus`` defaults to every GPU of the backend; ``gpu_memory_bytes`` (the BFC limit)
-    to each GPU's total memory. ``allow_growth`` is ``GPUOptions.allow_growth``;
+    ``num_gpus`` None is every GPU of the backend; ``gpu_memory_bytes`` (the BFC limit) None
+    each GPU's total memory; ``clock`` None the real clock. ``allow_growth`` is ``GPUOptions.allow_growth``;
     ``TF_FORCE_GPU_ALLOW_GROWTH`` may override it.
     """
     rt = importlib.import_module(__package__)  # the memory stack, through the package's exports
