@@ -1965,6 +1965,34 @@ def test_oversleep_to_the_microsecond(rt, control_env, late_by, oversleep) -> No
             f"{rm.total_time_slot}), expected {[nxt] if nxt else []} [RM-10]")
 
 
+@pytest.mark.clause("RM-10")
+@pytest.mark.parametrize("d,expected", [(500, 0), (999, 0), (1000, 0), (1001, 1)])
+def test_oversleep_beyond_the_next_sleep_cancels_it(rt, control_env, d, expected) -> None:
+    """perf 50: a sleep of 950 µs that lasted 5950 leaves V = 950; the next step of d µs
+    (total - d - 50 = d - 50) sleeps max(d - 50 - 950, 0) µs, never a negative amount, and V
+    becomes 0 whether or not it slept."""
+    clock = VirtualClock()
+    with throttled(rt, clock) as rm:
+        rm.parse_manage_info_from_json('{"perfControl": 50}')
+        t, out = run_in_thread(lambda: rm.do_sleep_or_suspend(1000), name="step")
+        clock.wait_for_waiters(1, clause="RM-10")
+        clock.advance(950 + 5000)
+        assert joined(t) and out.get("result") == 950 and rm.oversleep == 950, (
+            f"first step: {out}, oversleep {rm.oversleep}, expected 950 and 950 [RM-10]")
+        before = len(clock.records)
+        t, out = run_in_thread(lambda: rm.do_sleep_or_suspend(d), name="step")
+        if expected:
+            clock.wait_for_waiters(1, clause="RM-10")
+            clock.advance(expected)
+        assert joined(t) and out.get("result") == expected, (
+            f"d={d} after an oversleep of 950 µs: {out}, expected a sleep of {expected} [RM-10]")
+        sleeps = [r.duration_us for r in clock.records[before:]]
+        assert sleeps == ([expected] if expected else []) and rm.total_time_slot == expected \
+            and rm.oversleep == 0, (
+                f"d={d} after an oversleep of 950 µs: slept {sleeps}, S = {rm.total_time_slot}, "
+                f"oversleep {rm.oversleep}; expected {expected}, {expected}, 0 [RM-10]")
+
+
 # -- argument edges of the idle-time bookkeeping ------------------------------------------------
 
 NOT_INTEGERS = [True, False, 5.0, 1.5, float("nan"), float("inf"), "5", None]
