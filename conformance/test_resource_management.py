@@ -9,6 +9,7 @@ exactly on the virtual clock against a model of the formula.
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import logging
 import os
@@ -17,6 +18,7 @@ import sys
 import tempfile
 import threading
 import time
+import weakref
 from decimal import Decimal
 
 import pytest
@@ -1603,6 +1605,30 @@ def test_queued_op_high_water_mark(rt, managed) -> None:
     assert rm.get_executor_queued_op_num(other) == 1, "[RM-15]"
     rm.set_executor_queued_op_num(key, 9)
     assert rm.get_executor_queued_op_num(key) == 9, "[RM-15]"
+
+
+@pytest.mark.clause("RM-15")
+def test_queued_op_num_of_zero_keeps_no_key(rt, managed) -> None:
+    """A key only ever set to 0 or less is not held: nothing refers to it once the caller
+    drops it (a key set to a positive value is held, as its maximum)."""
+    class Key:
+        pass
+
+    rm, _ = managed
+    zero, negative, positive = Key(), Key(), Key()
+    rm.set_executor_queued_op_num(zero, 0)
+    rm.set_executor_queued_op_num(negative, -3)
+    rm.set_executor_queued_op_num(negative, 0)
+    rm.set_executor_queued_op_num(positive, 1)
+    refs = {name: weakref.ref(k) for name, k in
+            (("zero", zero), ("negative", negative), ("positive", positive))}
+    del zero, negative, positive
+    gc.collect()
+    held = sorted(name for name, ref in refs.items() if ref() is not None)
+    assert held == ["positive"], (
+        f"keys still referred to after set_executor_queued_op_num: {held}, expected only the "
+        f"one set to 1 [RM-15]")
+    assert rm.get_executor_queued_op_num(refs["positive"]()) == 1, "[RM-15]"
 
 
 @pytest.mark.clause("RM-16", "CLK-3")
