@@ -9,6 +9,7 @@ exactly on the virtual clock against a model of the formula.
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import logging
 import os
@@ -17,6 +18,7 @@ import sys
 import tempfile
 import threading
 import time
+import weakref
 from decimal import Decimal
 
 import pytest
@@ -1605,6 +1607,30 @@ def test_queued_op_high_water_mark(rt, managed) -> None:
     assert rm.get_executor_queued_op_num(key) == 9, "[RM-15]"
 
 
+@pytest.mark.clause("RM-15")
+def test_queued_op_num_of_zero_keeps_no_key(rt, managed) -> None:
+    """A key only ever set to 0 or less is not held: nothing refers to it once the caller
+    drops it (a key set to a positive value is held, as its maximum)."""
+    class Key:
+        pass
+
+    rm, _ = managed
+    zero, negative, positive = Key(), Key(), Key()
+    rm.set_executor_queued_op_num(zero, 0)
+    rm.set_executor_queued_op_num(negative, -3)
+    rm.set_executor_queued_op_num(negative, 0)
+    rm.set_executor_queued_op_num(positive, 1)
+    refs = {name: weakref.ref(k) for name, k in
+            (("zero", zero), ("negative", negative), ("positive", positive))}
+    del zero, negative, positive
+    gc.collect()
+    held = sorted(name for name, ref in refs.items() if ref() is not None)
+    assert held == ["positive"], (
+        f"keys still referred to after set_executor_queued_op_num: {held}, expected only the "
+        f"one set to 1 [RM-15]")
+    assert rm.get_executor_queued_op_num(refs["positive"]()) == 1, "[RM-15]"
+
+
 @pytest.mark.clause("RM-16", "CLK-3")
 def test_close_cancels_a_throttle_sleep(rt, no_thread_leak, managed, vclock) -> None:
     rm, _ = managed
@@ -1963,6 +1989,34 @@ def test_oversleep_to_the_microsecond(rt, control_env, late_by, oversleep) -> No
         assert sleeps == ([nxt] if nxt else []) and rm.total_time_slot == nxt, (
             f"after an oversleep of {oversleep} µs the next sleep was {sleeps} (S = "
             f"{rm.total_time_slot}), expected {[nxt] if nxt else []} [RM-10]")
+
+
+@pytest.mark.clause("RM-10")
+@pytest.mark.parametrize("d,expected", [(500, 0), (999, 0), (1000, 0), (1001, 1)])
+def test_oversleep_beyond_the_next_sleep_cancels_it(rt, control_env, d, expected) -> None:
+    """perf 50: a sleep of 950 µs that lasted 5950 leaves V = 950; the next step of d µs
+    (total - d - 50 = d - 50) sleeps max(d - 50 - 950, 0) µs, never a negative amount, and V
+    becomes 0 whether or not it slept."""
+    clock = VirtualClock()
+    with throttled(rt, clock) as rm:
+        rm.parse_manage_info_from_json('{"perfControl": 50}')
+        t, out = run_in_thread(lambda: rm.do_sleep_or_suspend(1000), name="step")
+        clock.wait_for_waiters(1, clause="RM-10")
+        clock.advance(950 + 5000)
+        assert joined(t) and out.get("result") == 950 and rm.oversleep == 950, (
+            f"first step: {out}, oversleep {rm.oversleep}, expected 950 and 950 [RM-10]")
+        before = len(clock.records)
+        t, out = run_in_thread(lambda: rm.do_sleep_or_suspend(d), name="step")
+        if expected:
+            clock.wait_for_waiters(1, clause="RM-10")
+            clock.advance(expected)
+        assert joined(t) and out.get("result") == expected, (
+            f"d={d} after an oversleep of 950 µs: {out}, expected a sleep of {expected} [RM-10]")
+        sleeps = [r.duration_us for r in clock.records[before:]]
+        assert sleeps == ([expected] if expected else []) and rm.total_time_slot == expected \
+            and rm.oversleep == 0, (
+                f"d={d} after an oversleep of 950 µs: slept {sleeps}, S = {rm.total_time_slot}, "
+                f"oversleep {rm.oversleep}; expected {expected}, {expected}, 0 [RM-10]")
 
 
 # -- argument edges of the idle-time bookkeeping ------------------------------------------------

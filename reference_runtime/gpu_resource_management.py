@@ -71,10 +71,6 @@ class _Reject(Exception):
     """A config value that is not accepted; the message is the reason."""
 
 
-def _json_path(*keys: str) -> str:
-    return "gpuConfigInfo" + "".join(f"[{quote(k)}]" for k in keys)
-
-
 def _describe(value: Any) -> str:
     """A JSON value in a few characters: never the whole of a large value."""
     if isinstance(value, str):
@@ -265,7 +261,7 @@ class GPUResourceManagement(SessionRunAction):
             return {}
         limits: dict[str, int] = {}
         for key, entry in info.items():
-            where = _json_path(key)
+            where = f"gpuConfigInfo[{quote(key)}]"
             if not isinstance(entry, dict):
                 problems.add(f"{where}: is {_describe(entry)}, not an object")
                 continue

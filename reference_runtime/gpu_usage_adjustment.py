@@ -28,10 +28,10 @@ UINT64_MAX = (1 << 64) - 1
 
 
 class AdjustOutcome(enum.Enum):
-    APPLIED = "applied"          # the (clamped) target was reached: True
-    UNCHANGED = "unchanged"      # the (clamped) target equals the current limit: False
-    FELL_SHORT = "fell_short"    # a shrink could not release enough: False
-    NOT_FOUND = "not_found"      # no device manager, or no GPU BFC with that bus id: False
+    APPLIED = enum.auto()        # the (clamped) target was reached: True
+    UNCHANGED = enum.auto()      # the (clamped) target equals the current limit: False
+    FELL_SHORT = enum.auto()     # a shrink could not release enough: False
+    NOT_FOUND = enum.auto()      # no device manager, or no GPU BFC with that bus id: False
 
 
 @dataclass

@@ -166,7 +166,7 @@ def _gpu_bus_ids(backend: Backend, num_gpus: int | None) -> list[str]:
             count = min(int(num_gpus), count)
     except Exception:                         # noqa: BLE001 - create_devices reports it
         return found
-    for index in range(max(0, count)):
+    for index in range(count):              # none for a count of 0 or less
         try:
             bus_id = get_pci_bus_id(f"pci bus id: {backend.gpu_info(index).pci_bus_id}")
         except Exception:                     # noqa: BLE001 - create_devices reports it
