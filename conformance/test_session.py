@@ -893,6 +893,42 @@ def test_close_frees_joins_and_refuses_runs(rt, ctx) -> None:
     s.close()  # idempotent
 
 
+@pytest.mark.clause("SESS-8")
+def test_a_closed_session_refuses_a_run_before_its_step(rt, ctx) -> None:
+    """run() of a closed session raises a RuntimeError that is no OpError (TF's "Attempted to
+    use a closed Session."), for a signature run before and a new one, and nothing of a step
+    happens: no PRE action runs, no kernel runs, nothing is allocated."""
+    pre = Log()
+    ran = Log()
+    ctx.registry.register(PRE, 0, recording_action(rt, "pre", pre))
+    g = rt.Graph()
+    g.add_node("v", "Variable", device=GPU, initial_value=np.ones(1000, np.float32))
+    g.add_node("p", "PyFunc", ["v"], device=GPU, func=py_func(ran, "p"))
+    g.add_node("q", "PyFunc", ["v"], device=CPU, func=py_func(ran, "q"))
+    s = ctx.new_session(g)
+    s.run(["p"])                          # the signature ["p"] has its executor
+    s.close()
+    pre.clear()
+    ran.clear()
+    allocators = [ctx.device_mgr.lookup_device(d).get_allocator() for d in (GPU, CPU)]
+    before = [(a.get_stats().num_allocs, a.get_stats().bytes_in_use) for a in allocators]
+    for fetch in (["p"], ["q"]):
+        with pytest.raises(RuntimeError) as info:
+            s.run(fetch)
+            pytest.fail(f"run({fetch}) of a closed session returned [SESS-8]")
+        assert not isinstance(info.value, rt.OpError), (
+            f"run({fetch}) of a closed session raised {type(info.value).__name__}: "
+            f"{info.value}; expected a RuntimeError that is no OpError, as no step starts "
+            f"[SESS-8]")
+    assert pre.snapshot() == [] and ran.snapshot() == [], (
+        f"runs of a closed session ran PRE actions {pre.snapshot()} and kernels "
+        f"{ran.snapshot()} [SESS-8]")
+    after = [(a.get_stats().num_allocs, a.get_stats().bytes_in_use) for a in allocators]
+    assert after == before, (
+        f"runs of a closed session changed (allocations, bytes in use) of GPU:0 and CPU:0 "
+        f"from {before} to {after} [SESS-8]")
+
+
 @pytest.mark.clause("SESS-8", "EXEC-9")
 def test_close_cancels_a_running_step(rt, ctx) -> None:
     log = Log()
