@@ -17,7 +17,7 @@ import pytest
 
 from conformance import spec
 from conformance.checks import names_identifier
-from conformance.control_helpers import joined, perf_in_force
+from conformance.control_helpers import close_within, joined, perf_in_force
 from conformance.execution_helpers import (CPU, GPU, INTER_OP_PREFIX, POST, PRE, Log,
                                            antman_threads, py_func, recording_action,
                                            run_in_thread, sim_runtime, wait_until)
@@ -815,6 +815,25 @@ def test_an_action_may_run_its_own_session(rt, ctx) -> None:
     s.close()
 
 
+@pytest.mark.clause("SESS-8")
+def test_close_does_not_wait_for_nested_runs_that_returned(rt, ctx) -> None:
+    """Runs nested two deep in POST actions on this thread have all returned: close() from
+    another thread has no run to wait for (SESS-8) and returns."""
+    s = ctx.new_session(step_graph(rt, Log()))
+    depth: list[int] = []
+
+    def run_nested(options) -> None:
+        if options.session is s and len(depth) < 2:
+            depth.append(len(depth) + 1)
+            s.run(["other"], FEED)
+
+    ctx.registry.register(POST, 1, recording_action(rt, "nested", Log(), on_run=run_nested))
+    for _ in range(2):
+        s.run(["out"], FEED)
+        depth.clear()
+    close_within(s, "close() from another thread waited although every run of this thread, "
+                    "nested ones included, had returned [SESS-8]")
+    assert s.closed is True, "closed is false after close() returned [SESS-8]"
 @pytest.mark.clause("SESS-7")
 def test_nodes_run_on_the_inter_op_pool(rt, ctx) -> None:
     log = Log()
