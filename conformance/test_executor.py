@@ -1181,6 +1181,54 @@ def test_a_failed_kernels_outputs_are_freed_when_it_fails(rt, ctx, device: str) 
         "the failed step left buffers allocated [EXEC-6]")
 
 
+@pytest.mark.clause("EXEC-6")
+@pytest.mark.parametrize("device", [CPU, GPU])
+def test_a_skipped_nodes_inputs_are_freed_when_it_is_passed_over(rt, ctx, device: str) -> None:
+    """'a' (4 000 bytes) feeds 'bad' and 'c', inexpensive, run after it on its thread in that
+    order (EXEC-11): bad raises, so c, ready once the step aborts, never runs (EXEC-9). 'busy',
+    running since before, goes on and watches the allocator: a's buffer, whose consumers have
+    all run or been passed over, must be freed then, not when the step ends after busy."""
+    alloc = allocator_of(ctx, device)
+    busy_started = threading.Event()
+    seen: list[tuple[int, int]] = []
+    ran = Log()
+
+    def a():
+        busy_started.wait(FREED_WITHIN_S)
+        return np.ones(1000, np.float32)
+
+    def fail(x):
+        raise ValueError("planned")
+
+    def busy():
+        busy_started.set()
+        limit = time.monotonic() + FREED_WITHIN_S
+        while True:
+            stats = alloc.get_stats()
+            seen.append((stats.num_allocs - before.num_allocs,
+                         stats.bytes_in_use - before.bytes_in_use))
+            if seen[-1] == (1, 0) or time.monotonic() > limit:   # placed, then freed
+                return np.float32(0)
+            time.sleep(0.001)
+
+    g = rt.Graph()
+    g.add_node("a", "PyFunc", device=device, func=a)
+    g.add_node("busy", "PyFunc", device=device, func=busy)
+    g.add_node("bad", "PyFunc", ["a"], device=device, func=fail, is_expensive=False)
+    g.add_node("c", "PyFunc", ["a"], device=device, func=py_func(ran, "c"), is_expensive=False)
+    s = ctx.new_session(g)
+    before = alloc.get_stats()
+    with pytest.raises(rt.OpError):
+        s.run(["busy"], target_nodes=["bad", "c"])
+        pytest.fail("a step whose node raised succeeded [EXEC-9]")
+    assert ran.snapshot() == [], "'c', made ready after the step's error, ran [EXEC-9]"
+    assert seen and seen[-1] == (1, 0), (
+        f"while 'busy' ran, {seen[-1][1] if seen else '?'} bytes of a's output were still "
+        f"in use {FREED_WITHIN_S:.0f} s after a had placed it ({seen[-1][0] if seen else '?'} "
+        f"allocations): bad had failed and c had been passed over, so it must be freed "
+        f"[EXEC-6]")
+    assert alloc.get_stats().bytes_in_use == before.bytes_in_use, (
+        "the failed step left buffers allocated [EXEC-6]")
 @pytest.mark.clause("EXEC-8")
 def test_every_op_error_carries_its_message(rt, tf_env, auto_clock) -> None:
     tf_env.set("TF_GPU_VMEM", "false")

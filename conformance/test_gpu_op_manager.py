@@ -781,6 +781,41 @@ def test_last_op_on_the_manager_thread_is_joined_by_run(rt, managed) -> None:
     assert len(seen) == 50, "each managed step must have its own manager thread [OPM-3]"
 
 
+@pytest.mark.clause("OPM-6")
+def test_the_manager_thread_ends_by_returning(rt, managed, monkeypatch) -> None:
+    """Shut down with its queue empty, the manager thread returns: no exception escapes it
+    (threading.excepthook sees none), whether the step ends on the manager thread (a GPU
+    chain), on an inter-op thread (a CPU node after the GPU op) or with an error."""
+    escaped: list[str] = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: escaped.append(
+        f"{args.exc_type.__name__} in {getattr(args.thread, 'name', '?')}"))
+    log = Log()
+
+    def fail(x):
+        raise ValueError("planned")
+
+    ends_on_cpu = chain(rt, 1, log, managed.clock, managed.rm)
+    ends_on_cpu.add_node("c", "PyFunc", ["op0"], device=CPU, func=lambda x: x)
+    fails = chain(rt, 1, log, managed.clock, managed.rm)
+    fails.add_node("bad", "PyFunc", ["op0"], device=GPU, func=fail)
+    for graph, fetch in ((chain(rt, 2, log, managed.clock, managed.rm), "op1"),
+                         (ends_on_cpu, "c"), (fails, "bad")):
+        s = managed.ctx.new_session(graph)
+        for _ in range(3):
+            managed.throttle(50, 10)
+            if fetch == "bad":
+                with pytest.raises(rt.OpError):
+                    s.run([fetch])
+                    pytest.fail("a managed step whose GPU op raised succeeded [OPM-6]")
+            else:
+                s.run([fetch])
+            assert manager_threads() == [], \
+                f"run() returned with manager threads alive: {manager_threads()} [OPM-6]"
+    assert escaped == [], (
+        f"exceptions escaped the manager threads as the steps ended: {escaped}; a manager "
+        f"shut down with nothing queued must return [OPM-6]")
+
+
 @contextlib.contextmanager
 def slow_manager_exit(delay_s: float = 0.05):
     """Make every GpuOpManager thread started meanwhile linger ``delay_s`` before it ends.

@@ -17,7 +17,7 @@ import pytest
 
 from conformance import spec
 from conformance.checks import names_identifier
-from conformance.control_helpers import joined, perf_in_force
+from conformance.control_helpers import close_within, joined, perf_in_force
 from conformance.execution_helpers import (CPU, GPU, INTER_OP_PREFIX, POST, PRE, Log,
                                            antman_threads, py_func, recording_action,
                                            run_in_thread, sim_runtime, wait_until)
@@ -815,6 +815,25 @@ def test_an_action_may_run_its_own_session(rt, ctx) -> None:
     s.close()
 
 
+@pytest.mark.clause("SESS-8")
+def test_close_does_not_wait_for_nested_runs_that_returned(rt, ctx) -> None:
+    """Runs nested two deep in POST actions on this thread have all returned: close() from
+    another thread has no run to wait for (SESS-8) and returns."""
+    s = ctx.new_session(step_graph(rt, Log()))
+    depth: list[int] = []
+
+    def run_nested(options) -> None:
+        if options.session is s and len(depth) < 2:
+            depth.append(len(depth) + 1)
+            s.run(["other"], FEED)
+
+    ctx.registry.register(POST, 1, recording_action(rt, "nested", Log(), on_run=run_nested))
+    for _ in range(2):
+        s.run(["out"], FEED)
+        depth.clear()
+    close_within(s, "close() from another thread waited although every run of this thread, "
+                    "nested ones included, had returned [SESS-8]")
+    assert s.closed is True, "closed is false after close() returned [SESS-8]"
 @pytest.mark.clause("SESS-7")
 def test_nodes_run_on_the_inter_op_pool(rt, ctx) -> None:
     log = Log()
@@ -891,6 +910,42 @@ def test_close_frees_joins_and_refuses_runs(rt, ctx) -> None:
     with pytest.raises(RuntimeError):
         s.run(["r"])
     s.close()  # idempotent
+
+
+@pytest.mark.clause("SESS-8")
+def test_a_closed_session_refuses_a_run_before_its_step(rt, ctx) -> None:
+    """run() of a closed session raises a RuntimeError that is no OpError (TF's "Attempted to
+    use a closed Session."), for a signature run before and a new one, and nothing of a step
+    happens: no PRE action runs, no kernel runs, nothing is allocated."""
+    pre = Log()
+    ran = Log()
+    ctx.registry.register(PRE, 0, recording_action(rt, "pre", pre))
+    g = rt.Graph()
+    g.add_node("v", "Variable", device=GPU, initial_value=np.ones(1000, np.float32))
+    g.add_node("p", "PyFunc", ["v"], device=GPU, func=py_func(ran, "p"))
+    g.add_node("q", "PyFunc", ["v"], device=CPU, func=py_func(ran, "q"))
+    s = ctx.new_session(g)
+    s.run(["p"])                          # the signature ["p"] has its executor
+    s.close()
+    pre.clear()
+    ran.clear()
+    allocators = [ctx.device_mgr.lookup_device(d).get_allocator() for d in (GPU, CPU)]
+    before = [(a.get_stats().num_allocs, a.get_stats().bytes_in_use) for a in allocators]
+    for fetch in (["p"], ["q"]):
+        with pytest.raises(RuntimeError) as info:
+            s.run(fetch)
+            pytest.fail(f"run({fetch}) of a closed session returned [SESS-8]")
+        assert not isinstance(info.value, rt.OpError), (
+            f"run({fetch}) of a closed session raised {type(info.value).__name__}: "
+            f"{info.value}; expected a RuntimeError that is no OpError, as no step starts "
+            f"[SESS-8]")
+    assert pre.snapshot() == [] and ran.snapshot() == [], (
+        f"runs of a closed session ran PRE actions {pre.snapshot()} and kernels "
+        f"{ran.snapshot()} [SESS-8]")
+    after = [(a.get_stats().num_allocs, a.get_stats().bytes_in_use) for a in allocators]
+    assert after == before, (
+        f"runs of a closed session changed (allocations, bytes in use) of GPU:0 and CPU:0 "
+        f"from {before} to {after} [SESS-8]")
 
 
 @pytest.mark.clause("SESS-8", "EXEC-9")

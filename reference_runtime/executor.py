@@ -378,11 +378,9 @@ class ExecutorState:
         return None, self._propagate(item, ctx.outputs)
 
     def _release_inputs(self, item: NodeItem) -> None:
-        slots = self._inputs[item.id]
-        for k, buf in enumerate(slots):
-            if buf is not None:
-                slots[k] = None
-                self.step.unref(buf)
+        # Called once per node (it runs or is skipped once), when every slot holds a buffer.
+        for buf in self._inputs[item.id]:
+            self.step.unref(buf)
 
     def _propagate(self, item: NodeItem, outputs: list[Buffer | None]) -> list[int]:
         """TF ``PropagateOutputs``: hand outputs to consumers; return the newly ready nodes."""

@@ -23,9 +23,8 @@ class GraphError(ValueError):
 
 
 def parse_tensor_name(ref: str) -> tuple[str, int]:
-    """``"n"`` -> ``("n", 0)``; ``"n:k"`` -> ``("n", k)``."""
-    if not isinstance(ref, str) or not ref:
-        raise GraphError(f"tensor name must be a non-empty string, got {ref!r}")
+    """``"n"`` -> ``("n", 0)``; ``"n:k"`` -> ``("n", k)``. Every caller has checked that ``ref``
+    is a non-empty str (add_node's inputs, run's fetches, targets and feed keys)."""
     name, sep, index = ref.rpartition(":")
     if sep and index.isascii() and index.isdigit():   # ASCII digits only, as TF scans them
         return name, int(index)
