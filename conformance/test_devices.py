@@ -791,6 +791,42 @@ def test_none_with_a_backend_object_takes_the_backends_own(rt, control_env) -> N
             f"limits {limits}, expected every GPU with its whole memory [DEVICE-8]")
 
 
+@pytest.mark.clause("DEVICE-8")
+def test_the_backend_is_attached_once_and_detached_once_after_the_devices_closed(
+        rt, control_env) -> None:
+    """create_runtime attaches its device manager to the backend once the devices exist; close()
+    detaches that same manager once, when every device is already closed, and a second close()
+    detaches nothing more."""
+    calls: list = []
+
+    class Recording:
+        def __init__(self, inner) -> None:
+            self._inner, self.name, self.xp = inner, inner.name, inner.xp
+
+        def __getattr__(self, attr: str):
+            return getattr(self._inner, attr)
+
+        def attach(self, device_mgr) -> None:
+            calls.append(("attach", device_mgr, [d.closed for d in device_mgr.list_devices()]))
+            self._inner.attach(device_mgr)
+
+        def detach(self, device_mgr) -> None:
+            calls.append(("detach", device_mgr, [d.closed for d in device_mgr.list_devices()]))
+            self._inner.detach(device_mgr)
+
+    ctx = rt.create_runtime(num_gpus=2, backend=Recording(rt.SimBackend(2, 16 * MiB)),
+                            config_file=None, status_file=None)
+    mgr = ctx.device_mgr
+    assert calls == [("attach", mgr, [False, False, False])], (
+        f"create_runtime on a 2-GPU backend called {calls}; expected attach(device_mgr) once, "
+        f"with the three devices built and open [DEVICE-8]")
+    ctx.close()
+    ctx.close()
+    assert calls[1:] == [("detach", mgr, [True, True, True])], (
+        f"close() twice called {calls[1:]} on the backend; expected detach(device_mgr) once, "
+        f"with every device already closed [DEVICE-8]")
+
+
 # the CPU allocator's public methods, each called on an allocator holding one allocation p
 CPU_ALLOCATOR_METHODS = {
     "allocate_raw": lambda a, p: a.deallocate_raw(a.allocate_raw(64, 100)),

@@ -791,6 +791,44 @@ def test_a_session_keeps_no_finished_step(rt, ctx) -> None:
 
 
 @pytest.mark.clause("SESS-6")
+def test_a_kept_error_holds_no_buffer_of_its_step(rt, ctx) -> None:
+    """A PyFunc fails on a 4 MiB tensor computed on the GPU; the job keeps the errors of three
+    such steps. Each error may hold the PyFunc's host copy of its input (its frames), but not the
+    step's buffer of that tensor: three copies at most, not six."""
+    nbytes = 4 << 20
+
+    def boom(y):
+        raise ValueError("boom")
+
+    graph = rt.Graph()
+    graph.add_node("c", "Const", device=GPU, value=np.ones(nbytes // 4, np.float32))
+    graph.add_node("y", "Relu", ["c"], device=GPU)
+    graph.add_node("f", "PyFunc", ["y"], device=GPU, func=boom)
+    s = ctx.new_session(graph)
+    s.run("y")                                   # the constant and the executor exist
+    errors = []
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for _ in range(3):
+            try:
+                s.run("f")
+            except rt.OpError as exc:
+                errors.append(exc)
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert len(errors) == 3, f"{len(errors)} of 3 runs of a failing PyFunc raised [SESS-6]"
+    assert held < 3 * nbytes + nbytes // 2, (
+        f"3 kept errors of steps whose PyFunc failed on a {nbytes}-byte tensor hold {held} "
+        f"bytes: more than the PyFunc's own copy of its input each, the errors keep the "
+        f"step's buffers [SESS-6]")
+    s.close()
+
+
+@pytest.mark.clause("SESS-6")
 def test_an_action_may_run_its_own_session(rt, ctx) -> None:
     """A POST action, on the thread that called ``run`` (SESS-4), runs another signature of
     the same session: a run nested in a run, each returning its own outputs."""

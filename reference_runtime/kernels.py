@@ -120,9 +120,8 @@ class SessionResources:
 
     def release_all(self) -> None:
         with self.lock:
-            bufs = list(self.buffers.values())
-            self.buffers.clear()
-        for buf in bufs:
+            bufs, self.buffers = self.buffers, {}
+        for buf in bufs.values():
             buf.release()
 
 

@@ -155,7 +155,6 @@ class StepAllocations:
     def free_all(self) -> None:
         """Free every buffer still live."""
         with self._lock:
-            left = list(self._live.values())
-            self._live.clear()
-        for buf in left:
+            left, self._live = self._live, {}
+        for buf in left.values():
             buf.release()
