@@ -174,6 +174,26 @@ def test_statistics_timestamps_from_the_clock(rt, runtimes, tmp_path) -> None:
     ctx.device_mgr.lookup_device("GPU:0").get_allocator().deallocate_raw(p)
 
 
+@pytest.mark.clause("CLK-2")
+@pytest.mark.parametrize("given", [{}, {"clock": None}], ids=["default", "none"])
+def test_statistics_without_a_clock_use_the_real_clock(rt, runtimes, tmp_path, given) -> None:
+    """``GPUStatistics`` built without a clock, or with ``clock=None``, times its figures on
+    the real clock: its first step boundary dumps the duration it was given."""
+    if "statistics" not in rt.CAPABILITIES:
+        pytest.skip("NOT_SUPPORTED: the runtime has no statistics")
+    ctx = runtimes()
+    path = tmp_path / "s.json"
+    stats = rt.GPUStatistics(str(path), **given)
+    stats.run_action(rt.SessionRunActionOptions(device_mgr=ctx.device_mgr, graph_id=1,
+                                                sess_duration_us=1234))
+    assert path.exists(), f"GPUStatistics({given or ''}) wrote no statistics [CLK-2]"
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    assert (doc["Durations"], doc["miniBatchDuration"]) == ({"graph_1": 1234}, 1234), (
+        f"GPUStatistics({given or ''}) dumped Durations {doc['Durations']} and "
+        f"miniBatchDuration {doc['miniBatchDuration']}, expected {{'graph_1': 1234}} and 1234 "
+        f"[CLK-2]")
+
+
 @pytest.mark.clause("CLK-3")
 @pytest.mark.capability("file_listener")
 def test_listener_close_ends_its_wait(rt, no_thread_leak, tmp_path) -> None:

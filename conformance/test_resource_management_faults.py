@@ -185,6 +185,33 @@ def test_deep_ignored_member_up_to_the_value_bound(rt, managed, config_path, cap
         one_warning(caplog, rt, config_path, f"a member nested {depth} deep", str(MAX_VALUES))
 
 
+#: Strings of 2 MiB, each with one character beyond U+FFFF: a reader that keeps them holds
+#: 4 bytes a character (CPython), so ten kept together exceed RM-19's memory bound.
+WIDE_STRING = json.dumps("\U0001F600" + "a" * (2 * MiB), ensure_ascii=False)
+WIDE_STRINGS = 10
+
+
+@pytest.mark.clause("RM-19")
+@pytest.mark.parametrize("inside", [64, 65, 200])
+def test_values_nested_beyond_64_levels_are_not_kept(rt, managed, inside) -> None:
+    """An ignored member whose array of ten wide strings (about 20 MiB) is inside ``inside``
+    others, the root included: the strings are read one by one and dropped, so that reading
+    the document allocates at most 2 x size + 32 MiB, which keeping them all (80 MiB) would
+    exceed; the document is applied (RM-3)."""
+    strings = f"[{','.join([WIDE_STRING] * WIDE_STRINGS)}]"
+    text = ('{"metadata": ' + "[" * (inside - 1) + strings + "]" * (inside - 1)
+            + ', "perfControl": 45}')
+    mib = len(text.encode("utf-8")) / MiB
+    ok, _, peak = measured_parse(managed, text)
+    assert (ok, managed.perf_control) == (True, 45), (
+        f"wide strings inside {inside} containers of an ignored member: returned {ok}, "
+        f"perfControl {managed.perf_control}, expected True and 45 [RM-19]")
+    assert peak <= memory_bound(mib), (
+        f"wide strings inside {inside} containers: reading {mib:.1f} MiB allocated "
+        f"{peak / MiB:.1f} MiB at its peak, more than 2 x size + 32 MiB = "
+        f"{memory_bound(mib) / MiB:.0f} MiB: values nested beyond 64 levels were kept [RM-19]")
+
+
 @pytest.mark.clause("RM-19")
 def test_no_nesting_depth_makes_the_parser_raise(rt, managed, caplog) -> None:
     """A recursive reader fails somewhere near the interpreter's recursion limit, and where

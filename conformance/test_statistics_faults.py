@@ -31,7 +31,7 @@ pytestmark = pytest.mark.capability("statistics", "virtual_clock")
 NAME = "pai2sche.json"
 
 
-def dump_once(rt, ctx, path: Path, clock: VirtualClock | None = None) -> None:
+def dump_once(rt, ctx, path: Path | str, clock: VirtualClock | None = None) -> None:
     """One step boundary of a new GPUStatistics on ``path`` (its first run always dumps)."""
     stats = rt.GPUStatistics(str(path), clock=clock or VirtualClock())
     stats.run_action(rt.SessionRunActionOptions(device_mgr=ctx.device_mgr, graph_id=1,
@@ -301,6 +301,22 @@ def test_dot_dot_after_a_symlink_on_the_way_leaves_its_target(rt, runtimes, tmp_
         json.loads(target.read_text(encoding="utf-8"))) == [], (
         f"the status path {path} resolves to {target}, which does not hold the statistics; "
         f"{tmp_path / 'links'} holds {sorted(os.listdir(tmp_path / 'links'))} [STAT-9]")
+
+
+@pytest.mark.clause("STAT-9")
+@pytest.mark.parametrize("between", ["", ".", f".{os.sep}", f"{os.sep}."],
+                         ids=["double_slash", "dot", "dot_slash", "slash_dot"])
+def test_dot_dot_after_empty_and_dot_components(rt, runtimes, tmp_path, between) -> None:
+    """The status path ``a/b/<between>/../NAME``: an empty component (``//``) and ``.`` name
+    the directory they are in, so, as the kernel resolves it, ``..`` leaves ``b`` for ``a``."""
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    path = f"{tmp_path}{os.sep}a{os.sep}b{os.sep}{between}{os.sep}..{os.sep}{NAME}"
+    target = tmp_path / "a" / NAME
+    dump_once(rt, runtimes(), path)                 # a str: Path would drop // and .
+    assert target.exists() and validate_status(
+        json.loads(target.read_text(encoding="utf-8"))) == [], (
+        f"the status path {path} resolves to {target}, which does not hold the statistics; "
+        f"{tmp_path / 'a' / 'b'} holds {sorted(os.listdir(tmp_path / 'a' / 'b'))} [STAT-9]")
 
 
 @pytest.mark.clause("STAT-9")

@@ -13,8 +13,8 @@ the values it needs, costs nothing of the rest of the document.
 
 Strings and number literals are scanned by the standard library's own C scanners
 (``json.decoder.scanstring`` and the ``json.scanner`` number pattern). Numbers are returned
-as ``JSONNumber``, which keeps the literal: a caller converts only the values it reads, and
-exactly (``Decimal``), so that ``1e6`` and ``1048576.0`` stay integers and a 5000-digit
+as ``JSONNumber``, which keeps the literal: a caller reads exactly only the values it
+needs, from the literal (``1e6`` and ``1048576.0`` stay integers), and a 5000-digit
 literal costs nothing until it is looked at.
 """
 
@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json.decoder
 import json.scanner
-from decimal import Decimal
 from typing import Any
 
 from .log_text import QUOTE_CHARS
@@ -43,15 +42,12 @@ class JSONBoundsError(ValueError):
 
 
 class JSONNumber:
-    """A JSON number, kept as its literal; converted exactly when read."""
+    """A JSON number, kept as its literal (``text``); read exactly by its caller."""
 
     __slots__ = ("text",)
 
     def __init__(self, text: str) -> None:
         self.text = text
-
-    def to_decimal(self) -> Decimal:
-        return Decimal(self.text)
 
     def __str__(self) -> str:
         """The literal, cut as ``log_text.quote`` cuts a text from outside (RM-21): whole

@@ -347,8 +347,10 @@ def _destination(status_file: str) -> str:
 
 
 def _temporary_prefix(target: str) -> tuple[str, str]:
+    """The directory of ``target`` (absolute, from :func:`_resolve`) and the name prefix of
+    its temporary files."""
     directory, name = os.path.split(target)
-    return directory or ".", f".{name}."
+    return directory, f".{name}."
 
 
 def _replace_atomically(target: str, data: bytes) -> None:
