@@ -142,6 +142,23 @@ def test_hello_then_one_record_per_step(worker, rt, request) -> None:
     assert [r["step"] for r in steps] == list(range(10)), "[WORKER-2]"
 
 
+@pytest.mark.clause("WORKER-2")
+def test_a_worker_without_vmem_reports_no_host_bytes(worker) -> None:
+    """Started with ``TF_GPU_VMEM=false`` and without AntMan's control files, the job runs
+    without VMem: its device has no host fallback, so every step record's
+    ``host_bytes_in_use`` is 0, not null, from a worker that observes the figure (writes it
+    as an integer) with the protocol's environment."""
+    observed = worker().steps(1)[0]["host_bytes_in_use"]
+    if observed is None:
+        return                          # the worker cannot observe the host figure at all
+    w = worker(TF_GPU_VMEM="false", GPU_CONFIG_FILE=None, GPU_STATUS_FILE=None)
+    for rec in w.steps(3):
+        assert rec["host_bytes_in_use"] == 0 and type(rec["host_bytes_in_use"]) is int, (
+            f"step {rec['step']} of a worker without VMem reports host_bytes_in_use="
+            f"{rec['host_bytes_in_use']!r} (with VMem it reported {observed}); its device has "
+            f"no host fallback, so 0 [WORKER-2]")
+
+
 @pytest.mark.clause("WORKER-3", "WORKER-4")
 def test_max_steps_writes_exactly_n_steps_then_exits_0(worker) -> None:
     n = 3 + WINDOW + 1                  # 3 warm-up steps, then WINDOW periods
