@@ -316,6 +316,22 @@ def test_stdin_eof_stops_the_worker_with_status_0(worker) -> None:
 
 
 @pytest.mark.clause("WORKER-4")
+def test_stdin_eof_during_a_step_writes_that_steps_record(worker) -> None:
+    """Standard input closed 200 ms into a step of about 800 ms: the step runs to its end,
+    its record is written, and no step starts after it."""
+    w = worker(ANTMAN_WORKER_STEP_MS=800)
+    last = w.steps(2)[-1]["step"]
+    time.sleep(0.2)                     # the next step is under way: it began on the record
+    w.request_stop("stdin")
+    rc, extra = w.wait_exit(TERMINATION_S)
+    assert [r["step"] for r in extra] == [last + 1], (
+        f"standard input closed during step {last + 1}: the worker then wrote the step "
+        f"records {[r['step'] for r in extra]}; expected that step's record alone (the step "
+        f"runs to its end, and none starts after it) [WORKER-4]")
+    assert_exited_0(rc, "standard input closed during a step", "WORKER-4")
+
+
+@pytest.mark.clause("WORKER-4")
 def test_sigterm_stops_a_suspended_worker_with_status_0(worker) -> None:
     w = worker()
     w.steps(3)
