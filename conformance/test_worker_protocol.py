@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import statistics
 import time
 from collections.abc import Callable
@@ -304,6 +305,24 @@ def test_a_worker_whose_reader_went_away_exits_with_a_failure_status(worker) -> 
         f"after the suite closed the read end of its standard output, the worker "
         f"{'still ran' if rc is None else 'exited with status 0'} {TERMINATION_S:g} s later; "
         f"expected an exit with a status other than 0 (its records are lost) [WORKER-4]")
+
+
+@pytest.mark.clause("WORKER-4")
+def test_a_worker_whose_reader_went_away_says_why_on_stderr(worker) -> None:
+    """A worker that exits with a status (not killed by SIGPIPE) after its reader went away
+    writes on standard error, after the read end closed, a line saying why."""
+    w = worker()
+    w.steps(3)
+    before = w.stderr_path.stat().st_size
+    w.close_stdout()
+    rc = w.exit_status(TERMINATION_S)
+    if rc is None or rc in (-signal.SIGPIPE, 128 + signal.SIGPIPE):
+        return                  # still running (the exit-status test fails it) or no status
+    added = w.stderr_path.read_bytes()[before:]
+    assert added.strip(), (
+        f"after the suite closed the read end of its standard output, the worker exited "
+        f"with status {rc} and wrote nothing more on standard error; expected a line saying "
+        f"why it stopped [WORKER-4]")
 
 
 @pytest.mark.clause("WORKER-4")
