@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -248,6 +249,45 @@ def test_workload_command_line_defaults(rt) -> None:
     assert limits == [1 << 30] * 2, (
         f"the command line without --gpu-memory reported the device limits {limits}; each "
         f"GPU's memory defaults to 1 GiB ({1 << 30}) [E2E-1]")
+
+
+@pytest.mark.clause("E2E-1")
+def test_workload_command_line_trains_20_steps_by_default(rt) -> None:
+    """Without ``--steps`` the command line trains 20 steps: 20 step objects after the
+    first object, numbered 0 to 19."""
+    proc = _workload_cli(rt, "--hidden", "4", "--gpu-memory", "64M")
+    assert proc.returncode == 0, f"without --steps: {proc.stderr[-2000:]} [E2E-1]"
+    steps = [json.loads(line).get("step") for line in proc.stdout.splitlines()[1:]]
+    assert steps == list(range(20)), (
+        f"the command line without --steps wrote the steps {steps}; --steps defaults to 20 "
+        f"[E2E-1]")
+
+
+# The default each option's help states after the word "default" (E2E-1).
+HELP_DEFAULTS = {"--steps": r"20", "--batch": r"32", "--input-dim": r"32", "--hidden": r"64",
+                 "--layers": r"2", "--classes": r"10", "--learning-rate": r"0\.1",
+                 "--seed": r"0", "--device": r"/device:GPU:0",
+                 "--gpu-memory": r"(?:1\s?(?:G|GiB|GB)|1073741824)"}
+
+
+@pytest.mark.clause("E2E-1")
+def test_workload_command_line_help_states_the_defaults(rt) -> None:
+    """``--help`` exits with status 0 and, in the help of each option with a fixed default,
+    states that default after the word ``default``; an option's help is the text from its
+    name to the next option's."""
+    env = dict(os.environ, COLUMNS="200")
+    proc = subprocess.run([sys.executable, "-m", f"{rt.__name__}.workload", "--help"],
+                          capture_output=True, text=True, timeout=60, env=env)
+    assert proc.returncode == 0, (f"--help: exit {proc.returncode}, {proc.stderr[-1000:]} "
+                                  f"[E2E-1]")
+    text = proc.stdout
+    for option, value in HELP_DEFAULTS.items():
+        entry = re.search(rf"^[ \t]*{re.escape(option)}\b(.*?)(?=^[ \t]*-|\Z)", text,
+                          re.M | re.S)
+        assert entry is not None, f"--help does not name {option}: {text!r} [E2E-1]"
+        assert re.search(rf"\bdefault\b\W*{value}(?![\w.])", entry.group(1)), (
+            f"the help of {option}, {entry.group(0).strip()!r}, does not state its default "
+            f"after the word 'default' [E2E-1]")
 
 
 @pytest.mark.clause("E2E-1")

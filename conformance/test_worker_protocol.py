@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import statistics
 import time
 from collections.abc import Callable
@@ -140,6 +141,23 @@ def test_hello_then_one_record_per_step(worker, rt, request) -> None:
     # The harness checks every record (JSON, members, types, numbering, clock) as it reads.
     steps = w.steps(10)
     assert [r["step"] for r in steps] == list(range(10)), "[WORKER-2]"
+
+
+@pytest.mark.clause("WORKER-2")
+def test_a_worker_without_vmem_reports_no_host_bytes(worker) -> None:
+    """Started with ``TF_GPU_VMEM=false`` and without AntMan's control files, the job runs
+    without VMem: its device has no host fallback, so every step record's
+    ``host_bytes_in_use`` is 0, not null, from a worker that observes the figure (writes it
+    as an integer) with the protocol's environment."""
+    observed = worker().steps(1)[0]["host_bytes_in_use"]
+    if observed is None:
+        return                          # the worker cannot observe the host figure at all
+    w = worker(TF_GPU_VMEM="false", GPU_CONFIG_FILE=None, GPU_STATUS_FILE=None)
+    for rec in w.steps(3):
+        assert rec["host_bytes_in_use"] == 0 and type(rec["host_bytes_in_use"]) is int, (
+            f"step {rec['step']} of a worker without VMem reports host_bytes_in_use="
+            f"{rec['host_bytes_in_use']!r} (with VMem it reported {observed}); its device has "
+            f"no host fallback, so 0 [WORKER-2]")
 
 
 @pytest.mark.clause("WORKER-3", "WORKER-4")
@@ -290,12 +308,46 @@ def test_a_worker_whose_reader_went_away_exits_with_a_failure_status(worker) -> 
 
 
 @pytest.mark.clause("WORKER-4")
+def test_a_worker_whose_reader_went_away_says_why_on_stderr(worker) -> None:
+    """A worker that exits with a status (not killed by SIGPIPE) after its reader went away
+    writes on standard error, after the read end closed, a line saying why."""
+    w = worker()
+    w.steps(3)
+    before = w.stderr_path.stat().st_size
+    w.close_stdout()
+    rc = w.exit_status(TERMINATION_S)
+    if rc is None or rc in (-signal.SIGPIPE, 128 + signal.SIGPIPE):
+        return                  # still running (the exit-status test fails it) or no status
+    added = w.stderr_path.read_bytes()[before:]
+    assert added.strip(), (
+        f"after the suite closed the read end of its standard output, the worker exited "
+        f"with status {rc} and wrote nothing more on standard error; expected a line saying "
+        f"why it stopped [WORKER-4]")
+
+
+@pytest.mark.clause("WORKER-4")
 def test_stdin_eof_stops_the_worker_with_status_0(worker) -> None:
     w = worker()
     w.steps(3)
     w.request_stop("stdin")
     rc, _ = w.wait_exit(TERMINATION_S)
     assert_exited_0(rc, "standard input closed", "WORKER-4")
+
+
+@pytest.mark.clause("WORKER-4")
+def test_stdin_eof_during_a_step_writes_that_steps_record(worker) -> None:
+    """Standard input closed 200 ms into a step of about 800 ms: the step runs to its end,
+    its record is written, and no step starts after it."""
+    w = worker(ANTMAN_WORKER_STEP_MS=800)
+    last = w.steps(2)[-1]["step"]
+    time.sleep(0.2)                     # the next step is under way: it began on the record
+    w.request_stop("stdin")
+    rc, extra = w.wait_exit(TERMINATION_S)
+    assert [r["step"] for r in extra] == [last + 1], (
+        f"standard input closed during step {last + 1}: the worker then wrote the step "
+        f"records {[r['step'] for r in extra]}; expected that step's record alone (the step "
+        f"runs to its end, and none starts after it) [WORKER-4]")
+    assert_exited_0(rc, "standard input closed during a step", "WORKER-4")
 
 
 @pytest.mark.clause("WORKER-4")

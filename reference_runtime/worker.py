@@ -105,9 +105,10 @@ def _allocators(device: Any) -> tuple[Any, Any]:
     return getattr(alloc, "device_allocator", alloc), getattr(alloc, "host_allocator", None)
 
 
-def _stat(allocator: Any, field: str) -> int | None:
-    stats = allocator.get_stats() if allocator is not None else None
-    return None if stats is None else int(getattr(stats, field))
+def _stat(allocator: Any, field: str) -> int:
+    # Every allocator the worker reads is a BFC allocator, which keeps statistics: no figure
+    # of the reference is WORKER-2's null.
+    return int(getattr(allocator.get_stats(), field))
 
 
 def _hello(ctx: Any, knobs: Knobs, workload: Any) -> dict[str, Any]:
@@ -171,7 +172,8 @@ def _train(ctx: Any, workload: Any, knobs: Knobs, out: _Output, stop: threading.
             out.write({"type": "step", "step": step, "t_us": end,
                        "duration_us": end - start, "loss": loss,
                        "device_bytes_in_use": _stat(device_alloc, "bytes_in_use"),
-                       "host_bytes_in_use": _stat(host_alloc, "bytes_in_use") or 0,
+                       "host_bytes_in_use": (0 if host_alloc is None     # no host fallback
+                                             else _stat(host_alloc, "bytes_in_use")),
                        "device_limit": _stat(device_alloc, "bytes_limit")})
             step += 1
     except BaseException as exc:             # reported by the main thread, unless
