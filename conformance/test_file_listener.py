@@ -393,6 +393,48 @@ def test_handler_raising_an_exit_exception_does_not_end_the_monitor(
         f"{after.contents}: later changes are ignored [FL-6]")
 
 
+@pytest.mark.clause("FL-6")
+@pytest.mark.parametrize("exit_exception", [SystemExit, KeyboardInterrupt])
+def test_handler_raising_an_exit_exception_on_registration_reaches_the_caller(
+        rt, listener, vclock, tmp_path, exit_exception) -> None:
+    """On the registering thread (FL-5) an exception that is not an ``Exception`` raised by
+    the handler of the start-up delivery is the caller's: the very exception reaches the
+    caller of ``register_file_listener``, and the registration stays in effect (a later
+    change reaches the handler on the monitor thread)."""
+    path = tmp_path / "c.json"
+    write_text(path, "x")
+    raised = []
+    later = Calls()
+
+    def exits(content: str) -> None:
+        if raised:
+            later(content)
+            return
+        exc = exit_exception(f"{exit_exception.__name__} from a handler")
+        raised.append((threading.current_thread(), content, exc))
+        raise exc
+
+    caught = None
+    try:
+        listener.register_file_listener(str(path), "exits", exits)
+    except BaseException as exc:  # noqa: BLE001 - the exception under test
+        caught = exc
+    wait_for_poller(vclock)
+    assert [(t, c) for t, c, _ in raised] == [(threading.current_thread(), "x")], (
+        f"the registration did not call its handler once with the content on the "
+        f"registering thread: {[(t.name, c) for t, c, _ in raised]} [FL-6]")
+    assert caught is raised[0][2], (
+        f"a handler raising {exit_exception.__name__} during register_file_listener: the "
+        f"call {'raised ' + repr(caught) if caught is not None else 'returned'}, expected "
+        f"the handler's {exit_exception.__name__} to reach the caller [FL-6]")
+    write_text(path, "y")
+    poll(vclock)
+    assert later.calls == [(THREAD, "y")], (
+        f"after the handler of a registration raised {exit_exception.__name__} to its "
+        f"caller, a change of the path was delivered as {later.calls}, expected 'y' once on "
+        f"the monitor thread: the registration stays in effect [FL-6]")
+
+
 @pytest.mark.clause("FL-6", "FL-7")
 def test_handler_may_register_and_unregister(rt, no_thread_leak, listener, vclock,
                                              tmp_path) -> None:

@@ -227,6 +227,65 @@ def test_close_returns_while_a_handler_does_not(rt, no_thread_leak, vclock, tmp_
     fl.close()
 
 
+class _WaitOutlivingItsStop:
+    """The virtual clock, except that a wait of the monitor thread that its stop event ended
+    returns only once ``release`` is set (bounded): a clock that breaks CLK-3, holding the
+    thread in its wait while close() waits for it."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.release = threading.Event()
+
+    def wait(self, event: threading.Event, timeout_us: int) -> bool:
+        interrupted = self.inner.wait(event, timeout_us)
+        if interrupted and threading.current_thread().name == THREAD:
+            self.release.wait(BLOCKED_S + CLOSE_BOUND_S + TOLERANCE_S + LATE_S)
+        return interrupted
+
+    def __getattr__(self, name: str):       # now_us, time_s, sleep_us: the inner clock's
+        return getattr(self.inner, name)
+
+
+@pytest.mark.clause("FL-12")
+@pytest.mark.parametrize("checked", [False, True], ids=["before-its-first-check",
+                                                        "after-a-delivery"])
+def test_close_names_a_thread_held_in_its_wait_as_waiting(rt, no_thread_leak, vclock, tmp_path,
+                                                          caplog, checked) -> None:
+    """A monitor thread held in its clock's wait past the 2 s of close() is reported as
+    waiting, whether it has not checked a path yet or has just run a handler: what it did
+    last is not what it does."""
+    caplog.set_level(logging.ERROR)
+    path = tmp_path / "gpu_config.json"
+    write_text(path, "start")
+    clock = _WaitOutlivingItsStop(vclock)
+    fl = rt.FileListener(clock=clock, poll_interval_s=1.0)
+    seen = Calls()
+    try:
+        fl.register_file_listener(str(path), "seen-handler", seen)
+        wait_for_poller(vclock)
+        if checked:
+            write_text(path, "changed")
+            check_once(vclock, "FL-12", "a delivery")
+            precondition_holds("FL-12", seen.contents == ["start", "changed"],
+                               "the monitor thread delivers a change to its handler")
+        done, took = timed_call(fl.close, "close")
+        assert done and took <= CLOSE_BOUND_S + TOLERANCE_S, (
+            f"close while the monitor thread was held in its clock wait took "
+            f"{'more than ' if not done else ''}{took:.2f} s, expected at most "
+            f"{CLOSE_BOUND_S:g} s (+{TOLERANCE_S:g} s tolerance) [FL-12]")
+        messages = [r.getMessage() for r in runtime_records(caplog, rt, logging.ERROR)]
+        assert len(messages) == 1 and names_identifier(messages[0].lower(), "waiting") \
+            and not names_identifier(messages[0], "seen-handler"), (
+                f"close gave up on a monitor thread held in its clock wait"
+                f"{' after it ran seen-handler' if checked else ''} and logged "
+                f"{[m[:200] for m in messages]}, expected one error saying that it is "
+                f"waiting (not naming the handler) [FL-12]")
+    finally:
+        clock.release.set()
+    wait_until(lambda: not monitor_alive(), "the released monitor thread to end [FL-12]")
+    fl.close()
+
+
 @pytest.mark.clause("FL-12")
 def test_a_reported_thread_is_not_waited_for_again(rt, no_thread_leak, vclock, tmp_path,
                                                    caplog) -> None:

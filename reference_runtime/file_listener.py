@@ -50,6 +50,7 @@ DEFAULT_POLL_INTERVAL_S = 1.0        # kSleepIntervalInUs
 CONTENT_CHECK_INTERVAL_S = 5.0       # kFileContentCheckTimeoutInSec (strict >)
 DEFAULT_MAX_FILE_BYTES = 64 << 20
 CLOSE_TIMEOUT_S = 2.0                # close() and the last unregister wait at most this (FL-12)
+_WAITING = "waiting for its next check"     # what a monitor thread in its clock wait does
 
 
 @dataclass
@@ -113,7 +114,10 @@ class FileListener:
         # not ended within CLOSE_TIMEOUT_S; weak: a thread that ended and was dropped from
         # _stopped is forgotten here too
         self._given_up: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
-        self._activity: dict[threading.Thread, str] = {}   # what each monitor thread does
+        # what each monitor thread does, from its start; weak: an ended thread dropped from
+        # _running and _stopped is forgotten here too
+        self._activity: weakref.WeakKeyDictionary[threading.Thread, str] = \
+            weakref.WeakKeyDictionary()
 
     # -- public API ------------------------------------------------------------------
     def register_file_listener(self, path: str | os.PathLike, handler_name: str,
@@ -185,8 +189,9 @@ class FileListener:
         if self._running is not None:
             return
         stop = threading.Event()
-        thread = threading.Thread(target=self._monitor, args=(stop,), name=THREAD_NAME,
+        thread = threading.Thread(target=self._poll, args=(stop,), name=THREAD_NAME,
                                   daemon=True)
+        self._activity[thread] = _WAITING
         self._running = thread, stop
         thread.start()
 
@@ -212,27 +217,18 @@ class FileListener:
             if t.is_alive():
                 with self._lock:
                     self._given_up.add(t)
-                    doing = self._activity.get(t, "scanning")
+                    doing = self._activity[t]
                 log.error("file listener: the monitor thread did not end within %g s of "
                           "close (it is %s); it ends when that call returns and delivers "
                           "nothing more", CLOSE_TIMEOUT_S, doing)
         with self._lock:
             self._stopped = [t for t in self._stopped if t.is_alive()]   # joined: dropped
 
-    def _doing(self, what: str | None) -> None:
+    def _doing(self, what: str) -> None:
         """Record what the calling monitor thread is doing (named if close() gives up)."""
         me = threading.current_thread()
         with self._lock:
-            if what is None:
-                self._activity.pop(me, None)
-            else:
-                self._activity[me] = what
-
-    def _monitor(self, stop: threading.Event) -> None:
-        try:
-            self._poll(stop)
-        finally:
-            self._doing(None)
+            self._activity[me] = what
 
     def _poll(self, stop: threading.Event) -> None:
         while not self._clock.wait(stop, self.poll_interval_us):
@@ -253,6 +249,7 @@ class FileListener:
                     log.exception("file listener: scanning %s failed", quote(watch.path, 4096))
                 finally:
                     watch.scan_lock.release()
+            self._doing(_WAITING)
 
     # -- reading and delivering --------------------------------------------------------
     def _problem(self, watch: _Watch, reason: str) -> None:
