@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import subprocess
@@ -14,7 +15,7 @@ import pytest
 from conformance import spec
 from conformance.checks import names_identifier, raises
 from conformance.control_helpers import (MiB, bus_id, control_env, gpus,  # noqa: F401
-                                         pool_bytes, runtimes)
+                                         pool_bytes, runtime_records, runtimes)
 from fixtures.threads import antman_threads, no_thread_leak  # noqa: F401
 from fixtures.virtual_clock import VirtualClock
 
@@ -656,6 +657,42 @@ def test_a_session_whose_close_fails_does_not_cut_the_teardown_short(
         f"after a session failed to close: other session closed {other.closed}, listener "
         f"running {ctx.file_listener.is_running()}, actions left "
         f"{registry.actions(rt.Grouping.POST_SESSION_RUN)} [DEVICE-8]")
+
+
+@pytest.mark.clause("DEVICE-8")
+def test_every_session_close_failure_is_logged(rt, no_thread_leak, caplog, tmp_path) -> None:
+    """Two sessions fail to close: close() raises the first failure, and both failures are
+    logged at ERROR, the one not raised included, each with its exception's text."""
+    registry = rt.SessionRunActionRegistry()
+    ctx = rt.create_runtime(num_gpus=1, gpu_memory_bytes=16 * MiB,
+                            config_file=str(tmp_path / "cfg.json"),
+                            status_file=str(tmp_path / "status.json"), registry=registry)
+    graph = rt.Graph()
+    graph.add_node("c", "Const", value=1.0)
+    texts = ["injected: the first session cannot close", "injected: the second cannot close"]
+
+    class CloseFailed(Exception):
+        pass
+
+    for text in texts:
+        def failing_close(text: str = text) -> None:
+            raise CloseFailed(text)
+
+        ctx.new_session(graph).close = failing_close
+    caplog.set_level(logging.ERROR)
+    with pytest.raises(CloseFailed) as raised:
+        ctx.close()
+    logged = runtime_records(caplog, rt, logging.ERROR)
+
+    def mentions(record: logging.LogRecord, text: str) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return text in record.getMessage() or (exc is not None and text in str(exc))
+
+    missing = [t for t in texts if not any(mentions(r, t) for r in logged)]
+    assert str(raised.value) in texts and not missing, (
+        f"close() with two sessions whose close raises raised {raised.value!r}; the "
+        f"failures {missing} were not logged at ERROR with their text: {logged!r} "
+        f"[DEVICE-8]")
 
 
 @pytest.mark.clause("DEVICE-8")
