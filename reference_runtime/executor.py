@@ -231,10 +231,6 @@ class ExecutorState:
         self._record_error(error)
 
     @property
-    def status(self) -> OpError | None:
-        return self._status
-
-    @property
     def done(self) -> bool:
         return self._done.is_set()
 

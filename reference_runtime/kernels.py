@@ -174,7 +174,7 @@ class OpKernelContext:
     # -- outputs ----------------------------------------------------------------------
     def allocate_output(self, i: int, shape: tuple[int, ...], dtype: np.dtype) -> Any:
         """Allocate output ``i`` on this node's device and return its array."""
-        buf = self._step.allocate(self.device, tuple(shape), dtype, node_name=self.name)
+        buf = self._step.allocate(self.device, shape, dtype, node_name=self.name)
         self._set(i, buf)
         return buf.array
 
