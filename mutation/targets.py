@@ -86,7 +86,7 @@ OBSERVERS: dict[str, tuple[str, ...]] = {
     "direct_session.py": _EXECUTION + ("test_session_run_actions.py",
                                        "test_session_interrupt.py"),
     "executor.py": ("test_executor.py", "test_gpu_op_manager.py", "test_session.py",
-                    "test_end_to_end.py"),
+                    "test_end_to_end.py", "test_session_interrupt.py"),
     "gpu_op_manager.py": ("test_gpu_op_manager.py", "test_executor.py", "test_end_to_end.py"),
     "graph.py": _EXECUTION,
     "kernels.py": ("test_executor.py", "test_session.py", "test_end_to_end.py",
