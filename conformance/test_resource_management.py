@@ -1671,6 +1671,27 @@ def test_adjustment_finds_the_gpu_by_bus_id(rt, runtimes, caplog) -> None:
         "a failed lookup was remembered [RM-17]"
 
 
+@pytest.mark.clause("RM-17")
+def test_a_bus_id_that_is_no_string_is_nothing_found(rt, runtimes, caplog) -> None:
+    """A bus id given as an int (or None) equals no GPU's: False, and an error naming it,
+    with a device manager and without one, instead of an exception."""
+    ctx = runtimes(num_gpus=1)
+    adj = rt.GPUUsageAdjustment()
+    caplog.set_level(logging.ERROR)
+    for bus, mgr in ((3875, ctx.device_mgr), (3875, None), (None, ctx.device_mgr)):
+        caplog.clear()
+        try:
+            got = adj.adjust_mem_limit(bus, MiB, mgr)
+        except Exception as exc:
+            pytest.fail(f"adjust_mem_limit({bus!r}, 1 MiB, {mgr!r}) raised {exc!r} [RM-17]")
+        assert got is False, f"adjust_mem_limit({bus!r}) returned {got!r} [RM-17]"
+        errors = [e.getMessage() for e in runtime_records(caplog, rt, logging.ERROR)]
+        assert len(errors) == 1 and str(bus) in errors[0], (
+            f"adjust_mem_limit({bus!r}, 1 MiB, {mgr!r}) logged {errors!r}: expected one error "
+            f"naming the bus id [RM-17]")
+    assert bytes_limit(gpus(ctx)[0]) == 64 * MiB, "a bus id of no GPU changed a limit [RM-17]"
+
+
 @pytest.mark.clause("RM-18")
 def test_adjustment_runs_under_its_lock(rt, runtimes, monkeypatch) -> None:
     """The lookup, the clamp, the comparison with the limit last set and the change of the

@@ -61,7 +61,7 @@ class Buffer:
         self.allocator = allocator
         self.ptr = ptr
         self.array = array
-        self.refs = 0
+        self.refs = 1  # its producer's reference (counted only when not persistent)
         self.persistent = persistent
 
     def release(self) -> None:
@@ -131,7 +131,6 @@ class StepAllocations:
     def allocate(self, device: Any, shape: tuple[int, ...], dtype: np.dtype, *,
                  node_name: str) -> Buffer:
         buf = allocate_buffer(device, shape, dtype, node_name=node_name, persistent=False)
-        buf.refs = 1  # the producing node's own reference
         with self._lock:
             self._live[id(buf)] = buf
         return buf
