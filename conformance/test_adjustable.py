@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from conformance.checks import names_identifier
+from conformance.checks import names_identifier, raises
 from conformance.control_helpers import joined, run_in_thread, runtime_records
 from conformance.preconditions import precondition
 from fixtures.oom import assert_bfc_valid
@@ -349,6 +349,21 @@ def test_mem_pool_stats(rt):
         "pool - stable is what can be released [ADJ-5]")
     assert a is not None and b is not None, "[ADJ-5]"
 
+
+
+@pytest.mark.clause("ADJ-5")
+def test_mem_pool_stats_is_immutable(rt):
+    """A snapshot: neither field can be assigned, and the value stays what was read."""
+    bfc, _ = make(rt)
+    p = bfc.allocate_raw(256, MiB)
+    s = rt.GPUAdjustableAllocator().get_mem_pool_stats(bfc)
+    for field in ("pool_bytes", "stable_bytes"):
+        with raises(AttributeError, "ADJ-5", f"assigning MemPoolStats.{field}"):
+            setattr(s, field, 7)
+    assert (s.pool_bytes, s.stable_bytes) == (MiB, MiB), (
+        f"MemPoolStats changed to ({s.pool_bytes}, {s.stable_bytes}) after assignments, "
+        f"expected (1 MiB, 1 MiB) [ADJ-5]")
+    bfc.deallocate_raw(p)
 
 SNAPSHOT_THREAD = "antman-test-stats"
 COMPETING_THREAD = "antman-test-competing"

@@ -474,6 +474,21 @@ def test_sim_backend_defaults(rt) -> None:
 
 
 @pytest.mark.clause("DEVICE-7")
+def test_gpu_info_is_immutable(rt) -> None:
+    """What a backend reports of a GPU: no field can be assigned, the value stays as read."""
+    info = rt.SimBackend(2, 16 * MiB).gpu_info(1)
+    before = (info.name, info.pci_bus_id, info.total_memory, info.compute_capability)
+    for field, value in (("name", "other"), ("pci_bus_id", "0000:ff:00.0"),
+                         ("total_memory", MiB), ("compute_capability", (9, 0))):
+        with raises(AttributeError, "DEVICE-7", f"assigning GpuInfo.{field}"):
+            setattr(info, field, value)
+    after = (info.name, info.pci_bus_id, info.total_memory, info.compute_capability)
+    assert after == before and before[1:3] == ("0000:3c:00.0", 16 * MiB), (
+        f"gpu_info(1) read {before}, then {after} after assignments; expected it unchanged, "
+        f"with bus id 0000:3c:00.0 and 16 MiB [DEVICE-7]")
+
+
+@pytest.mark.clause("DEVICE-7")
 def test_sim_backend_host_memory_holds_one_tib(rt) -> None:
     host = rt.SimBackend(2, 16 * MiB).host_memory(1)
     got = (type(host).__name__, host.capacity)

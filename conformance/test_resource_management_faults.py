@@ -351,6 +351,35 @@ def test_unknown_bus_ids_are_forgotten_and_logged_in_one_line(rt, one_gpu, vcloc
 
 
 @pytest.mark.clause("RM-20")
+def test_a_gpu_whose_allocator_is_no_bfc_names_no_gpu_bfc(rt, one_gpu, caplog) -> None:
+    """The boundary's device manager lists the runtime's GPU and a GPU whose allocator is
+    neither a BFC allocator nor a VMem allocator: that GPU's bus id names no GPU BFC, so its
+    pending limit is forgotten like an unknown bus id's, while the runtime's GPU is limited."""
+    from types import SimpleNamespace
+    ctx, _, gpu, bus = one_gpu
+    rm = ctx.resource_management
+    other = "7f:00.0"
+    no_bfc = SimpleNamespace(
+        device_type="GPU", get_allocator=lambda *a: SimpleNamespace(name="not_a_bfc"),
+        attributes=SimpleNamespace(physical_device_desc=(
+            f"device: 1, name: X, pci bus id: 0000:{other}, compute capability: 7.0")))
+    devices = [*ctx.device_mgr.list_devices(), no_bfc]
+    mgr = SimpleNamespace(list_devices=lambda: list(devices))
+    rm.parse_manage_info_from_json(json.dumps(config_document(
+        limits={bus: 24 * MiB, other: 8 * MiB})))
+    precondition_holds("RM-20", rm.memory_limits == {bus: 24 * MiB, other: 8 * MiB},
+                       f"a document of two bus ids is held whole ({rm.memory_limits})")
+    caplog.set_level(logging.ERROR)
+    rm.run_action(rt.SessionRunActionOptions(device_mgr=mgr, graph_id=1, sess_duration_us=1000))
+    errors = [r.getMessage() for r in runtime_records(caplog, rt, logging.ERROR)]
+    assert rm.memory_limits == {bus: 24 * MiB} and bytes_limit(gpu) == 24 * MiB, (
+        f"after a boundary whose device manager has {other!r} with an allocator that is no "
+        f"BFC, memory_limits is {rm.memory_limits} and the GPU's limit {bytes_limit(gpu)}: "
+        f"expected {{{bus!r}: 24 MiB}}, {other!r} forgotten, and the GPU limited [RM-20]")
+    assert len(errors) == 1 and other in errors[0], (
+        f"the boundary logged {errors}, expected one error naming {other!r} [RM-20]")
+
+@pytest.mark.clause("RM-20")
 def test_unknown_bus_ids_are_logged_once_while_remembered(rt, one_gpu, vclock, caplog) -> None:
     ctx, config, _, _ = one_gpu
     caplog.set_level(logging.ERROR)
