@@ -71,13 +71,18 @@ def state(rm) -> tuple[int, dict[str, int]]:
 CPU_READS = 3
 
 
-def measured_parse(rm, text: str) -> tuple[bool, float, int]:
+def size_mib(content: str | bytes) -> float:
+    """The size of a document in MiB: its bytes, or its text as UTF-8 (RM-19)."""
+    return len(content if isinstance(content, bytes) else content.encode("utf-8")) / MiB
+
+
+def measured_parse(rm, text: str | bytes) -> tuple[bool, float, int]:
     """(result, CPU seconds, peak bytes allocated) of parsing ``text``. The CPU time is the
     least of up to ``CPU_READS`` reads of the same document (a read within the bound, or
     over twice the bound, ends the measurement; reading it again changes no state), taken
     without tracing (tracemalloc slows allocation); the memory is measured in one more
     read."""
-    mib = len(text.encode("utf-8")) / MiB
+    mib = size_mib(text)
     ok, cpu = False, float("inf")
     for read in range(CPU_READS):
         start = time.thread_time()
@@ -210,6 +215,68 @@ def test_values_nested_beyond_64_levels_are_not_kept(rt, managed, inside) -> Non
         f"wide strings inside {inside} containers: reading {mib:.1f} MiB allocated "
         f"{peak / MiB:.1f} MiB at its peak, more than 2 x size + 32 MiB = "
         f"{memory_bound(mib) / MiB:.0f} MiB: values nested beyond 64 levels were kept [RM-19]")
+
+
+#: One string of 17 MiB with a character beyond U+FFFF: built, it takes 68 MiB, more than
+#: the 66 MiB that RM-19 allows for a document of 17 MiB holding it.
+BIG_WIDE_STRING = json.dumps("\U0001F600" + "a" * (17 * MiB), ensure_ascii=False)
+#: name -> a document whose wide strings the config never reads (RM-3: perfControl 45 is
+#: applied), each over RM-19's memory bound if its strings are built
+UNREAD_WIDE_STRINGS = {
+    "ten_in_an_ignored_member":
+        lambda: '{"metadata": [' + ",".join([WIDE_STRING] * WIDE_STRINGS) + '], "perfControl": 45}',
+    "one_as_an_ignored_member": lambda: '{"metadata": ' + BIG_WIDE_STRING + ', "perfControl": 45}',
+    "one_as_an_ignored_member_name": lambda: "{" + BIG_WIDE_STRING + ': 0, "perfControl": 45}',
+    "one_inside_70_arrays":
+        lambda: '{"perfControl": 45, "metadata": ' + "[" * 70 + BIG_WIDE_STRING + "]" * 70 + "}",
+    "one_as_a_member_name_inside_70_arrays":
+        lambda: ('{"perfControl": 45, "metadata": ' + "[" * 70 + "{" + BIG_WIDE_STRING + ": 0}"
+                 + "]" * 70 + "}"),
+}
+
+
+@pytest.mark.clause("RM-19")
+@pytest.mark.parametrize("where", sorted(UNREAD_WIDE_STRINGS))
+def test_strings_the_config_does_not_read_are_not_built(rt, managed, where) -> None:
+    """A string is held at up to 4 bytes a character (a fixed width): a reader that builds
+    strings the config never reads, in a root member it ignores (RM-3) or nested beyond 64
+    levels, breaks the memory bound with a character beyond U+FFFF in them."""
+    text = UNREAD_WIDE_STRINGS[where]()
+    mib = size_mib(text)
+    ok, cpu, peak = measured_parse(managed, text)
+    assert (ok, managed.perf_control) == (True, 45), (
+        f"wide strings {where}: returned {ok}, perfControl {managed.perf_control}, expected "
+        f"True and 45 [RM-19]")
+    assert cpu <= cpu_bound_s(mib), (
+        f"wide strings {where}: reading {mib:.1f} MiB took {cpu:.2f} s of CPU time, more than "
+        f"{cpu_bound_s(mib):.2f} s [RM-19]")
+    assert peak <= memory_bound(mib), (
+        f"wide strings {where}: reading {mib:.1f} MiB allocated {peak / MiB:.1f} MiB at its "
+        f"peak, more than 2 x size + 32 MiB = {memory_bound(mib) / MiB:.0f} MiB: strings "
+        f"the config does not read were built [RM-19]")
+
+
+@pytest.mark.clause("RM-19")
+def test_content_as_bytes_builds_only_its_text(rt, managed) -> None:
+    """Content given as bytes may be decoded to a text of 4 bytes a character (RM-19 allows
+    that text besides 2 x size + 32 MiB), but the wide strings of a member the config ignores
+    are not built besides it: the ten of 2 MiB would take 80 MiB more."""
+    text = ('{"metadata": [' + ",".join([WIDE_STRING] * WIDE_STRINGS)
+            + '], "perfControl": 45}').encode("utf-8")
+    mib = size_mib(text)
+    decoded = 4 * len(text.decode("utf-8"))
+    ok, cpu, peak = measured_parse(managed, text)
+    assert (ok, managed.perf_control) == (True, 45), (
+        f"wide strings of an ignored member, as bytes: returned {ok}, perfControl "
+        f"{managed.perf_control}, expected True and 45 [RM-19]")
+    assert cpu <= cpu_bound_s(mib), (
+        f"reading {mib:.1f} MiB of bytes took {cpu:.2f} s of CPU time, more than "
+        f"{cpu_bound_s(mib):.2f} s [RM-19]")
+    assert peak <= memory_bound(mib) + decoded, (
+        f"reading {mib:.1f} MiB of bytes allocated {peak / MiB:.1f} MiB at its peak, more than "
+        f"2 x size + 32 MiB + its text at 4 bytes a character = "
+        f"{(memory_bound(mib) + decoded) / MiB:.0f} MiB: strings the config does not read "
+        f"were built [RM-19]")
 
 
 @pytest.mark.clause("RM-19")
