@@ -279,6 +279,72 @@ def test_content_as_bytes_builds_only_its_text(rt, managed) -> None:
         f"were built [RM-19]")
 
 
+def escaped(name: str) -> str:
+    """``name`` as a JSON string of \\uXXXX escapes only: 6 characters of text for each."""
+    return '"' + "".join(f"\\u{ord(c):04x}" for c in name) + '"'
+
+
+@pytest.mark.clause("RM-19")
+@pytest.mark.parametrize("spelling", ["plain", "one_escape", "all_escaped"])
+def test_members_read_whatever_the_spelling_of_their_names(rt, managed, spelling) -> None:
+    """A reader that checks the names of the root's members without building the long ones
+    still reads ``perfControl`` and ``gpuConfigInfo`` however they are spelt."""
+    names = {"plain": lambda n: f'"{n}"', "all_escaped": escaped,
+             "one_escape": lambda n: f'"{n[:4]}\\u{ord(n[4]):04x}{n[5:]}"'}[spelling]
+    text = ('{"metadata": "x", %s: 45, %s: {"%s": {"maxDeviceMem": %d}}}'
+            % (names("perfControl"), names("gpuConfigInfo"), BUS, MiB))
+    assert managed.parse_manage_info_from_json(text) and state(managed) == (45, {BUS: MiB}), (
+        f"perfControl and gpuConfigInfo spelt {spelling} ({text}) left {state(managed)}, "
+        f"expected (45, {{{BUS!r}: {MiB}}}) [RM-19]")
+
+
+#: name -> a string the config does not read that makes the document unparsable (RM-5)
+BAD_UNREAD_STRINGS = {
+    "control_character": '"a\x01b"', "unknown_escape": '"a\\qb"',
+    "short_unicode_escape": '"a\\u12x4"', "escaped_quote_then_control": '"\\"\x1f"',
+}
+
+
+@pytest.mark.clause("RM-19")
+@pytest.mark.parametrize("bad", sorted(BAD_UNREAD_STRINGS))
+@pytest.mark.parametrize("where", ["ignored_member", "ignored_name", "inside_70_arrays",
+                                   "name_inside_70_arrays", "unterminated", "unterminated_deep"])
+def test_strings_not_kept_are_still_checked(rt, managed, config_path, caplog, bad,
+                                            where) -> None:
+    """A string read but not kept is checked as any other: the document is unparsable."""
+    caplog.set_level(logging.WARNING)
+    s = BAD_UNREAD_STRINGS[bad]
+    text = {"ignored_member": '{"metadata": %s, "perfControl": 45}' % s,
+            "ignored_name": '{%s: 0, "perfControl": 45}' % s,
+            "inside_70_arrays": '{"perfControl": 45, "m": ' + "[" * 70 + s + "]" * 70 + "}",
+            "name_inside_70_arrays":
+                '{"perfControl": 45, "m": ' + "[" * 70 + "{%s: 0}" % s + "]" * 70 + "}",
+            "unterminated": '{"perfControl": 45, "metadata": ' + s[:-1],
+            "unterminated_deep": '{"perfControl": 45, "m": ' + "[" * 70 + s[:-1]}[where]
+    ok = managed.parse_manage_info_from_json(text)
+    assert (ok, state(managed)) == (False, (40, {BUS: 8 * MiB})), (
+        f"a string {bad} {where} ({text[:120]!r}) returned {ok} and left {state(managed)}, "
+        f"expected the document rejected as unparsable [RM-19]")
+    one_warning(caplog, rt, config_path, f"a string {bad} {where}", "unparsable")
+
+
+@pytest.mark.clause("RM-19")
+@pytest.mark.parametrize("value", ['"\\"x"', '"\\u00e9"', '"\\\\"', '"\\u12345"',
+                                   '"a\\u0022b"', '"\\ud83d\\ude00"'])
+def test_strings_not_kept_end_where_their_closing_quote_is(rt, managed, value) -> None:
+    """Escapes in a string not kept, an escaped quote first among them, are read as in any
+    string: the document goes on after its closing quote."""
+    for text in ('{"metadata": %s, "perfControl": 45}' % value,
+                 '{%s: [%s], "perfControl": 45}' % (value, value),
+                 '{"perfControl": 45, "m": ' + "[" * 70 + "{%s: %s}" % (value, value)
+                 + "]" * 70 + "}"):
+        managed.parse_manage_info_from_json('{"perfControl": 40}')
+        ok = managed.parse_manage_info_from_json(text)
+        assert (ok, managed.perf_control) == (True, 45), (
+            f"{text[:100]!r}: returned {ok}, perfControl {managed.perf_control}, expected True "
+            f"and 45 [RM-19]")
+
+
 @pytest.mark.clause("RM-19")
 def test_no_nesting_depth_makes_the_parser_raise(rt, managed, caplog) -> None:
     """A recursive reader fails somewhere near the interpreter's recursion limit, and where

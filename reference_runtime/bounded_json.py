@@ -78,14 +78,14 @@ def _too_many(max_values: int, pos: int) -> JSONBoundsError:
 
 
 def loads(text: str, *, max_depth: int, max_values: int,
-          members: frozenset[str] | None = None) -> Any:
+          members: frozenset[str] | None) -> Any:
     """Parse ``text`` as one JSON value (dict, list, str, JSONNumber, bool or None).
 
     An array or object inside ``max_depth`` others is read (its syntax checked, its values
     counted) but not built: it is None in its parent, so that the rest of the document stays
-    usable (``DEFAULT_MAX_DEPTH`` and ``DEFAULT_MAX_VALUES`` are the config's bounds). With
-    ``members``, a root object keeps only the members so named: the others are read as a
-    value too deep is. A string not kept is checked, not built (CPython holds a string at up
+    usable (``DEFAULT_MAX_DEPTH`` and ``DEFAULT_MAX_VALUES`` are the config's bounds). A root
+    object keeps only the members named in ``members`` (all of them for None): the others
+    are read as a value too deep is. A string not kept is checked, not built (CPython holds a string at up
     to 4 bytes a character, whatever its size in the text). Raises ``json.JSONDecodeError`` for text that is not
     JSON and ``JSONBoundsError`` at the value (a member name counts as one) beyond the
     ``max_values``-th; both are ``ValueError``. Reading stops there, so the work and memory
@@ -105,7 +105,7 @@ def loads(text: str, *, max_depth: int, max_values: int,
         if pos >= end:
             raise _error("Expecting value", text, pos)
         c = text[pos]
-        value: Any = None
+        value: Any
         kept = not stack or (stack[-1][0] is not None and stack[-1][1] is not _SKIPPED)
         if c == '"':
             if kept:
@@ -131,8 +131,7 @@ def loads(text: str, *, max_depth: int, max_values: int,
         else:
             m = _NUMBER.match(text, pos)
             if m is not None:
-                if kept:
-                    value = JSONNumber(m.group())
+                value = JSONNumber(m.group())   # dropped below where nothing is kept
                 pos = m.end()
             else:
                 for word, constant in _LITERALS:
