@@ -85,10 +85,10 @@ def loads(text: str, *, max_depth: int, max_values: int,
     counted) but not built: it is None in its parent, so that the rest of the document stays
     usable (``DEFAULT_MAX_DEPTH`` and ``DEFAULT_MAX_VALUES`` are the config's bounds). A root
     object keeps only the members named in ``members`` (all of them for None): the others
-    are read as a value too deep is. A string not kept is checked, not built (CPython holds a string at up
-    to 4 bytes a character, whatever its size in the text). Raises ``json.JSONDecodeError`` for text that is not
-    JSON and ``JSONBoundsError`` at the value (a member name counts as one) beyond the
-    ``max_values``-th; both are ``ValueError``. Reading stops there, so the work and memory
+    are read as a value too deep is. A string not kept is checked, not built (CPython holds a
+    string at up to 4 bytes a character, whatever its size in the text). Raises
+    ``json.JSONDecodeError`` for text that is not JSON and ``JSONBoundsError`` at the value
+    (a member name counts as one) beyond the ``max_values``-th; both are ``ValueError``. Reading stops there, so the work and memory
     spent are bounded by the bounds, not by the text.
     """
     count = 0
