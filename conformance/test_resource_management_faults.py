@@ -199,18 +199,18 @@ WIDE_STRINGS = 10
 @pytest.mark.clause("RM-19")
 @pytest.mark.parametrize("inside", [64, 65, 200])
 def test_values_nested_beyond_64_levels_are_not_kept(rt, managed, inside) -> None:
-    """An ignored member whose array of ten wide strings (about 20 MiB) is inside ``inside``
+    """A perfControl whose array of ten wide strings (about 20 MiB) is inside ``inside``
     others, the root included: the strings are read one by one and dropped, so that reading
     the document allocates at most 2 x size + 32 MiB, which keeping them all (80 MiB) would
-    exceed; the document is applied (RM-3)."""
+    exceed; perfControl is rejected as an array (RM-5), the limit beside it applied."""
     strings = f"[{','.join([WIDE_STRING] * WIDE_STRINGS)}]"
-    text = ('{"metadata": ' + "[" * (inside - 1) + strings + "]" * (inside - 1)
-            + ', "perfControl": 45}')
+    text = ('{"perfControl": ' + "[" * (inside - 1) + strings + "]" * (inside - 1)
+            + ', "gpuConfigInfo": {"%s": {"maxDeviceMem": %d}}}' % (BUS, MiB))
     mib = len(text.encode("utf-8")) / MiB
     ok, _, peak = measured_parse(managed, text)
-    assert (ok, managed.perf_control) == (True, 45), (
-        f"wide strings inside {inside} containers of an ignored member: returned {ok}, "
-        f"perfControl {managed.perf_control}, expected True and 45 [RM-19]")
+    assert (ok, state(managed)) == (False, (40, {BUS: MiB})), (
+        f"wide strings inside {inside} containers as perfControl: returned {ok}, left "
+        f"{state(managed)}, expected False and (40, {{{BUS!r}: {MiB}}}) [RM-19]")
     assert peak <= memory_bound(mib), (
         f"wide strings inside {inside} containers: reading {mib:.1f} MiB allocated "
         f"{peak / MiB:.1f} MiB at its peak, more than 2 x size + 32 MiB = "
@@ -298,10 +298,12 @@ def test_members_read_whatever_the_spelling_of_their_names(rt, managed, spelling
         f"expected (45, {{{BUS!r}: {MiB}}}) [RM-19]")
 
 
-#: name -> a string the config does not read that makes the document unparsable (RM-5)
+#: name -> the start of a string the config does not read that makes the document
+#: unparsable (RM-5), up to the character that does: the document goes on after it as if
+#: the string had ended there, so that only the check of that character rejects it
 BAD_UNREAD_STRINGS = {
-    "control_character": '"a\x01b"', "unknown_escape": '"a\\qb"',
-    "short_unicode_escape": '"a\\u12x4"', "escaped_quote_then_control": '"\\"\x1f"',
+    "control_character": '"a\x01', "unknown_escape": '"a\\', "short_unicode_escape": '"a\\u12',
+    "escaped_quote_then_control": '"\\"\x1f', "no_closing_quote": '"a',
 }
 
 
@@ -319,13 +321,24 @@ def test_strings_not_kept_are_still_checked(rt, managed, config_path, caplog, ba
             "inside_70_arrays": '{"perfControl": 45, "m": ' + "[" * 70 + s + "]" * 70 + "}",
             "name_inside_70_arrays":
                 '{"perfControl": 45, "m": ' + "[" * 70 + "{%s: 0}" % s + "]" * 70 + "}",
-            "unterminated": '{"perfControl": 45, "metadata": ' + s[:-1],
-            "unterminated_deep": '{"perfControl": 45, "m": ' + "[" * 70 + s[:-1]}[where]
+            "unterminated": '{"perfControl": 45, "metadata": ' + s,
+            "unterminated_deep": '{"perfControl": 45, "m": ' + "[" * 70 + s}[where]
     ok = managed.parse_manage_info_from_json(text)
     assert (ok, state(managed)) == (False, (40, {BUS: 8 * MiB})), (
         f"a string {bad} {where} ({text[:120]!r}) returned {ok} and left {state(managed)}, "
         f"expected the document rejected as unparsable [RM-19]")
     one_warning(caplog, rt, config_path, f"a string {bad} {where}", "unparsable")
+
+
+@pytest.mark.clause("RM-19")
+def test_strings_in_a_rejected_array_are_read(rt, managed) -> None:
+    """Strings inside a member the config reads are read as any value: perfControl as an
+    array of strings is rejected as an array (RM-5), the limit beside it applied."""
+    ok = managed.parse_manage_info_from_json(
+        '{"perfControl": ["a", "b"], "gpuConfigInfo": {"%s": {"maxDeviceMem": %d}}}' % (BUS, MiB))
+    assert (ok, state(managed)) == (False, (40, {BUS: MiB})), (
+        f"perfControl [\"a\", \"b\"]: returned {ok}, left {state(managed)}, expected False and "
+        f"(40, {{{BUS!r}: {MiB}}}) [RM-19]")
 
 
 @pytest.mark.clause("RM-19")
