@@ -331,6 +331,24 @@ def test_strings_not_kept_are_still_checked(rt, managed, config_path, caplog, ba
 
 
 @pytest.mark.clause("RM-19")
+@pytest.mark.parametrize("where", ["bus_id", "entry_member_name", "perfControl"])
+def test_strings_kept_are_checked_too(rt, managed, where) -> None:
+    """A string holding a control character makes the document unparsable (RM-5) where the
+    config reads it too, a bus id or a member name inside an entry as much as a value."""
+    s = '"a\x01b"'
+    text = {"bus_id": '{"gpuConfigInfo": {%s: {"maxDeviceMem": 1}}, "perfControl": 45}' % s,
+            "entry_member_name":
+                '{"gpuConfigInfo": {"%s": {%s: 1, "maxDeviceMem": 1}}, "perfControl": 45}'
+                % (BUS, s),
+            "perfControl": '{"perfControl": %s, "gpuConfigInfo": {"%s": {"maxDeviceMem": 1}}}'
+                           % (s, BUS)}[where]
+    ok = managed.parse_manage_info_from_json(text)
+    assert (ok, state(managed)) == (False, (40, {BUS: 8 * MiB})), (
+        f"a control character in a string as {where}: returned {ok}, left {state(managed)}, "
+        f"expected the document rejected as unparsable [RM-19]")
+
+
+@pytest.mark.clause("RM-19")
 def test_strings_in_a_rejected_array_are_read(rt, managed) -> None:
     """Strings inside a member the config reads are read as any value: perfControl as an
     array of strings is rejected as an array (RM-5), the limit beside it applied."""

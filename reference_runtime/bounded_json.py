@@ -185,14 +185,14 @@ def _skip_string(text: str, pos: int) -> int:
 
 def _member_name(text: str, pos: int, stack: list[list[Any]],
                  members: frozenset[str] | None) -> int:
-    """Read ``"name" :`` at ``pos`` into the name slot of the innermost container (None when
-    it is not built, _SKIPPED for a root member not in ``members``); returns the position
-    of the value."""
+    """Read ``"name" :`` at ``pos`` into the name slot of the innermost container (_SKIPPED
+    for a root member not in ``members``; nothing when the container is not built, its slot
+    unread); returns the position of the value."""
     if pos >= len(text) or text[pos] != '"':
         raise _error("Expecting property name enclosed in double quotes", text, pos)
     top = stack[-1]
     if top[0] is None:
-        top[1], pos = None, _skip_string(text, pos)
+        pos = _skip_string(text, pos)
     elif members is None or len(stack) > 1:
         top[1], pos = _scanstring(text, pos + 1, True)
     else:
@@ -201,7 +201,7 @@ def _member_name(text: str, pos: int, stack: list[list[Any]],
         end = _skip_string(text, pos)
         top[1] = _SKIPPED
         if end - pos - 2 <= 6 * max(map(len, members)):
-            name = _scanstring(text, pos + 1, True)[0]
+            name = _scanstring(text, pos + 1)[0]           # checked: strict or not
             if name in members:
                 top[1] = name
         pos = end
