@@ -71,13 +71,18 @@ def state(rm) -> tuple[int, dict[str, int]]:
 CPU_READS = 3
 
 
-def measured_parse(rm, text: str) -> tuple[bool, float, int]:
+def size_mib(content: str | bytes) -> float:
+    """The size of a document in MiB: its bytes, or its text as UTF-8 (RM-19)."""
+    return len(content if isinstance(content, bytes) else content.encode("utf-8")) / MiB
+
+
+def measured_parse(rm, text: str | bytes) -> tuple[bool, float, int]:
     """(result, CPU seconds, peak bytes allocated) of parsing ``text``. The CPU time is the
     least of up to ``CPU_READS`` reads of the same document (a read within the bound, or
     over twice the bound, ends the measurement; reading it again changes no state), taken
     without tracing (tracemalloc slows allocation); the memory is measured in one more
     read."""
-    mib = len(text.encode("utf-8")) / MiB
+    mib = size_mib(text)
     ok, cpu = False, float("inf")
     for read in range(CPU_READS):
         start = time.thread_time()
@@ -194,22 +199,181 @@ WIDE_STRINGS = 10
 @pytest.mark.clause("RM-19")
 @pytest.mark.parametrize("inside", [64, 65, 200])
 def test_values_nested_beyond_64_levels_are_not_kept(rt, managed, inside) -> None:
-    """An ignored member whose array of ten wide strings (about 20 MiB) is inside ``inside``
+    """A perfControl whose array of ten wide strings (about 20 MiB) is inside ``inside``
     others, the root included: the strings are read one by one and dropped, so that reading
     the document allocates at most 2 x size + 32 MiB, which keeping them all (80 MiB) would
-    exceed; the document is applied (RM-3)."""
+    exceed; perfControl is rejected as an array (RM-5), the limit beside it applied."""
     strings = f"[{','.join([WIDE_STRING] * WIDE_STRINGS)}]"
-    text = ('{"metadata": ' + "[" * (inside - 1) + strings + "]" * (inside - 1)
-            + ', "perfControl": 45}')
+    text = ('{"perfControl": ' + "[" * (inside - 1) + strings + "]" * (inside - 1)
+            + ', "gpuConfigInfo": {"%s": {"maxDeviceMem": %d}}}' % (BUS, MiB))
     mib = len(text.encode("utf-8")) / MiB
     ok, _, peak = measured_parse(managed, text)
-    assert (ok, managed.perf_control) == (True, 45), (
-        f"wide strings inside {inside} containers of an ignored member: returned {ok}, "
-        f"perfControl {managed.perf_control}, expected True and 45 [RM-19]")
+    assert (ok, state(managed)) == (False, (40, {BUS: MiB})), (
+        f"wide strings inside {inside} containers as perfControl: returned {ok}, left "
+        f"{state(managed)}, expected False and (40, {{{BUS!r}: {MiB}}}) [RM-19]")
     assert peak <= memory_bound(mib), (
         f"wide strings inside {inside} containers: reading {mib:.1f} MiB allocated "
         f"{peak / MiB:.1f} MiB at its peak, more than 2 x size + 32 MiB = "
         f"{memory_bound(mib) / MiB:.0f} MiB: values nested beyond 64 levels were kept [RM-19]")
+
+
+#: One string of 17 MiB with a character beyond U+FFFF: built, it takes 68 MiB, more than
+#: the 66 MiB that RM-19 allows for a document of 17 MiB holding it.
+BIG_WIDE_STRING = json.dumps("\U0001F600" + "a" * (17 * MiB), ensure_ascii=False)
+#: name -> a document whose wide strings the config never reads (RM-3: perfControl 45 is
+#: applied), each over RM-19's memory bound if its strings are built
+UNREAD_WIDE_STRINGS = {
+    "ten_in_an_ignored_member":
+        lambda: '{"metadata": [' + ",".join([WIDE_STRING] * WIDE_STRINGS) + '], "perfControl": 45}',
+    "one_as_an_ignored_member": lambda: '{"metadata": ' + BIG_WIDE_STRING + ', "perfControl": 45}',
+    "one_as_an_ignored_member_name": lambda: "{" + BIG_WIDE_STRING + ': 0, "perfControl": 45}',
+    "one_inside_70_arrays":
+        lambda: '{"perfControl": 45, "metadata": ' + "[" * 70 + BIG_WIDE_STRING + "]" * 70 + "}",
+    "one_as_a_member_name_inside_70_arrays":
+        lambda: ('{"perfControl": 45, "metadata": ' + "[" * 70 + "{" + BIG_WIDE_STRING + ": 0}"
+                 + "]" * 70 + "}"),
+}
+
+
+@pytest.mark.clause("RM-19")
+@pytest.mark.parametrize("where", sorted(UNREAD_WIDE_STRINGS))
+def test_strings_the_config_does_not_read_are_not_built(rt, managed, where) -> None:
+    """A string is held at up to 4 bytes a character (a fixed width): a reader that builds
+    strings the config never reads, in a root member it ignores (RM-3) or nested beyond 64
+    levels, breaks the memory bound with a character beyond U+FFFF in them."""
+    text = UNREAD_WIDE_STRINGS[where]()
+    mib = size_mib(text)
+    ok, cpu, peak = measured_parse(managed, text)
+    assert (ok, managed.perf_control) == (True, 45), (
+        f"wide strings {where}: returned {ok}, perfControl {managed.perf_control}, expected "
+        f"True and 45 [RM-19]")
+    assert cpu <= cpu_bound_s(mib), (
+        f"wide strings {where}: reading {mib:.1f} MiB took {cpu:.2f} s of CPU time, more than "
+        f"{cpu_bound_s(mib):.2f} s [RM-19]")
+    assert peak <= memory_bound(mib), (
+        f"wide strings {where}: reading {mib:.1f} MiB allocated {peak / MiB:.1f} MiB at its "
+        f"peak, more than 2 x size + 32 MiB = {memory_bound(mib) / MiB:.0f} MiB: strings "
+        f"the config does not read were built [RM-19]")
+
+
+@pytest.mark.clause("RM-19")
+def test_content_as_bytes_builds_only_its_text(rt, managed) -> None:
+    """Content given as bytes may be decoded to a text of 4 bytes a character (RM-19 allows
+    that text besides 2 x size + 32 MiB), but the wide strings of a member the config ignores
+    are not built besides it: the ten of 2 MiB would take 80 MiB more."""
+    text = ('{"metadata": [' + ",".join([WIDE_STRING] * WIDE_STRINGS)
+            + '], "perfControl": 45}').encode("utf-8")
+    mib = size_mib(text)
+    decoded = 4 * len(text.decode("utf-8"))
+    ok, cpu, peak = measured_parse(managed, text)
+    assert (ok, managed.perf_control) == (True, 45), (
+        f"wide strings of an ignored member, as bytes: returned {ok}, perfControl "
+        f"{managed.perf_control}, expected True and 45 [RM-19]")
+    assert cpu <= cpu_bound_s(mib), (
+        f"reading {mib:.1f} MiB of bytes took {cpu:.2f} s of CPU time, more than "
+        f"{cpu_bound_s(mib):.2f} s [RM-19]")
+    assert peak <= memory_bound(mib) + decoded, (
+        f"reading {mib:.1f} MiB of bytes allocated {peak / MiB:.1f} MiB at its peak, more than "
+        f"2 x size + 32 MiB + its text at 4 bytes a character = "
+        f"{(memory_bound(mib) + decoded) / MiB:.0f} MiB: strings the config does not read "
+        f"were built [RM-19]")
+
+
+def escaped(name: str) -> str:
+    """``name`` as a JSON string of \\uXXXX escapes only: 6 characters of text for each."""
+    return '"' + "".join(f"\\u{ord(c):04x}" for c in name) + '"'
+
+
+@pytest.mark.clause("RM-19")
+@pytest.mark.parametrize("spelling", ["plain", "one_escape", "all_escaped"])
+def test_members_read_whatever_the_spelling_of_their_names(rt, managed, spelling) -> None:
+    """A reader that checks the names of the root's members without building the long ones
+    still reads ``perfControl`` and ``gpuConfigInfo`` however they are spelt."""
+    names = {"plain": lambda n: f'"{n}"', "all_escaped": escaped,
+             "one_escape": lambda n: f'"{n[:4]}\\u{ord(n[4]):04x}{n[5:]}"'}[spelling]
+    text = ('{"metadata": "x", %s: 45, %s: {"%s": {"maxDeviceMem": %d}}}'
+            % (names("perfControl"), names("gpuConfigInfo"), BUS, MiB))
+    assert managed.parse_manage_info_from_json(text) and state(managed) == (45, {BUS: MiB}), (
+        f"perfControl and gpuConfigInfo spelt {spelling} ({text}) left {state(managed)}, "
+        f"expected (45, {{{BUS!r}: {MiB}}}) [RM-19]")
+
+
+#: name -> the start of a string the config does not read that makes the document
+#: unparsable (RM-5), up to the character that does: the document goes on after it as if
+#: the string had ended there, so that only the check of that character rejects it
+BAD_UNREAD_STRINGS = {
+    "control_character": '"a\x01', "unknown_escape": '"a\\', "short_unicode_escape": '"a\\u12',
+    "escaped_quote_then_control": '"\\"\x1f', "no_closing_quote": '"a',
+}
+
+
+@pytest.mark.clause("RM-19")
+@pytest.mark.parametrize("bad", sorted(BAD_UNREAD_STRINGS))
+@pytest.mark.parametrize("where", ["ignored_member", "ignored_name", "inside_70_arrays",
+                                   "name_inside_70_arrays", "unterminated", "unterminated_deep"])
+def test_strings_not_kept_are_still_checked(rt, managed, config_path, caplog, bad,
+                                            where) -> None:
+    """A string read but not kept is checked as any other: the document is unparsable."""
+    caplog.set_level(logging.WARNING)
+    s = BAD_UNREAD_STRINGS[bad]
+    text = {"ignored_member": '{"metadata": %s, "perfControl": 45}' % s,
+            "ignored_name": '{%s: 0, "perfControl": 45}' % s,
+            "inside_70_arrays": '{"perfControl": 45, "m": ' + "[" * 70 + s + "]" * 70 + "}",
+            "name_inside_70_arrays":
+                '{"perfControl": 45, "m": ' + "[" * 70 + "{%s: 0}" % s + "]" * 70 + "}",
+            "unterminated": '{"perfControl": 45, "metadata": ' + s,
+            "unterminated_deep": '{"perfControl": 45, "m": ' + "[" * 70 + s}[where]
+    ok = managed.parse_manage_info_from_json(text)
+    assert (ok, state(managed)) == (False, (40, {BUS: 8 * MiB})), (
+        f"a string {bad} {where} ({text[:120]!r}) returned {ok} and left {state(managed)}, "
+        f"expected the document rejected as unparsable [RM-19]")
+    one_warning(caplog, rt, config_path, f"a string {bad} {where}", "unparsable")
+
+
+@pytest.mark.clause("RM-19")
+@pytest.mark.parametrize("where", ["bus_id", "entry_member_name", "perfControl"])
+def test_strings_kept_are_checked_too(rt, managed, where) -> None:
+    """A string holding a control character makes the document unparsable (RM-5) where the
+    config reads it too, a bus id or a member name inside an entry as much as a value."""
+    s = '"a\x01b"'
+    text = {"bus_id": '{"gpuConfigInfo": {%s: {"maxDeviceMem": 1}}, "perfControl": 45}' % s,
+            "entry_member_name":
+                '{"gpuConfigInfo": {"%s": {%s: 1, "maxDeviceMem": 1}}, "perfControl": 45}'
+                % (BUS, s),
+            "perfControl": '{"perfControl": %s, "gpuConfigInfo": {"%s": {"maxDeviceMem": 1}}}'
+                           % (s, BUS)}[where]
+    ok = managed.parse_manage_info_from_json(text)
+    assert (ok, state(managed)) == (False, (40, {BUS: 8 * MiB})), (
+        f"a control character in a string as {where}: returned {ok}, left {state(managed)}, "
+        f"expected the document rejected as unparsable [RM-19]")
+
+
+@pytest.mark.clause("RM-19")
+def test_strings_in_a_rejected_array_are_read(rt, managed) -> None:
+    """Strings inside a member the config reads are read as any value: perfControl as an
+    array of strings is rejected as an array (RM-5), the limit beside it applied."""
+    ok = managed.parse_manage_info_from_json(
+        '{"perfControl": ["a", "b"], "gpuConfigInfo": {"%s": {"maxDeviceMem": %d}}}' % (BUS, MiB))
+    assert (ok, state(managed)) == (False, (40, {BUS: MiB})), (
+        f"perfControl [\"a\", \"b\"]: returned {ok}, left {state(managed)}, expected False and "
+        f"(40, {{{BUS!r}: {MiB}}}) [RM-19]")
+
+
+@pytest.mark.clause("RM-19")
+@pytest.mark.parametrize("value", ['"\\"x"', '"\\u00e9"', '"\\\\"', '"\\u12345"',
+                                   '"a\\u0022b"', '"\\ud83d\\ude00"'])
+def test_strings_not_kept_end_where_their_closing_quote_is(rt, managed, value) -> None:
+    """Escapes in a string not kept, an escaped quote first among them, are read as in any
+    string: the document goes on after its closing quote."""
+    for text in ('{"metadata": %s, "perfControl": 45}' % value,
+                 '{%s: [%s], "perfControl": 45}' % (value, value),
+                 '{"perfControl": 45, "m": ' + "[" * 70 + "{%s: %s}" % (value, value)
+                 + "]" * 70 + "}"):
+        managed.parse_manage_info_from_json('{"perfControl": 40}')
+        ok = managed.parse_manage_info_from_json(text)
+        assert (ok, managed.perf_control) == (True, 45), (
+            f"{text[:100]!r}: returned {ok}, perfControl {managed.perf_control}, expected True "
+            f"and 45 [RM-19]")
 
 
 @pytest.mark.clause("RM-19")

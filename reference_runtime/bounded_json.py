@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json.decoder
 import json.scanner
+import re
 from typing import Any
 
 from .log_text import QUOTE_CHARS
@@ -35,6 +36,12 @@ _WHITESPACE = json.decoder.WHITESPACE       # [ \t\n\r]*
 _NUMBER = json.scanner.NUMBER_RE            # -?(0|[1-9]\d*)(\.\d+)?([eE][-+]?\d+)?
 _scanstring = json.decoder.scanstring       # the C string scanner of json.loads
 _LITERALS = (("true", True), ("false", False), ("null", None))
+#: The characters of a string after its opening quote, up to its closing quote, as
+#: ``scanstring`` accepts them: read without building the string, for a string not kept
+#: (``scanstring`` rejects a \uXXXX at the end of the text as an escape, not as the end).
+_STRING_BODY = re.compile(r'(?:[^"\\\x00-\x1f]++|\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4}(?!\Z)))*+')
+#: Stands for the name of a root member not built (``members``).
+_SKIPPED = object()
 
 
 class JSONBoundsError(ValueError):
@@ -70,19 +77,23 @@ def _too_many(max_values: int, pos: int) -> JSONBoundsError:
                            f"one too many)")
 
 
-def loads(text: str, *, max_depth: int, max_values: int) -> Any:
+def loads(text: str, *, max_depth: int, max_values: int,
+          members: frozenset[str] | None) -> Any:
     """Parse ``text`` as one JSON value (dict, list, str, JSONNumber, bool or None).
 
     An array or object inside ``max_depth`` others is read (its syntax checked, its values
     counted) but not built: it is None in its parent, so that the rest of the document stays
-    usable (``DEFAULT_MAX_DEPTH`` and ``DEFAULT_MAX_VALUES`` are the config's bounds). Raises ``json.JSONDecodeError`` for text that is not
-    JSON and ``JSONBoundsError`` at the value (a member name counts as one) beyond the
-    ``max_values``-th; both are ``ValueError``. Reading stops there, so the work and memory
+    usable (``DEFAULT_MAX_DEPTH`` and ``DEFAULT_MAX_VALUES`` are the config's bounds). A root
+    object keeps only the members named in ``members`` (all of them for None): the others
+    are read as a value too deep is. A string not kept is checked, not built (CPython holds a
+    string at up to 4 bytes a character, whatever its size in the text). Raises
+    ``json.JSONDecodeError`` for text that is not JSON and ``JSONBoundsError`` at the value
+    (a member name counts as one) beyond the ``max_values``-th; both are ``ValueError``. Reading stops there, so the work and memory
     spent are bounded by the bounds, not by the text.
     """
     count = 0
-    # Each open container: [the container (None when too deep to build), the key awaiting
-    # its value, True for an object].
+    # Each open container: [the container (None when not built), the key awaiting its
+    # value (_SKIPPED for a member not kept), True for an object].
     stack: list[list[Any]] = []
     end = len(text)
     pos = _WHITESPACE.match(text, 0).end()
@@ -95,12 +106,16 @@ def loads(text: str, *, max_depth: int, max_values: int) -> Any:
             raise _error("Expecting value", text, pos)
         c = text[pos]
         value: Any
+        kept = not stack or (stack[-1][0] is not None and stack[-1][1] is not _SKIPPED)
         if c == '"':
-            value, pos = _scanstring(text, pos + 1, True)
+            if kept:
+                value, pos = _scanstring(text, pos + 1, True)
+            else:
+                pos = _skip_string(text, pos)
         elif c == "{" or c == "[":
             is_object = c == "{"
-            deep = len(stack) >= max_depth
-            container: Any = None if deep else {} if is_object else []
+            kept = kept and len(stack) < max_depth
+            container: Any = ({} if is_object else []) if kept else None
             pos = _WHITESPACE.match(text, pos + 1).end()
             if pos < end and text[pos] == ("}" if is_object else "]"):
                 pos += 1                                   # empty: a complete value
@@ -110,13 +125,13 @@ def loads(text: str, *, max_depth: int, max_values: int) -> Any:
                 if is_object:
                     # A name counts as a value; the check of its member's value, which
                     # always follows, is the check of both.
-                    pos = _member_name(text, pos, stack[-1])
+                    pos = _member_name(text, pos, stack, members)
                     count += 1
                 continue                                   # its first element follows
         else:
             m = _NUMBER.match(text, pos)
             if m is not None:
-                value = JSONNumber(m.group())   # dropped below inside a container not built
+                value = JSONNumber(m.group())   # dropped below where nothing is kept
                 pos = m.end()
             else:
                 for word, constant in _LITERALS:
@@ -134,8 +149,8 @@ def loads(text: str, *, max_depth: int, max_values: int) -> Any:
                 return value
             top = stack[-1]
             container, is_object = top[0], top[2]
-            if container is None:
-                pass                                       # too deep: nothing is kept
+            if container is None or top[1] is _SKIPPED:
+                pass                                       # not built: nothing is kept
             elif is_object:
                 container[top[1]] = value
             else:
@@ -145,7 +160,7 @@ def loads(text: str, *, max_depth: int, max_values: int) -> Any:
             if c == ",":
                 pos = _WHITESPACE.match(text, pos + 1).end()
                 if is_object:
-                    pos = _member_name(text, pos, top)     # counted with its value, above
+                    pos = _member_name(text, pos, stack, members)   # counted with its value
                     count += 1
                 break                                      # the next element follows
             if c == ("}" if is_object else "]"):
@@ -156,11 +171,40 @@ def loads(text: str, *, max_depth: int, max_values: int) -> Any:
             raise _error("Expecting ',' delimiter", text, pos)
 
 
-def _member_name(text: str, pos: int, top: list[Any]) -> int:
-    """Read ``"name" :`` at ``pos`` into ``top[1]``; returns the position of the value."""
+def _skip_string(text: str, pos: int) -> int:
+    """The position after the string whose opening quote is at ``pos``, read as
+    ``scanstring`` reads it (the same errors) but not built."""
+    end = _STRING_BODY.match(text, pos + 1).end()
+    if not text.startswith('"', end):
+        try:                        # what follows ``end`` is no string's: the scanner's error
+            _scanstring(text, end, True)
+        except json.JSONDecodeError as exc:    # an unterminated string is named by its start
+            raise _error(exc.msg, text, pos if exc.msg.startswith("Unterminated") else exc.pos)
+    return end + 1
+
+
+def _member_name(text: str, pos: int, stack: list[list[Any]],
+                 members: frozenset[str] | None) -> int:
+    """Read ``"name" :`` at ``pos`` into the name slot of the innermost container (_SKIPPED
+    for a root member not in ``members``; nothing when the container is not built, its slot
+    unread); returns the position of the value."""
     if pos >= len(text) or text[pos] != '"':
         raise _error("Expecting property name enclosed in double quotes", text, pos)
-    top[1], pos = _scanstring(text, pos + 1, True)
+    top = stack[-1]
+    if top[0] is None:
+        pos = _skip_string(text, pos)
+    elif members is None or len(stack) > 1:
+        top[1], pos = _scanstring(text, pos + 1, True)
+    else:
+        # A name longer in the text than 6 characters (\uXXXX) for each of the longest
+        # member's is none of them: checked, not built.
+        end = _skip_string(text, pos)
+        top[1] = _SKIPPED
+        if end - pos - 2 <= 6 * max(map(len, members)):
+            name = _scanstring(text, pos + 1)[0]           # checked: strict or not
+            if name in members:
+                top[1] = name
+        pos = end
     pos = _WHITESPACE.match(text, pos).end()
     if pos >= len(text) or text[pos] != ":":
         raise _error("Expecting ':' delimiter", text, pos)

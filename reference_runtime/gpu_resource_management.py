@@ -62,6 +62,8 @@ SUSPEND_RECHECK_US = 100_000        # a suspended step re-checks its session thi
 PHASE = 2                           # POST_SESSION_RUN phase
 MAX_CONFIG_DEPTH = DEFAULT_MAX_DEPTH     # nesting levels kept of a config document (RM-19)
 MAX_CONFIG_VALUES = DEFAULT_MAX_VALUES   # values of a config document (RM-19)
+#: The members of a config's root that it reads (RM-3): the others are read, not built (RM-19)
+CONFIG_MEMBERS = frozenset({"gpuConfigInfo", "perfControl"})
 MAX_BUS_IDS = 256                   # bus ids with a limit held at once (RM-20)
 MAX_UNKNOWN_REMEMBERED = 256        # unknown bus ids remembered, each logged once (RM-20)
 MAX_REASONS_LOGGED = 16             # reasons quoted in one warning (RM-5)
@@ -206,7 +208,7 @@ class GPUResourceManagement(SessionRunAction):
             if isinstance(content, (bytes, bytearray)):
                 content = bytes(content).decode("utf-8")
             doc = bounded_loads(content, max_depth=MAX_CONFIG_DEPTH,
-                                max_values=MAX_CONFIG_VALUES)
+                                max_values=MAX_CONFIG_VALUES, members=CONFIG_MEMBERS)
         except ValueError as exc:             # JSONDecodeError, JSONBoundsError, UnicodeError
             reason = "empty" if isinstance(content, str) and not content.strip() \
                 else f"unparsable JSON ({exc})" if isinstance(exc, json.JSONDecodeError) \

@@ -483,9 +483,9 @@ DEVIATIONS: tuple[Deviation, ...] = (
     Deviation("D-RM-13", ("RM-19",),
               "jsoncpp's Reader builds every value of the document, without bound",
               ((RM, "            doc = bounded_loads(content, max_depth=MAX_CONFIG_DEPTH,\n"
-                    "                                max_values=MAX_CONFIG_VALUES)\n",
+                    "                                max_values=MAX_CONFIG_VALUES, members=CONFIG_MEMBERS)\n",
                     "            doc = bounded_loads(content, max_depth=1 << 30,   # AntMan: no bound\n"
-                    "                                max_values=1 << 62)\n"),),
+                    "                                max_values=1 << 62, members=None)\n"),),
               modules=("conformance/test_resource_management_faults.py",)),
     Deviation("D-RM-14", ("RM-20", "RM-7"),
               "every bus id ever seen is kept and re-applied, one failure logged per id at "
