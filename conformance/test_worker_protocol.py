@@ -31,6 +31,8 @@ STATUS_POLL_S = 0.05            # statistics file read every 50 ms (WORKER-9)
 STATUS_INTERVAL_S = 11.0        # 10 s dump interval counted in whole seconds (WORKER-9)
 SHRINK_TARGET = MIB             # WORKER-8, WORKER-9
 SUSPENDED_CHECK_S = 0.5         # WORKER-4: is the worker silent before SIGTERM?
+BLOCKED_WRITE_S = 30.0          # WORKER-4: the unread pipe fills within this
+UNREAD_TERMINATION_S = 3 * TERMINATION_S   # WORKER-4's 5 s, a margin for a loaded host
 THROTTLE_STEP_MS = 100          # longer steps: throttling overheads weigh less (WORKER-10)
 THROTTLE_LEVELS = (50, 25, 100)  # perfControl written in turn (WORKER-10)
 CONTROL_BAND = (0.75, 1.25)      # P_100 / B: the control (WORKER-10)
@@ -323,6 +325,30 @@ def test_a_worker_whose_reader_went_away_says_why_on_stderr(worker) -> None:
         f"after the suite closed the read end of its standard output, the worker exited "
         f"with status {rc} and wrote nothing more on standard error; expected a line saying "
         f"why it stopped [WORKER-4]")
+
+
+@pytest.mark.clause("WORKER-4")
+def test_sigterm_stops_a_worker_blocked_writing_a_record_with_status_0(worker) -> None:
+    """The suite stops reading the worker's standard output, keeping the pipe open, until the
+    worker is blocked writing a record; SIGTERM then stops it with status 0, and the record
+    it cannot write is lost with a line on standard error saying so."""
+    w = worker()
+    w.steps(3)
+    before = w.stderr_path.stat().st_size
+    if not w.stop_reading(BLOCKED_WRITE_S):
+        pytest.skip("no thread of the worker was seen blocked writing its standard output "
+                    "(/proc does not tell on this host)")
+    w.request_stop("sigterm")
+    rc = w.exit_status(UNREAD_TERMINATION_S)
+    assert rc == 0, (
+        f"SIGTERM while the worker was blocked writing a record to a standard output no one "
+        f"read: worker {'still ran' if rc is None else f'exited with status {rc}'} "
+        f"{UNREAD_TERMINATION_S:g} s later, expected exit status 0 [WORKER-4]")
+    added = w.stderr_path.read_bytes()[before:]
+    assert added.strip(), (
+        "SIGTERM while the worker was blocked writing a record to a standard output no one "
+        "read: it exited and wrote nothing on standard error; expected a line saying that "
+        "the record was lost [WORKER-4]")
 
 
 @pytest.mark.clause("WORKER-4")

@@ -47,6 +47,7 @@ STATS = "test_statistics_file_is_valid_and_updated"
 KNOBS = "test_invalid_knobs_fall_back_to_their_defaults"
 VALID_KNOBS = "test_valid_and_empty_knobs_write_no_line"
 READER_GONE = "test_a_worker_whose_reader_went_away_exits_with_a_failure_status"
+BLOCKED_WRITE = "test_sigterm_stops_a_worker_blocked_writing_a_record_with_status_0"
 #: Read the hello record and two steps only: a fake that fails later passes them.
 POLL = "test_poll_interval_knob_beyond_60_s_is_not_in_force"
 STATED = "test_hello_states_the_knobs_in_effect"
@@ -63,7 +64,8 @@ EXPECTED: dict[str, tuple[str, dict[str, str], str]] = {
     "crash_on_config": ("CRASH", {HELLO: "PASS", MAX_STEPS: "PASS", STDIN: "PASS",
                                   STATS: "FAIL", KNOBS: "PASS", VALID_KNOBS: "PASS",
                                   READER_GONE: "PASS", POLL: "PASS", STATED: "PASS",
-                                  POLL_60: "PASS"}, ""),
+                                  POLL_60: "PASS",
+                                  BLOCKED_WRITE: "FAIL"}, ""),   # a blocked write hangs it
 }
 SUBSET = f"{HELLO} or {MAX_STEPS} or {STDIN}"
 

@@ -9,7 +9,9 @@ The worker only trains and reports: limits, throttling, suspension and statistic
 runtime's own doing. The step is sized by ``ANTMAN_WORKER_STEP_MS``: a small MLP computed
 for real, plus a simulated compute time per compute node (``cost_us``, EXEC-12) that stands
 for the device's kernel time. Standard input at end of file, or SIGTERM, stops it at the
-next step boundary (a suspended step is woken by closing the runtime); it exits with 0.
+next step boundary (a suspended step is woken by closing the runtime); it exits with 0,
+also when a record's write blocks on an unread standard output (the record is lost, and a
+line on standard error says so).
 ``WORKER_COMMAND`` starts it with single-threaded BLAS (reference_runtime/__init__.py says why).
 """
 
@@ -226,7 +228,7 @@ def main() -> int:
     if failure:
         log.error("training failed", exc_info=failure[0])
         return os.EX_SOFTWARE                # not 0 (WORKER-4); 2 is the usage error's
-    if trainer.is_alive():  # pragma: no cover - a step that ignores shutdown
+    if trainer.is_alive():  # a record write blocked on an unread stdout (WORKER-4)
         log.error("the training thread did not stop; exiting anyway")
         os._exit(0)
     return 0
