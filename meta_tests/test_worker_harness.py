@@ -48,6 +48,9 @@ KNOBS = "test_invalid_knobs_fall_back_to_their_defaults"
 VALID_KNOBS = "test_valid_and_empty_knobs_write_no_line"
 READER_GONE = "test_a_worker_whose_reader_went_away_exits_with_a_failure_status"
 BLOCKED_WRITE = "test_sigterm_stops_a_worker_blocked_writing_a_record_with_status_0"
+SAYS_WHY = "test_a_worker_whose_reader_went_away_says_why_on_stderr"
+NO_VMEM = "test_a_worker_without_vmem_reports_no_host_bytes"
+MID_STEP_STOP = "test_stdin_eof_during_a_step_writes_that_steps_record"
 #: Read the hello record and two steps only: a fake that fails later passes them.
 POLL = "test_poll_interval_knob_beyond_60_s_is_not_in_force"
 STATED = "test_hello_states_the_knobs_in_effect"
@@ -63,7 +66,8 @@ EXPECTED: dict[str, tuple[str, dict[str, str], str]] = {
     "missing_field": ("FAIL", {}, "device_limit"),
     "crash_on_config": ("CRASH", {HELLO: "PASS", MAX_STEPS: "PASS", STDIN: "PASS",
                                   STATS: "FAIL", KNOBS: "PASS", VALID_KNOBS: "PASS",
-                                  READER_GONE: "PASS", POLL: "PASS", STATED: "PASS",
+                                  READER_GONE: "PASS", SAYS_WHY: "PASS", NO_VMEM: "PASS",
+                                  MID_STEP_STOP: "PASS", POLL: "PASS", STATED: "PASS",
                                   POLL_60: "PASS",
                                   BLOCKED_WRITE: "FAIL"}, ""),   # a blocked write hangs it
 }
