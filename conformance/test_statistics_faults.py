@@ -8,6 +8,7 @@ child process that is SIGKILLed when it fsyncs its temporary file, leaving it be
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import logging
@@ -440,6 +441,46 @@ def test_temporary_file_is_locked_while_written(rt, runtimes, tmp_path, monkeypa
     assert seen, f"no temporary file named .{NAME}.<unique>.tmp was fsynced [STAT-10]"
     assert all(locked for _, locked in seen), \
         f"the temporary file was not under an exclusive flock while written: {seen} [STAT-10]"
+
+
+@pytest.mark.clause("STAT-8")
+@pytest.mark.parametrize("existing", [False, True], ids=["new", "replaced"])
+def test_a_write_that_fails_leaves_no_temporary_file(rt, runtimes, tmp_path, monkeypatch,
+                                                     caplog, existing) -> None:
+    """The ``fsync`` of the temporary file fails (forced: EIO on a descriptor of a file named
+    ``.<name>.<unique>.tmp``): the dump logs an error, the status file is as it was, and the
+    temporary file is removed."""
+    path = tmp_path / NAME
+    if existing:
+        path.write_text("previous content\n", encoding="utf-8")
+    failed: list[str] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        name = os.path.basename(os.readlink(f"/proc/self/fd/{fd}"))
+        if name.startswith(f".{NAME}.") and name.endswith(".tmp"):
+            failed.append(name)
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        real_fsync(fd)
+
+    if not os.path.isdir("/proc/self/fd"):
+        pytest.skip("needs /proc/self/fd")
+    caplog.set_level(logging.ERROR)
+    caplog.clear()
+    monkeypatch.setattr(os, "fsync", fsync)
+    dump_once(rt, runtimes(), path)
+    monkeypatch.undo()
+    if not failed:
+        pytest.skip(f"the runtime fsynced no temporary file named .{NAME}.<unique>.tmp "
+                    f"(checked by test_temporary_file_is_locked_while_written)")
+    errors = runtime_records(caplog, rt, logging.ERROR)
+    assert errors, f"the fsync of {failed} failed with EIO and no error was logged [STAT-8]"
+    after = path.read_text(encoding="utf-8") if path.exists() else None
+    assert after == ("previous content\n" if existing else None), (
+        f"after a failed fsync the status file holds {after!r}, expected it as it was "
+        f"[STAT-8]")
+    assert temporaries(tmp_path) == [], \
+        f"the failed write left {temporaries(tmp_path)} behind [STAT-8]"
 
 
 def dump_with_temporaries_swept(rt, runtimes, tmp_path: Path, monkeypatch, caplog, *,
