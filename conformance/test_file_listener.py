@@ -189,6 +189,35 @@ def test_touch_without_change_delivers_nothing(rt, listener, vclock, tmp_path) -
 
 
 @pytest.mark.clause("FL-3")
+def test_a_read_leaves_no_descriptor_of_the_path_open(rt, listener, vclock, tmp_path) -> None:
+    """The registration's read, the read of a rewrite and the content re-check after 5 s
+    each close the file they opened: between checks no descriptor of this process names
+    the watched file."""
+    if not os.path.isdir("/proc/self/fd"):
+        pytest.skip("needs /proc/self/fd")
+    path = tmp_path / "c.json"
+
+    def held() -> list[str]:
+        found = []
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                if os.readlink(f"/proc/self/fd/{fd}") == str(path):
+                    found.append(fd)
+            except OSError:
+                pass
+        return found
+
+    write_text(path, '{"perfControl": 50}')
+    cb = register(listener, vclock, path)
+    assert held() == [], f"after the registration's read {held()} name {path} [FL-3]"
+    write_text(path, '{"perfControl": 60}')
+    poll(vclock, 7)                       # the rewrite, then the 5 s content re-check
+    assert cb.contents == ['{"perfControl": 50}', '{"perfControl": 60}'], \
+        f"delivered {cb.contents} [FL-3]"
+    assert held() == [], f"after three reads the descriptors {held()} name {path} [FL-3]"
+
+
+@pytest.mark.clause("FL-3")
 def test_same_size_change_with_old_mtime_is_delivered(rt, listener, vclock, config_writer) -> None:
     config_writer.write(perf=50)
     cb = register(listener, vclock, config_writer.path)

@@ -410,6 +410,31 @@ def test_valid_parts_of_a_partly_bad_document_apply(rt, managed, vclock, caplog)
 
 
 @pytest.mark.clause("RM-5")
+def test_reasons_are_separated_and_alike_for_parts_rejected_alike(rt, managed, vclock,
+                                                                    caplog) -> None:
+    """Three entries with the same bad ``maxDeviceMem``: the warning's reasons, split at
+    ``; ``, name one entry each, and the second and third differ only in the bus id."""
+    rm, writer = managed
+    deliver(lambda: writer.write(GOOD), vclock)
+    caplog.set_level(logging.WARNING)
+    caplog.clear()
+    ids = ["ea:ff.f", "eb:ff.f", "ec:ff.f"]
+    deliver(lambda: writer.write({"gpuConfigInfo": {b: {"maxDeviceMem": "x"} for b in ids}}),
+            vclock)
+    one_warning(caplog, rt, writer.path, "three bad entries")
+    msg = runtime_records(caplog, rt, containing=str(writer.path))[0].getMessage()
+    pieces = msg.split("; ")
+    naming = {b: [p for p in pieces if b in p] for b in ids}
+    assert all(len(found) == 1 for found in naming.values()), (
+        f"split at '; ', the warning does not give one reason per rejected entry: "
+        f"{naming} [RM-5]")
+    second, third = naming["eb:ff.f"][0], naming["ec:ff.f"][0]
+    assert third == second.replace("eb:ff.f", "ec:ff.f"), (
+        f"the reasons of two entries rejected alike differ in more than the bus id: "
+        f"{second!r} and {third!r} [RM-5]")
+
+
+@pytest.mark.clause("RM-5")
 def test_entries_after_a_rejected_one_apply(rt, managed) -> None:
     """Entries that are not objects are rejected one by one: the entries after them in the
     same document are applied."""

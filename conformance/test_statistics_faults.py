@@ -8,6 +8,7 @@ child process that is SIGKILLed when it fsyncs its temporary file, leaving it be
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import logging
@@ -170,8 +171,8 @@ def test_chain_of_symlinks_longer_than_the_kernel_follows_is_not_followed(rt, ru
 
 SWEEP_WAIT_S = 20.0        # bound on a first dump beside a FIFO (generous under load; a sweep
                            # that waits on the FIFO never ends by itself: no speed check)
-SWEPT_AT_MOST = 50         # temporaries removed before their lock in a row (a bound for forks
-                           # that try again more often than the reference's 3 attempts)
+SWEPT_AT_MOST = 50         # temporaries removed before their lock in a row (a bound on a
+                           # runtime that, against STAT-10, tries more often than 3 times)
 OTHER_UID = 54321          # a user that owns nothing here: the planter of a symlink
 
 
@@ -440,6 +441,46 @@ def test_temporary_file_is_locked_while_written(rt, runtimes, tmp_path, monkeypa
     assert seen, f"no temporary file named .{NAME}.<unique>.tmp was fsynced [STAT-10]"
     assert all(locked for _, locked in seen), \
         f"the temporary file was not under an exclusive flock while written: {seen} [STAT-10]"
+
+
+@pytest.mark.clause("STAT-8")
+@pytest.mark.parametrize("existing", [False, True], ids=["new", "replaced"])
+def test_a_write_that_fails_leaves_no_temporary_file(rt, runtimes, tmp_path, monkeypatch,
+                                                     caplog, existing) -> None:
+    """The ``fsync`` of the temporary file fails (forced: EIO on a descriptor of a file named
+    ``.<name>.<unique>.tmp``): the dump logs an error, the status file is as it was, and the
+    temporary file is removed."""
+    path = tmp_path / NAME
+    if existing:
+        path.write_text("previous content\n", encoding="utf-8")
+    failed: list[str] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        name = os.path.basename(os.readlink(f"/proc/self/fd/{fd}"))
+        if name.startswith(f".{NAME}.") and name.endswith(".tmp"):
+            failed.append(name)
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        real_fsync(fd)
+
+    if not os.path.isdir("/proc/self/fd"):
+        pytest.skip("needs /proc/self/fd")
+    caplog.set_level(logging.ERROR)
+    caplog.clear()
+    monkeypatch.setattr(os, "fsync", fsync)
+    dump_once(rt, runtimes(), path)
+    monkeypatch.undo()
+    if not failed:
+        pytest.skip(f"the runtime fsynced no temporary file named .{NAME}.<unique>.tmp "
+                    f"(checked by test_temporary_file_is_locked_while_written)")
+    errors = runtime_records(caplog, rt, logging.ERROR)
+    assert errors, f"the fsync of {failed} failed with EIO and no error was logged [STAT-8]"
+    after = path.read_text(encoding="utf-8") if path.exists() else None
+    assert after == ("previous content\n" if existing else None), (
+        f"after a failed fsync the status file holds {after!r}, expected it as it was "
+        f"[STAT-8]")
+    assert temporaries(tmp_path) == [], \
+        f"the failed write left {temporaries(tmp_path)} behind [STAT-8]"
 
 
 def dump_with_temporaries_swept(rt, runtimes, tmp_path: Path, monkeypatch, caplog, *,
@@ -721,6 +762,26 @@ def test_no_removal_is_logged_where_the_directory_cannot_be_listed(rt, runtimes,
     assert claims == [], (
         f"the first dump in the missing directory {path.parent}, where it removed nothing, "
         f"logged {[m[:300] for m in claims]} [STAT-10]")
+
+
+@pytest.mark.clause("STAT-10")
+def test_temporary_file_swept_three_times_in_a_row_fails(rt, runtimes, tmp_path, monkeypatch,
+                                                         caplog) -> None:
+    """Every temporary file of the status file is removed between its creation and its lock
+    (forced, up to SWEPT_AT_MOST times): the dump makes exactly 3, then gives up with an
+    error logged, the status file not written and no temporary file left."""
+    swept, written, errors = dump_with_temporaries_swept(
+        rt, runtimes, tmp_path, monkeypatch, caplog, at_most=SWEPT_AT_MOST,
+        nonblocking_too=True)
+    assert len(swept) == 3, (
+        f"the dump made {len(swept)} temporary files, each removed before its lock: "
+        f"{swept[:8]}; it must give up after 3 in a row [STAT-10]")
+    assert not written and errors, (
+        f"after 3 temporary files removed in a row the dump "
+        f"{'wrote' if written else 'did not write'} the status file and logged "
+        f"{[r.getMessage()[:200] for r in errors]}: it must fail, logging an error [STAT-10]")
+    assert temporaries(tmp_path) == [], \
+        f"the dump left {temporaries(tmp_path)} behind [STAT-10]"
 
 
 @pytest.mark.clause("STAT-8")
