@@ -140,15 +140,14 @@ class Graph:
                 if src not in self._nodes:
                     raise GraphError(f"node {node.name!r} ({node.op}): control input "
                                      f"'^{src}' is not a node of the graph")
-        cycle = self._find_cycle()
-        if cycle:
-            raise GraphError("graph has a cycle: " + " -> ".join(cycle))
+        self._check_acyclic()
 
     def predecessors(self, name: str) -> list[str]:
         node = self._nodes[name]
         return [src for src, _ in node.input_refs()] + list(node.control_inputs)
 
-    def _find_cycle(self) -> list[str] | None:
+    def _check_acyclic(self) -> None:
+        """Raise GraphError naming a cycle of the graph, if it has one."""
         white, grey, black = 0, 1, 2
         colour = dict.fromkeys(self._nodes, white)
         for start in self._nodes:
@@ -169,12 +168,11 @@ class Graph:
                 if colour[nxt] == grey:
                     cyc = path[path.index(nxt):] + [nxt]
                     cyc.reverse()        # the walk follows inputs, the message the data flow
-                    return cyc
+                    raise GraphError("graph has a cycle: " + " -> ".join(cyc))
                 if colour[nxt] == white:
                     colour[nxt] = grey
                     path.append(nxt)
                     stack.append((nxt, iter(self.predecessors(nxt))))
-        return None
 
     def __repr__(self) -> str:
         return f"Graph({len(self._nodes)} nodes)"
