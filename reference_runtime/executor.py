@@ -311,11 +311,10 @@ class ExecutorState:
         """Run an async or queued kernel; its successors go to the runner (TF's done callback),
         or to the queue for the GPU ops of a managed step (OPM-2)."""
         if self._abort.is_set():
-            completed = self._skip(item)
-        else:
-            error, ready = self._run_node(item)
-            completed = self._node_done(error, ready, None)
-        if completed:
+            self._retire_unrun(item)     # the step failed since the caller's check (OPM-7)
+            return
+        error, ready = self._run_node(item)
+        if self._node_done(error, ready, None):
             self._finish()
 
     def _slot_failed(self, item: NodeItem, exc: BaseException) -> None:
