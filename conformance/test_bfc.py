@@ -539,6 +539,37 @@ def test_double_free_of_an_unmerged_chunk(rt):
     assert (bfc.memory_map(), bfc.get_stats()) == before, "a double free changed state [BFC-6]"
 
 
+@pytest.mark.clause("BFC-6")
+@pytest.mark.parametrize("as_numpy", [np.uint64, np.int64], ids=["numpy.uint64", "numpy.int64"])
+def test_a_numpy_integer_pointer_is_the_equal_int(rt, as_numpy):
+    bfc, _ = make(rt, MiB, growth=False)
+    p = bfc.allocate_raw(256, 1000)
+    q = bfc.allocate_raw(256, 256)  # noqa: F841 - keeps p from merging forward
+    ptr = as_numpy(p)
+    for name, want in (("requested_size", 1000), ("allocated_size", 1024),
+                       ("allocation_id", bfc.allocation_id(p))):
+        got = getattr(bfc, name)(ptr)
+        assert got == want, f"{name}({ptr!r}) = {got!r}, expected {want!r} as for {p} [BFC-6]"
+    bfc.deallocate_raw(ptr)
+    assert chunks(bfc)[0] == (p, 1024, False), (
+        f"deallocate_raw({ptr!r}) did not free the chunk at {p}: {chunks(bfc)} [BFC-6]")
+    assert bfc.get_stats().bytes_in_use == 256, (
+        f"bytes_in_use {bfc.get_stats().bytes_in_use} after deallocate_raw({ptr!r}) of a "
+        f"1024-byte chunk, 256 expected [BFC-6]")
+    before = (bfc.memory_map(), bfc.get_stats())
+    with pytest.raises(rt.InvalidPointerError) as info:
+        bfc.deallocate_raw(ptr)
+    assert ALREADY_FREED.search(str(info.value)), (
+        f"a second deallocate_raw({ptr!r}) raised {info.value!r}, which does not say the "
+        f"pointer was already freed [BFC-6]")
+    for bad in (True, False):
+        with pytest.raises(rt.InvalidPointerError):
+            bfc.deallocate_raw(bad)
+            pytest.fail(f"deallocate_raw({bad!r}) did not raise InvalidPointerError [BFC-6]")
+    assert (bfc.memory_map(), bfc.get_stats()) == before, (
+        "an invalid pointer changed state [BFC-6]")
+
+
 # --- BFC-7 -------------------------------------------------------------------------------
 
 @pytest.mark.clause("BFC-7")
