@@ -1918,3 +1918,30 @@ def test_the_global_registry_is_made_under_its_lock(rt, monkeypatch) -> None:
         f"{touching.count(False)} of {len(touching)} line(s) of global_registry touching the "
         f"registry ran without its lock: two first calls at once can each make a registry, "
         f"and the kernels registered in the one replaced are lost [EXEC-3]")
+
+
+# -- SESS-2: the kernel of a Placeholder -----------------------------------------------------
+
+@pytest.mark.clause("SESS-2")
+def test_an_unfed_placeholder_without_dtype_is_named_float32(rt, ctx) -> None:
+    """A needed Placeholder without a ``dtype`` attribute that is not fed fails the step with
+    InvalidArgumentError naming the placeholder, then ``float32``; fed, it takes the value as
+    it is."""
+    g = rt.Graph()
+    g.add_node("p", "Placeholder", device=CPU)
+    g.add_node("use", "Identity", ["p"], device=CPU)
+    s = ctx.new_session(g)
+    try:
+        s.run(["use"])
+    except rt.InvalidArgumentError as exc:
+        message = str(exc)
+    else:
+        pytest.fail("an unfed Placeholder without dtype did not raise InvalidArgumentError "
+                    "[SESS-2]")
+    head = "You must feed a value for placeholder tensor 'p'"
+    assert head in message and names_identifier(message.split(head, 1)[1], "float32"), (
+        f"an unfed Placeholder without dtype raised {message!r}, expected {head!r} then "
+        f"'float32' [SESS-2]")
+    (out,) = s.run(["use"], {"p": np.arange(3, dtype=np.int16)})
+    assert out.dtype == np.int16 and out.tolist() == [0, 1, 2], (
+        f"a Placeholder without dtype fed int16 [0, 1, 2] gave {out!r} [SESS-2]")
