@@ -542,6 +542,41 @@ def reference_sgd_step(x, y, params, lr):
 
 
 @pytest.mark.clause("E2E-1")
+@pytest.mark.parametrize("layers", [1, 2, 3])
+def test_every_read_of_a_variable_precedes_its_update(rt, layers) -> None:
+    """The gradients are taken at the values before the step whatever order the pool runs
+    ready nodes in: every node that reads a variable is an ancestor (through data or control
+    inputs) of the node that updates it, so no schedule lets the update run first."""
+    with sim_runtime(rt) as ctx:
+        wl = rt.MLPWorkload(ctx, batch=2, input_dim=3, hidden=4, layers=layers, classes=2)
+        nodes = {n.name: n for n in wl.graph.nodes}
+        updates = [n for n in nodes.values() if n.op == "ApplyGradientDescent"]
+        assert len(updates) == 2 * layers, (
+            f"{len(updates)} ApplyGradientDescent nodes for {layers} layers [E2E-1]")
+
+        def ancestors(name: str) -> set[str]:
+            seen: set[str] = set()
+            stack = [name]
+            while stack:
+                node = nodes[stack.pop()]
+                for src in [ref.split(":")[0] for ref in node.inputs] + list(node.control_inputs):
+                    if src not in seen:
+                        seen.add(src)
+                        stack.append(src)
+            return seen
+
+        for update in updates:
+            var = update.inputs[0].split(":")[0]
+            readers = [n.name for n in nodes.values() if n is not update
+                       and any(ref.split(":")[0] == var for ref in n.inputs)]
+            unordered = sorted(set(readers) - ancestors(update.name))
+            assert not unordered, (
+                f"{unordered} read {var!r} but {update.name!r}, which updates it, does not "
+                f"depend on them: the update may run first and the gradients would not be "
+                f"taken at the values before the step [E2E-1]")
+
+
+@pytest.mark.clause("E2E-1")
 @pytest.mark.parametrize("layers,hidden,lr,expected_lr", [
     (1, 7, None, 0.1), (2, 7, None, 0.1), (3, 100, None, 0.1 * (64 / 100) ** 0.5),
     (2, 64, None, 0.1), (2, 9, 0.3, 0.3)])

@@ -1198,6 +1198,33 @@ def test_close_from_another_sessions_node_waits_for_the_running_step(rt, ctx) ->
     b.close()
 
 
+@pytest.mark.clause("SESS-8")
+def test_close_from_the_sessions_own_node_returns_and_cancels_the_step(rt, ctx) -> None:
+    """A node of session A closes A: its pool thread is part of the very run close() would
+    wait for, so close() must return without waiting for it (nor joining the thread it runs
+    on), and the run fails with CancelledError (its step was cancelled)."""
+    log = Log()
+    holder: dict = {}
+
+    def close_own_session():
+        holder["session"].close()
+        log.add("close() returned")
+        return np.float32(0)
+
+    g = rt.Graph()
+    g.add_node("close_self", "PyFunc", device=CPU, func=close_own_session)
+    s = holder["session"] = ctx.new_session(g)
+    runner, result = run_in_thread(lambda: s.run(["close_self"]), "test-session-run")
+    assert joined(runner), \
+        "close() called from a node of the session's own step never returned [SESS-8]"
+    assert log.snapshot() == ["close() returned"], \
+        f"events {log.snapshot()}: close() from the session's own node did not return [SESS-8]"
+    assert isinstance(result.get("error"), rt.CancelledError), (
+        f"the run whose node closed its session ended with {result!r}, expected "
+        f"CancelledError [SESS-8]")
+    assert s.closed is True, "closed is false after close() returned [SESS-8]"
+
+
 # -- API-9: the context keeps only open sessions -----------------------------------------------
 
 @pytest.mark.clause("API-9")

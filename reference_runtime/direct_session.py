@@ -142,8 +142,6 @@ class DirectSession:
             for key, value in feed_dict.items():
                 if not isinstance(key, str):
                     raise TypeError(f"feed_dict keys must be str tensor names, got {key!r}")
-                if not key:
-                    raise InvalidArgumentError("Feed '' is not a node of the graph")
                 node_name, _ = parse_tensor_name(key)
                 if node_name in feeds:
                     raise InvalidArgumentError(f"{key!r} is fed twice")

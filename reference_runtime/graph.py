@@ -24,7 +24,7 @@ class GraphError(ValueError):
 
 def parse_tensor_name(ref: str) -> tuple[str, int]:
     """``"n"`` -> ``("n", 0)``; ``"n:k"`` -> ``("n", k)``. Every caller has checked that ``ref``
-    is a non-empty str (add_node's inputs, run's fetches, targets and feed keys)."""
+    is a str (``""`` -> ``("", 0)``, which names no node: a fed ``""`` is an unknown feed)."""
     name, sep, index = ref.rpartition(":")
     if sep and index.isascii() and index.isdigit():   # ASCII digits only, as TF scans them
         return name, int(index)
