@@ -181,9 +181,13 @@ def check_setup(config: pytest.Config) -> types.ModuleType:
     """Everything a run relies on that can be checked before it starts; the runtime module.
 
     Raises ``pytest.UsageError`` (exit status 4, before any test and any report) for a
-    runtime that does not import or lacks its API-1 shape, and for a worker command whose
-    executable cannot be found.
+    runtime that does not import or lacks its API-1 shape, for a worker command whose
+    executable cannot be found, and for an ``ANTMAN_SUITE_COMMIT`` that names no commit.
     """
+    from reports import environment
+    problem = environment.commit_variable_problem()
+    if problem:
+        raise pytest.UsageError(problem)
     rt = load_runtime(config)
     cwd = Path(config.invocation_params.dir)
     cmd = config.getoption("--worker-cmd", default=None)

@@ -469,6 +469,37 @@ def test_bad_arguments_are_usage_errors(args: list[str], needle: str,
     assert needle in err.splitlines()[-1] and "Traceback" not in err
 
 
+@pytest.mark.parametrize("value", ["b58c0ef", "B58C0EF", "not a commit", "ab" * 20 + "a",
+                                   "ab" * 20 + "\nx", "cd" * 32 + "c"])
+def test_a_suite_commit_that_names_no_commit_is_a_usage_error(
+        value: str, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """An abbreviated ANTMAN_SUITE_COMMIT was ignored without a word, so a copied tree's stale
+    git metadata was named in the report of a whole campaign: now nothing starts."""
+    import mutation.__main__ as cli
+
+    def started(*a: object, **k: object) -> None:
+        raise AssertionError("the campaign started")
+
+    monkeypatch.setattr(cli, "population", started)
+    monkeypatch.setattr(cli, "baseline", started)
+    monkeypatch.setenv("ANTMAN_SUITE_COMMIT", value)
+    assert cli.main(["run", "--seed", "1", "--sample", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "ANTMAN_SUITE_COMMIT must be a full commit hash" in err, err
+    assert repr(value.strip()[:80]) in err and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize("value, problem", [
+    (None, False), ("", False), ("  ", False), ("ab" * 20, False), ("AB" * 20 + "\n", False),
+    ("cd" * 32, False), ("ab" * 20 + "a", True), ("a" * 39, True), ("cd" * 32 + "c", True),
+    ("g" * 40, True)])
+def test_which_suite_commits_name_a_commit(value: str | None, problem: bool) -> None:
+    from reports import environment
+    env = {} if value is None else {"ANTMAN_SUITE_COMMIT": value}
+    assert (environment.commit_variable_problem(env) is not None) is problem
+
+
 def test_an_unusable_out_folder_is_found_before_the_campaign(
         tmp_path: Path, capsys: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch) -> None:

@@ -116,6 +116,14 @@ def test_a_setup_that_cannot_keep_its_guarantees_is_refused(
     assert_refused(certify(tmp_path, *args), tmp_path, *needles)
 
 
+def test_a_suite_commit_that_names_no_commit_is_refused(
+        tmp_path: Path, earlier_run: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An abbreviated hash would be ignored and the checkout's commit named instead."""
+    monkeypatch.setenv("ANTMAN_SUITE_COMMIT", "b58c0ef")
+    assert_refused(certify(tmp_path), tmp_path, "ANTMAN_SUITE_COMMIT must be a full commit "
+                                                "hash", "'b58c0ef'")
+
+
 def test_a_valid_setup_still_runs_and_reports(tmp_path: Path) -> None:
     (tmp_path / "fake_ok").mkdir()
     (tmp_path / "fake_ok" / "__init__.py").write_text(runtime_source('"worker"', extra=(

@@ -541,6 +541,11 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"copy the report to {PUBLISHED_DIR}/sweep/")
     sw.set_defaults(func=cmd_sweep)
     args = parser.parse_args(argv)
+    from reports import environment
+    problem = environment.commit_variable_problem()
+    if problem:   # before a run whose every report would name the wrong commit
+        print(f"{parser.prog} {args.command}: {problem}", file=sys.stderr)
+        return 2
     try:          # STOP.set kills the pytest process groups of the runs in progress
         with interrupted_by_signals(STOP.set):
             return args.func(args)

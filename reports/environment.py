@@ -32,7 +32,7 @@ from conformance import spec
 SUITE_DISTRIBUTION = "antman-conformance"
 COMMIT_VARIABLE = "ANTMAN_SUITE_COMMIT"
 COMMIT_STAMP = Path(__file__).resolve().parent / "COMMIT"
-_SHA = re.compile(r"^[0-9a-f]{40,64}$")
+_SHA = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")  # SHA-1 or SHA-256 object names
 
 
 def git_info(directory: Path) -> dict[str, Any]:
@@ -61,6 +61,18 @@ def suite_version() -> str:
         return metadata.version(SUITE_DISTRIBUTION)
     except metadata.PackageNotFoundError:
         return "unknown"
+
+
+def commit_variable_problem(environ: dict[str, str] | None = None) -> str | None:
+    """Why ``ANTMAN_SUITE_COMMIT`` as set cannot name a commit (None when it is unset, empty
+    or a full hash): an abbreviated or misspelt hash would otherwise be ignored without a
+    word, and a copied tree's stale git metadata named in every report of a long run."""
+    env = os.environ if environ is None else environ
+    given = env.get(COMMIT_VARIABLE, "").strip()
+    if not given or _SHA.match(given.lower()):
+        return None
+    return (f"{COMMIT_VARIABLE} must be a full commit hash (40 or 64 hexadecimal digits, "
+            f"`git rev-parse HEAD`), got {given[:80]!r}")
 
 
 def suite_git(directory: Path = spec.ROOT, environ: dict[str, str] | None = None,
