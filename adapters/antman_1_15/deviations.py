@@ -710,13 +710,9 @@ DEVIATIONS: tuple[Deviation, ...] = (
                (OPM, "        self._clock.sleep_us(slot, self._cancel)\n",
                      "        self._clock.sleep_us(slot, LateEvent(self._cancel))   # AntMan: the slot runs out\n"),
                (EXEC, "        if self._abort.is_set():\n"
-                      "            completed = self._skip(item)\n"
-                      "        else:\n"
-                      "            error, ready = self._run_node(item)\n",
+                      "            self._retire_unrun(item)     # the step failed since the caller's check (OPM-7)\n",
                       "        if False:                               # AntMan: queued ops still launch\n"
-                      "            completed = self._skip(item)\n"
-                      "        else:\n"
-                      "            error, ready = self._run_node(item)\n")),
+                      "            self._retire_unrun(item)\n")),
               bounded="Finish and a failed step wait for the idle slot in progress at most 8 s "
                       "of real time after the step ends instead of the slot's whole length",
               modules=("conformance/test_gpu_op_manager.py",)),
