@@ -1139,6 +1139,27 @@ FREED_WITHIN_S = 10.0   # real time, generous for a loaded machine: only a runti
                         # the buffer until the step ends waits it out
 
 
+class PlacedThenFreed:
+    """The body of 'busy', a PyFunc that watches an allocator from when it starts until one
+    allocation more than ``before`` has been placed and freed again, or FREED_WITHIN_S of real
+    time passed; ``seen`` holds (allocations, bytes in use) over ``before`` at each look."""
+
+    def __init__(self, alloc) -> None:
+        self.alloc, self.started, self.before = alloc, threading.Event(), None
+        self.seen: list[tuple[int, int]] = []
+
+    def __call__(self) -> np.float32:
+        self.started.set()
+        limit = time.monotonic() + FREED_WITHIN_S
+        while True:
+            stats = self.alloc.get_stats()
+            self.seen.append((stats.num_allocs - self.before.num_allocs,
+                              stats.bytes_in_use - self.before.bytes_in_use))
+            if self.seen[-1] == (1, 0) or time.monotonic() > limit:   # placed, then freed
+                return np.float32(0)
+            time.sleep(0.001)
+
+
 @pytest.mark.clause("EXEC-6")
 @pytest.mark.parametrize("device", [CPU, GPU])
 def test_a_failed_kernels_outputs_are_freed_when_it_fails(rt, ctx, device: str) -> None:
@@ -1147,29 +1168,18 @@ def test_a_failed_kernels_outputs_are_freed_when_it_fails(rt, ctx, device: str) 
     aborts (EXEC-9) and watches the allocator: bad's buffer must be freed when bad fails, not
     when the step ends after busy has returned."""
     alloc = allocator_of(ctx, device)
-    busy_started = threading.Event()
-    seen: list[tuple[int, int]] = []
+    busy = PlacedThenFreed(alloc)
+    seen = busy.seen
 
     def bad():
-        busy_started.wait(FREED_WITHIN_S)
+        busy.started.wait(FREED_WITHIN_S)
         return np.ones(1000, np.float32), None
-
-    def busy():
-        busy_started.set()
-        limit = time.monotonic() + FREED_WITHIN_S
-        while True:
-            stats = alloc.get_stats()
-            seen.append((stats.num_allocs - before.num_allocs,
-                         stats.bytes_in_use - before.bytes_in_use))
-            if seen[-1] == (1, 0) or time.monotonic() > limit:   # placed, then freed
-                return np.float32(0)
-            time.sleep(0.001)
 
     g = rt.Graph()
     g.add_node("bad", "PyFunc", device=device, num_outputs=2, func=bad)
     g.add_node("busy", "PyFunc", device=device, func=busy)
     s = ctx.new_session(g)
-    before = alloc.get_stats()
+    before = busy.before = alloc.get_stats()
     with pytest.raises(rt.OpError):
         s.run(["busy"], target_nodes=["bad"])
         pytest.fail("a step whose node returned None for an output succeeded [EXEC-4]")
@@ -1189,27 +1199,16 @@ def test_a_skipped_nodes_inputs_are_freed_when_it_is_passed_over(rt, ctx, device
     running since before, goes on and watches the allocator: a's buffer, whose consumers have
     all run or been passed over, must be freed then, not when the step ends after busy."""
     alloc = allocator_of(ctx, device)
-    busy_started = threading.Event()
-    seen: list[tuple[int, int]] = []
+    busy = PlacedThenFreed(alloc)
+    seen = busy.seen
     ran = Log()
 
     def a():
-        busy_started.wait(FREED_WITHIN_S)
+        busy.started.wait(FREED_WITHIN_S)
         return np.ones(1000, np.float32)
 
     def fail(x):
         raise ValueError("planned")
-
-    def busy():
-        busy_started.set()
-        limit = time.monotonic() + FREED_WITHIN_S
-        while True:
-            stats = alloc.get_stats()
-            seen.append((stats.num_allocs - before.num_allocs,
-                         stats.bytes_in_use - before.bytes_in_use))
-            if seen[-1] == (1, 0) or time.monotonic() > limit:   # placed, then freed
-                return np.float32(0)
-            time.sleep(0.001)
 
     g = rt.Graph()
     g.add_node("a", "PyFunc", device=device, func=a)
@@ -1217,7 +1216,7 @@ def test_a_skipped_nodes_inputs_are_freed_when_it_is_passed_over(rt, ctx, device
     g.add_node("bad", "PyFunc", ["a"], device=device, func=fail, is_expensive=False)
     g.add_node("c", "PyFunc", ["a"], device=device, func=py_func(ran, "c"), is_expensive=False)
     s = ctx.new_session(g)
-    before = alloc.get_stats()
+    before = busy.before = alloc.get_stats()
     with pytest.raises(rt.OpError):
         s.run(["busy"], target_nodes=["bad", "c"])
         pytest.fail("a step whose node raised succeeded [EXEC-9]")
@@ -1918,30 +1917,3 @@ def test_the_global_registry_is_made_under_its_lock(rt, monkeypatch) -> None:
         f"{touching.count(False)} of {len(touching)} line(s) of global_registry touching the "
         f"registry ran without its lock: two first calls at once can each make a registry, "
         f"and the kernels registered in the one replaced are lost [EXEC-3]")
-
-
-# -- SESS-2: the kernel of a Placeholder -----------------------------------------------------
-
-@pytest.mark.clause("SESS-2")
-def test_an_unfed_placeholder_without_dtype_is_named_float32(rt, ctx) -> None:
-    """A needed Placeholder without a ``dtype`` attribute that is not fed fails the step with
-    InvalidArgumentError naming the placeholder, then ``float32``; fed, it takes the value as
-    it is."""
-    g = rt.Graph()
-    g.add_node("p", "Placeholder", device=CPU)
-    g.add_node("use", "Identity", ["p"], device=CPU)
-    s = ctx.new_session(g)
-    try:
-        s.run(["use"])
-    except rt.InvalidArgumentError as exc:
-        message = str(exc)
-    else:
-        pytest.fail("an unfed Placeholder without dtype did not raise InvalidArgumentError "
-                    "[SESS-2]")
-    head = "You must feed a value for placeholder tensor 'p'"
-    assert head in message and names_identifier(message.split(head, 1)[1], "float32"), (
-        f"an unfed Placeholder without dtype raised {message!r}, expected {head!r} then "
-        f"'float32' [SESS-2]")
-    (out,) = s.run(["use"], {"p": np.arange(3, dtype=np.int16)})
-    assert out.dtype == np.int16 and out.tolist() == [0, 1, 2], (
-        f"a Placeholder without dtype fed int16 [0, 1, 2] gave {out!r} [SESS-2]")

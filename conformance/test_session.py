@@ -325,14 +325,16 @@ def test_bad_names_and_missing_feeds(rt, ctx) -> None:
 
 
 @pytest.mark.clause("SESS-2")
-@pytest.mark.parametrize("dtype", ["int32", "int64"])   # TF names them so too
-def test_missing_feed_names_the_placeholder_dtype(rt, ctx, dtype: str) -> None:
+@pytest.mark.parametrize("dtype", ["int32", "int64", None])   # TF names them so too
+def test_missing_feed_names_the_placeholder_dtype(rt, ctx, dtype: str | None) -> None:
     """The error of a needed Placeholder that is not fed names its ``dtype`` after the
-    placeholder (TF: "... placeholder tensor 'p' with dtype int32")."""
+    placeholder (TF: "... placeholder tensor 'p' with dtype int32"): ``float32`` for one
+    without a ``dtype`` attribute, which, fed, takes the value as it is."""
     g = rt.Graph()
-    g.add_node("p", "Placeholder", device=CPU, dtype=dtype)
+    g.add_node("p", "Placeholder", device=CPU, **({} if dtype is None else {"dtype": dtype}))
     g.add_node("use", "Identity", ["p"], device=CPU)
     s = ctx.new_session(g)
+    named = dtype or "float32"
     try:
         s.run(["use"])
     except rt.InvalidArgumentError as exc:
@@ -341,9 +343,13 @@ def test_missing_feed_names_the_placeholder_dtype(rt, ctx, dtype: str) -> None:
         pytest.fail(f"an unfed Placeholder of dtype {dtype} did not raise InvalidArgumentError "
                     f"[SESS-2]")
     head = "You must feed a value for placeholder tensor 'p'"
-    assert head in message and names_identifier(message.split(head, 1)[1], dtype), (
+    assert head in message and names_identifier(message.split(head, 1)[1], named), (
         f"an unfed Placeholder of dtype {dtype} raised {message!r}, expected "
-        f"{head!r} then its dtype {dtype!r} [SESS-2]")
+        f"{head!r} then the dtype {named!r} [SESS-2]")
+    if dtype is None:
+        (out,) = s.run(["use"], {"p": np.arange(3, dtype=np.int16)})
+        assert out.dtype == np.int16 and out.tolist() == [0, 1, 2], (
+            f"a Placeholder without dtype fed int16 [0, 1, 2] gave {out!r} [SESS-2]")
 
 
 @pytest.mark.clause("SESS-2")
