@@ -1,10 +1,10 @@
 """Breaks EXEC-6 (buffers are freed by reference counting): the buffers left at the end of a
 failed step are never freed.
 
-``StepAllocations.free_all`` takes ``self._live.values()`` (a live view) instead of a list,
-then clears the dict, so the loop that frees them sees nothing, as a fork dropping "a copy
-of the values" would: a buffer still held for a consumer that never ran (its step failed)
-stays allocated.
+``StepAllocations.free_all`` keeps the table of live buffers itself (a live view of it)
+instead of taking it and leaving an empty one, then clears it, so the loop that frees them
+sees nothing, as a fork dropping "a copy" would: a buffer still held for a consumer that
+never ran (its step failed) stays allocated.
 """
 
 from reference_runtime import *  # noqa: F401,F403 - the runtime's public API
@@ -21,5 +21,6 @@ OUTCOMES = ("FAIL",)
 
 _forks.log_as(__name__)
 _forks.patch_source(_tensor.StepAllocations, "free_all", (
-    "            left = list(self._live.values())\n",
-    "            left = self._live.values()      # the fork: a view, emptied below\n"))
+    "            left, self._live = self._live, {}\n",
+    "            left = self._live               # the fork: the same table, emptied below\n"
+    "            self._live.clear()\n"))
