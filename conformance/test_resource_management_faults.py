@@ -240,16 +240,18 @@ def assert_read_within_bounds(managed, what: str, text: str | bytes, *,
     """The content is applied (perfControl 45) within RM-19's CPU time and memory bounds; for
     content given as bytes ``text_bytes``, its text at 4 bytes a character, is allowed too."""
     mib = size_mib(text)
+    of = " of bytes" if isinstance(text, bytes) else ""
     ok, cpu, peak = measured_parse(managed, text)
     assert (ok, managed.perf_control) == (True, 45), (
         f"{what}: returned {ok}, perfControl {managed.perf_control}, expected True and 45 "
         f"[RM-19]")
     assert cpu <= cpu_bound_s(mib), (
-        f"{what}: reading {mib:.1f} MiB took {cpu:.2f} s of CPU time, more than "
+        f"{what}: reading {mib:.1f} MiB{of} took {cpu:.2f} s of CPU time, more than "
         f"{cpu_bound_s(mib):.2f} s [RM-19]")
     bound = memory_bound(mib) + text_bytes
     assert peak <= bound, (
-        f"{what}: reading {mib:.1f} MiB allocated {peak / MiB:.1f} MiB at its peak, more than "
+        f"{what}: reading {mib:.1f} MiB{of} allocated {peak / MiB:.1f} MiB at its peak, "
+        f"more than "
         f"2 x size + 32 MiB{' + its text at 4 bytes a character' if text_bytes else ''} = "
         f"{bound / MiB:.0f} MiB: strings the config does not read were built [RM-19]")
 
