@@ -49,7 +49,10 @@ def test_a_slow_shrink_ends_fail_with_its_example_inside_the_limit(project, boun
         assert "always false [API-1]" in test["message"]
         shown = test["failures"][0]["message"]      # the example is shown (Hypothesis words it
         assert "Failing test case" in shown or "Falsifying example" in shown, shown  # per version
-    else:  # the control: without the bound this shrink outlasts the limit (pytest-timeout's
-        # signal lands inside an example, and Hypothesis takes it for one more failure; or
-        # the test is TIMEOUT, its call phase a little under the limit that counted its setup)
-        assert test["outcome"] == "TIMEOUT" or test["duration_s"] > LIMIT_S, test
+    else:  # the control: without the bound this shrink outlasts the limit. Where
+        # pytest-timeout's signal lands decides the outcome: inside an example Hypothesis takes
+        # it for one more failure (over the limit); inside Hypothesis's own bookkeeping it
+        # breaks an internal assertion (FAIL, as Hypothesis 6.170 does); else TIMEOUT. The
+        # call phase then ends a little under the limit, which counted the setup too: it ran
+        # to the limit when it took more than 3/4 of it (unbounded, only the limit ends it).
+        assert test["outcome"] == "TIMEOUT" or test["duration_s"] > 0.75 * LIMIT_S, test
