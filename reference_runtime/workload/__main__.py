@@ -48,17 +48,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog=f"python -m {__package__}",
                                 description="Train an MLP on synthetic data; one JSON line "
                                             "per step.")
-    p.add_argument("--steps", type=int, default=20, help="default 20")
+    p.add_argument("--steps", type=int, default=20, help="default %(default)s")
     p.add_argument("--batch", type=int, default=None, help="default 32 (256 with --target-bytes)")
     p.add_argument("--input-dim", type=int, default=None,
                    help="default 32 (256 with --target-bytes)")
-    p.add_argument("--hidden", type=int, default=64, help="default 64")
+    p.add_argument("--hidden", type=int, default=64, help="default %(default)s")
     p.add_argument("--layers", type=int, default=None, help="default 2 (3 with --target-bytes)")
-    p.add_argument("--classes", type=int, default=10, help="default 10")
+    p.add_argument("--classes", type=int, default=10, help="default %(default)s")
     p.add_argument("--learning-rate", type=float, default=None,
                    help="default 0.1 * min(1, sqrt(64 / hidden))")
-    p.add_argument("--seed", type=int, default=0, help="default 0")
-    p.add_argument("--device", default="/device:GPU:0", help="default /device:GPU:0")
+    p.add_argument("--seed", type=int, default=0, help="default %(default)s")
+    p.add_argument("--device", default="/device:GPU:0", help="default %(default)s")
     p.add_argument("--target-bytes", type=_bytes, default=None,
                    help="size the hidden width for about this much device memory (e.g. 2G); "
                         "overrides --hidden")
