@@ -890,3 +890,47 @@ def test_a_report_names_the_commit_its_operator_names_for_a_copied_tree(
         assert isinstance(found["uncommitted_changes"], bool), found
     assert report.commit_text({"commit": "abc", "uncommitted_changes": True,
                                "commit_source": "git"}) == "abc with uncommitted changes"
+
+
+def test_run_at_a_module_runs_its_whole_population_in_source_order(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``run --at MODULE[:LINE]`` runs every mutant of the module (or line), each once, in
+    source order, and the report says they were chosen, not sampled; a module that is not
+    mutated, a line with no mutant, and ``--at`` with ``--key`` are usage errors."""
+    import mutation.__main__ as cli
+    from mutation.sampling import population as real_population
+    seen: dict[str, object] = {}
+
+    def fake_campaign(pop, entries, campaign, **kw):
+        seen["keys"] = campaign.keys
+        return CampaignResult(campaign, 0, {}, [result(k, "killed", how="test")
+                                                for k in campaign.keys],
+                              None, 0.0, 1.0, (0.0,) * 3, (0.0,) * 3)
+
+    monkeypatch.setattr(cli, "reviewable_mutants", lambda: [])
+    monkeypatch.setattr(cli, "run_campaign", fake_campaign)
+    pop = real_population(generator="suite")
+    clock_keys = [m.key for m in pop.mutants if m.module == "clock.py"]
+    line = pop.by_key()[clock_keys[-1]].line
+    on_line = [m.key for m in pop.mutants if m.module == "clock.py" and m.line == line]
+    assert len(clock_keys) > len(on_line) >= 1
+    assert cli.main(["run", "--at", "clock.py", "--at", f"clock.py:{line}", "--no-baseline",
+                     "--out", str(tmp_path)]) == 0
+    assert list(seen["keys"]) == clock_keys              # the line's mutants are not run twice
+    out = capsys.readouterr().out
+    assert f"{len(clock_keys)} given by key or module" in out and "sample 150" not in out
+    text = (tmp_path / "latest-seed-keys" / "mutation.md").read_text(encoding="utf-8")
+    assert f"the {len(clock_keys)} mutants given by key or module (not a random sample" in text
+    assert cli.main(["run", "--at", f"clock.py:{line}", "--no-baseline",
+                     "--out", str(tmp_path)]) == 0
+    assert list(seen["keys"]) == on_line
+    capsys.readouterr()
+    for argv, needle in ((["--at", "nope.py"], "is not a mutated runtime module"),
+                         (["--at", "clock.py:1"], "no mutant on that line"),
+                         (["--at", "clock.py:x"], "LINE must be a line number"),
+                         (["--at", "clock.py", "--key", clock_keys[0]], "exclude each other")):
+        seen.clear()
+        assert cli.main(["run", *argv, "--no-baseline", "--out", str(tmp_path)]) == 2, argv
+        err = capsys.readouterr().err
+        assert needle in err and "Traceback" not in err and not seen, (argv, err)

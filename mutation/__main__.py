@@ -3,6 +3,7 @@
     python -m mutation run [--seed S ...] [--sample N] [--jobs J] [--publish] ...
     python -m mutation run --generator mutmut ...   # mutmut's operators, not the suite's
     python -m mutation run --whole-suite ...        # every mutant against the whole suite
+    python -m mutation run --at MODULE[:LINE] ...   # every mutant of a module or a line
     python -m mutation list --seed S --sample N     # the sample, without running it
     python -m mutation list --at MODULE[:LINE]      # every mutant of a module or a line
     python -m mutation show KEY                     # one mutant's diff
@@ -42,7 +43,8 @@ from . import sweep
 from .campaign import Campaign, baseline, run_campaign, sample_of
 from .journal import Journal, JournalError, fingerprint
 from .runner import STOP, MutantResult, Options, Run, Workspace
-from .sampling import GENERATORS, draw, population
+from .operators import Mutant
+from .sampling import GENERATORS, Population, draw, population
 from .targets import ROOT
 
 DEFAULT_SEEDS = ("1", "2")
@@ -175,6 +177,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.publish:
         usable_folder(PUBLISHED_DIR)
     pop = population(generator=args.generator)
+    if args.at:
+        if args.key:
+            raise UsageError("--at and --key exclude each other")
+        args.key = list(dict.fromkeys(m.key for at in args.at
+                                      for m in mutants_at(pop, at, must_exist=True)))
     if args.key:
         known = pop.by_key()
         unknown = [k for k in args.key if k not in known]
@@ -198,7 +205,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     status = 0
     planned = []
     for seed in seeds:
-        campaign = Campaign(seed=seed, sample=args.sample, options=options, jobs=jobs,
+        campaign = Campaign(seed=seed, sample=size, options=options, jobs=jobs,
                             confirm=not args.no_confirm,
                             check_equivalents=args.check_equivalents,
                             keys=tuple(args.key or ()),
@@ -220,7 +227,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         for campaign, label, journal in planned:
             seed = campaign.seed
             print(f"seed {seed}: {len(pop.mutants)} mutants ({args.generator} generator), "
-                  f"sample {args.sample}"
+                  + (f"{len(args.key)} given by key or module" if args.key
+                     else f"sample {args.sample}")
                   + (", each against the whole suite" if args.whole_suite else "")
                   + (f"; {len(journal.done)} already done (journal {journal.path})"
                      if journal.done else ""), flush=True)
@@ -292,15 +300,27 @@ def cmd_rescore(args: argparse.Namespace) -> int:
     return 0
 
 
+def mutants_at(pop: Population, at: str, *, must_exist: bool) -> list[Mutant]:
+    """Every mutant of ``MODULE`` or of ``MODULE:LINE``, in source order. With
+    ``must_exist``, a module that is not mutated or a line without a mutant is a usage
+    error (``run`` would otherwise run nothing and report a rate of nothing)."""
+    module, _, line = at.partition(":")
+    if line and not line.isdigit():
+        raise UsageError(f"--at {at!r}: LINE must be a line number")
+    if must_exist and module not in pop.sources:
+        raise UsageError(f"--at {at!r}: {module!r} is not a mutated runtime module")
+    chosen = [m for m in pop.mutants if m.module == module
+              and (not line or m.line == int(line))]
+    if must_exist and not chosen:
+        raise UsageError(f"--at {at!r}: no mutant on that line")
+    return chosen
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     pop = population(generator=args.generator)
     entries = eq.load()
     if args.at:
-        module, _, line = args.at.partition(":")
-        if line and not line.isdigit():
-            raise UsageError(f"--at {args.at!r}: LINE must be a line number")
-        chosen = [m for m in pop.mutants if m.module == module
-                  and (not line or m.line == int(line))]
+        chosen = mutants_at(pop, args.at, must_exist=False)
     else:
         chosen = draw(pop.mutants, args.seed, args.sample)
     for m in chosen:
@@ -455,6 +475,10 @@ def main(argv: list[str] | None = None) -> int:
                      help=f"mutants per seed (default {DEFAULT_SAMPLE})")
     run.add_argument("--key", action="append", help="run this mutant (repeatable) instead of "
                                                     "a sample")
+    run.add_argument("--at", action="append", metavar="MODULE[:LINE]",
+                     help="run every mutant of this runtime module or line (repeatable) "
+                          "instead of a sample: the whole population of a module, in "
+                          "source order")
     run.add_argument("--generator", choices=sorted(GENERATORS), default="suite",
                      help="the mutant source: suite (the suite's own operators, default) or "
                           "mutmut (mutmut's documented operator set, mutation/mutmut_operators.py)")

@@ -216,8 +216,10 @@ def to_markdown(data: dict[str, Any]) -> str:
         f"skipped that the reference runs {s['killed_by']['skipped']}; kills outside "
         f"the static map (map gaps) {s['map_gaps']}; listed mutants that were killed "
         f"{s['list_mistakes']}",
-        f"- population {data['population']['size']} mutants; sample of {c['sample']} drawn with "
-        f"seed {c['seed']!r}" + (f" (keys given: {len(c['keys'])})" if c["keys"] else ""),
+        f"- population {data['population']['size']} mutants; "
+        + (f"the {len(c['keys'])} mutants given by key or module (not a random sample: the "
+           f"rate is theirs, not the population's)" if c["keys"] else
+           f"sample of {c['sample']} drawn with seed {c['seed']!r}"),
         *([f"- resumed: {data['resumed']} of the {s['sampled']} results were recorded by an "
            f"earlier run of this campaign on the same code (its journal) and not run again; "
            f"wall time {data['wall_s']} s is this run's"] if data.get("resumed") else []),
