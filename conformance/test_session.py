@@ -325,6 +325,40 @@ def test_bad_names_and_missing_feeds(rt, ctx) -> None:
 
 
 @pytest.mark.clause("SESS-2")
+def test_a_placeholder_shape_matches_by_rank_then_each_dimension(rt, ctx) -> None:
+    """A ``Placeholder``'s ``shape``: ``None`` and ``-1`` (TensorFlow's unknown size) match any
+    size, 0 included; any other dimension, 0 included, only its own size; the rank must match."""
+    g = rt.Graph()
+    shapes = {"unknown": (-1, 2), "empty": (0, 2), "none": (None, 2)}
+    for name, shape in shapes.items():
+        g.add_node(name, "Placeholder", device=CPU, dtype="float32", shape=shape)
+        g.add_node(f"use_{name}", "Identity", [name], device=CPU)
+    s = ctx.new_session(g)
+    accepted = {"unknown": [(3, 2), (0, 2), (1, 2)], "empty": [(0, 2)],
+                "none": [(3, 2), (0, 2)]}
+    refused = {"unknown": [(3, 3), (3,), (3, 2, 1), (2,)], "empty": [(1, 2), (3, 2), (0, 3)],
+               "none": [(3, 3), (2,)]}
+    for name, fed in accepted.items():
+        for shape in fed:
+            try:
+                (out,) = s.run([f"use_{name}"], {name: np.zeros(shape, np.float32)})
+            except rt.InvalidArgumentError as exc:
+                pytest.fail(f"a value of shape {shape} fed to a Placeholder of shape "
+                            f"{shapes[name]} was refused: {exc} [SESS-2]")
+            assert out.shape == shape, (
+                f"a value of shape {shape} fed to a Placeholder of shape {shapes[name]} came "
+                f"out with shape {out.shape} [SESS-2]")
+    for name, fed in refused.items():
+        for shape in fed:
+            with pytest.raises(rt.InvalidArgumentError) as info:
+                s.run([f"use_{name}"], {name: np.zeros(shape, np.float32)})
+                pytest.fail(f"a value of shape {shape} fed to a Placeholder of shape "
+                            f"{shapes[name]} was accepted [SESS-2]")
+            assert names_identifier(info.value, name), (
+                f"the error {info.value} does not name the Placeholder {name!r} [SESS-2]")
+
+
+@pytest.mark.clause("SESS-2")
 @pytest.mark.parametrize("dtype", ["int32", "int64", None])   # TF names them so too
 def test_missing_feed_names_the_placeholder_dtype(rt, ctx, dtype: str | None) -> None:
     """The error of a needed Placeholder that is not fed names its ``dtype`` after the

@@ -104,10 +104,8 @@ class Graph:
 
     # -- queries ----------------------------------------------------------------------
     def node(self, name: str) -> Node:
-        try:
-            return self._nodes[name]
-        except KeyError:
-            raise GraphError(f"no node named {name!r} in the graph") from None
+        """The node ``name``; its callers know it is in the graph."""
+        return self._nodes[name]
 
     @property
     def nodes(self) -> list[Node]:
@@ -115,9 +113,6 @@ class Graph:
 
     def __contains__(self, name: object) -> bool:
         return name in self._nodes
-
-    def __len__(self) -> int:
-        return len(self._nodes)
 
     # -- validation -------------------------------------------------------------------
     def validate(self) -> None:

@@ -67,12 +67,10 @@ class OpRegistry:
                 cls._global = OpRegistry()
             return cls._global
 
-    def register(self, kernel: KernelDef) -> KernelDef:
+    def register(self, kernel: KernelDef) -> None:
+        """Called by ``register_kernel`` alone, once per op when this module is imported."""
         with self._lock:
-            if kernel.op in self._kernels:
-                raise ValueError(f"op {kernel.op!r} is already registered")
             self._kernels[kernel.op] = kernel
-        return kernel
 
     def find(self, op: str) -> KernelDef | None:
         with self._lock:
