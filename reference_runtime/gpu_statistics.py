@@ -119,7 +119,6 @@ class GPUStatistics(SessionRunAction):
                  clock: Clock | None = None) -> None:
         self.status_file = path_from_env(status_file, STATUS_FILE_ENV_VAR)
         self.enabled = bool(self.status_file)
-        self.name = "GPUStatistics"
         self._clock = clock if clock is not None else REAL_CLOCK
         self._record_lock = threading.Lock()
         self._check_lock = threading.Lock()
