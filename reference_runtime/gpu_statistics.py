@@ -267,7 +267,7 @@ def _kind(mode: int) -> str:
                        (stat_module.S_ISCHR, "a character device"),
                        (stat_module.S_ISBLK, "a block device"),
                        (stat_module.S_ISSOCK, "a socket"),
-                       (stat_module.S_ISLNK, "a symlink that does not resolve")):
+                       (stat_module.S_ISLNK, "an unresolvable symlink")):
         if test(mode):
             return name
     return f"a file of type {stat_module.S_IFMT(mode):#o}"
