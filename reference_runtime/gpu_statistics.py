@@ -409,7 +409,7 @@ def _remove_stale_temporaries(target: str) -> int:
                 os.unlink(entry.path)
                 removed += 1
         except OSError:
-            continue
+            pass                      # gone meanwhile (another sweep) or not removable
         finally:
             os.close(fd)
     return removed
