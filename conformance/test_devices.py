@@ -745,6 +745,31 @@ def test_a_string_num_gpus_with_a_config_file_names_num_gpus(rt, control_env, tm
 
 
 @pytest.mark.clause("DEVICE-8")
+@pytest.mark.parametrize("bad", [0, True])
+def test_bad_gpu_memory_bytes_over_a_backend_that_cannot_describe_its_gpus(
+        rt, no_thread_leak, control_env, tmp_path, bad) -> None:
+    """The resource management, built before the devices, asks the backend for its GPUs'
+    bus ids: a backend that cannot describe a GPU still ends, with a bad gpu_memory_bytes,
+    in the ValueError naming gpu_memory_bytes, not in an error of the bus id lookup."""
+
+    class Undescribable(rt.SimBackend):
+        def gpu_info(self, index):
+            raise RuntimeError(f"GPU {index} cannot be described")
+
+    cfg = tmp_path / "cfg.json"
+    cfg.write_text('{"perfControl": 100}')
+    with pytest.raises(Exception) as info:
+        rt.create_runtime(num_gpus=2, gpu_memory_bytes=bad, backend=Undescribable(2, 16 * MiB),
+                          config_file=str(cfg), status_file=None).close()
+        pytest.fail(f"create_runtime(gpu_memory_bytes={bad!r}) built a runtime [DEVICE-8]")
+    assert isinstance(info.value, ValueError) \
+        and names_identifier(info.value, "gpu_memory_bytes"), (
+        f"create_runtime(gpu_memory_bytes={bad!r}) over a backend whose gpu_info raises, with "
+        f"a config file, raised {info.value!r}, expected a ValueError naming "
+        f"gpu_memory_bytes [DEVICE-8]")
+
+
+@pytest.mark.clause("DEVICE-8")
 @pytest.mark.parametrize("bad", [-1, True, 1.0, "1", 4, 5])
 def test_num_gpus_must_be_an_int_in_range(rt, control_env, bad) -> None:
     """The error names num_gpus, the value given and the count of the backend (3) that

@@ -693,6 +693,32 @@ def test_stale_temporaries_among_symlinks_of_the_name_form_are_all_removed(
 
 
 @pytest.mark.clause("STAT-10")
+def test_stale_temporaries_among_locked_temporaries_are_all_removed(rt, runtimes,
+                                                                    tmp_path) -> None:
+    """Ten temporaries held under ``flock`` by live writers, made between ten temporaries of
+    dead writers: whatever order the directory lists them in, the first dump keeps every
+    locked one and removes every other (a sweep that stops at the first file a live writer
+    holds leaves the temporaries listed after it)."""
+    live, stale = [], []
+    with contextlib.ExitStack() as held:
+        for i in range(10):
+            live.append(tmp_path / f".{NAME}.live-{i}.tmp")
+            live[-1].write_text("x", encoding="utf-8")
+            fcntl.flock(held.enter_context(open(live[-1], "rb")).fileno(), fcntl.LOCK_EX)
+            stale.append(tmp_path / f".{NAME}.dead-{i}.tmp")
+            stale[-1].write_text("x", encoding="utf-8")
+        dump_once(rt, runtimes(), tmp_path / NAME)
+        kept = [p.name for p in live if p.exists()]
+    assert len(kept) == len(live), (
+        f"the first dump removed {len(live) - len(kept)} of {len(live)} temporaries a live "
+        f"writer holds locked [STAT-10]")
+    left = [p.name for p in stale if p.exists()]
+    assert left == [], (
+        f"the first dump left {len(left)} of {len(stale)} temporaries of dead writers "
+        f"({left[:3]}...) among temporaries live writers hold locked [STAT-10]")
+
+
+@pytest.mark.clause("STAT-10")
 def test_symlink_of_the_temporary_name_form_is_not_followed(rt, runtimes, tmp_path,
                                                             monkeypatch) -> None:
     """A symlink named as a temporary file, to a regular file elsewhere: the first dump

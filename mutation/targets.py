@@ -73,7 +73,7 @@ OBSERVERS: dict[str, tuple[str, ...]] = {
     "gpu_usage_adjustment.py": ("test_resource_management.py", "test_end_to_end.py",
                                 "test_gpu.py"),
     "gpu_statistics.py": ("test_statistics.py", "test_statistics_faults.py", "test_clock.py",
-                          "test_devices.py",
+                          "test_devices.py", "test_session_run_actions.py",
                           "test_end_to_end.py"),
     "device.py": _RUNTIME + ("test_executor.py", "test_session.py", "test_end_to_end.py",
                              "test_env.py"),

@@ -119,7 +119,6 @@ class GPUStatistics(SessionRunAction):
                  clock: Clock | None = None) -> None:
         self.status_file = path_from_env(status_file, STATUS_FILE_ENV_VAR)
         self.enabled = bool(self.status_file)
-        self.name = "GPUStatistics"
         self._clock = clock if clock is not None else REAL_CLOCK
         self._record_lock = threading.Lock()
         self._check_lock = threading.Lock()
@@ -268,7 +267,7 @@ def _kind(mode: int) -> str:
                        (stat_module.S_ISCHR, "a character device"),
                        (stat_module.S_ISBLK, "a block device"),
                        (stat_module.S_ISSOCK, "a socket"),
-                       (stat_module.S_ISLNK, "a symlink that does not resolve")):
+                       (stat_module.S_ISLNK, "an unresolvable symlink")):
         if test(mode):
             return name
     return f"a file of type {stat_module.S_IFMT(mode):#o}"
@@ -410,7 +409,7 @@ def _remove_stale_temporaries(target: str) -> int:
                 os.unlink(entry.path)
                 removed += 1
         except OSError:
-            continue
+            pass                      # gone meanwhile (another sweep) or not removable
         finally:
             os.close(fd)
     return removed

@@ -143,8 +143,8 @@ def create_runtime(*, num_gpus: int = 1, gpu_memory_bytes: int = 1 << 30,
                                     allow_growth=allow_growth)
         backend.attach(device_mgr)
     except BaseException:
+        # No step ran: closing the listener drops the management's handler and joins its thread.
         if rm is not None:
-            rm.close()
             registry.unregister(Grouping.POST_SESSION_RUN, RM_PHASE, rm)
         if statistics is not None:
             registry.unregister(Grouping.POST_SESSION_RUN, STAT_PHASE, statistics)
