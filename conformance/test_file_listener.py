@@ -529,6 +529,28 @@ def test_unregister_removes_first_of_name_and_ignores_unknown(rt, listener, vclo
 
 
 @pytest.mark.clause("FL-7")
+@pytest.mark.parametrize("given", ["str then Path", "Path then str", "Path then Path"])
+def test_a_path_given_as_str_or_path_like_names_the_same_path(rt, no_thread_leak, listener,
+                                                              vclock, tmp_path, given) -> None:
+    """A handler registered with the path as a ``str`` or a ``pathlib.Path`` is unregistered
+    with either: the path is no longer watched and, the last one, its thread stops."""
+    path = tmp_path / "c.json"
+    first, then = (path if g == "Path" else str(path) for g in given.split(" then "))
+    cb = Calls()
+    listener.register_file_listener(first, "h", cb)
+    wait_for_poller(vclock)
+    listener.unregister_file_listener(then, "h")
+    assert not listener.is_running(), (
+        f"{given}: unregistering the only handler left the listener running [FL-7]")
+    write_text(path, "x")
+    listener.register_file_listener(str(tmp_path / "other.json"), "o", Calls())
+    wait_for_poller(vclock)
+    poll(vclock)
+    assert cb.calls == [], (
+        f"{given}: a handler unregistered was called with {cb.contents} [FL-7]")
+
+
+@pytest.mark.clause("FL-7")
 def test_unregistering_the_last_handler_stops_and_joins(rt, no_thread_leak, listener, vclock,
                                                         tmp_path) -> None:
     a, b = tmp_path / "a", tmp_path / "b"
