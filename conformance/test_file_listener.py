@@ -905,6 +905,40 @@ def test_after_a_failed_read_the_next_content_is_delivered(rt, listener, vclock,
 
 
 @pytest.mark.clause("FL-9")
+def test_a_check_failing_otherwise_is_logged_and_the_thread_goes_on(rt, listener, vclock,
+                                                                    tmp_path, monkeypatch,
+                                                                    caplog) -> None:
+    """A check on the monitor thread that fails with an exception that is no OSError (a
+    ``MemoryError`` from the read of the changed file: simulated) delivers nothing and logs
+    an error naming the path; the thread goes on and the content is delivered at the first
+    check whose read succeeds."""
+    caplog.set_level(logging.ERROR)
+    path = tmp_path / "c.json"
+    write_text(path, "v1")
+    cb = register(listener, vclock, path)
+    write_text(path, "v22")
+    real = os.read
+
+    def read(fd, *args, **kwargs):
+        if threading.current_thread().name == THREAD and _of_path(path, fd):
+            raise MemoryError()
+        return real(fd, *args, **kwargs)
+
+    monkeypatch.setattr(os, "read", read)
+    poll(vclock)
+    monkeypatch.setattr(os, "read", real)
+    assert cb.contents == ["v1"], f"a check whose read failed delivered {cb.contents[1:]} [FL-9]"
+    errors = runtime_records(caplog, rt, logging.ERROR, containing=str(path))
+    assert len(errors) >= 1, (
+        "a check failing with a MemoryError logged no error naming the path [FL-9]")
+    assert listener.is_running(), "a check failing with a MemoryError ended the thread [FL-9]"
+    poll(vclock)
+    assert cb.contents == ["v1", "v22"], (
+        f"after a check that failed with a MemoryError, the next check delivered "
+        f"{cb.contents[1:]}, expected ['v22'] [FL-9]")
+
+
+@pytest.mark.clause("FL-9")
 def test_after_a_directory_the_next_content_is_delivered(rt, listener, vclock, config_writer,
                                                          monkeypatch) -> None:
     """A file that replaces a directory at the path is delivered at the next check, also
