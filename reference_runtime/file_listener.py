@@ -337,7 +337,7 @@ class FileListener:
         set between two chunks (a close() does not wait for the rest of a large file)."""
         chunks: list[bytes] = []
         left = self.max_file_bytes + 1
-        while left > 0:
+        while left:                      # never below 0: a read returns at most left bytes
             if stop is not None and stop.is_set():
                 return None
             chunk = os.read(fd, min(left, _READ_CHUNK))
