@@ -529,6 +529,28 @@ def test_unregister_removes_first_of_name_and_ignores_unknown(rt, listener, vclo
 
 
 @pytest.mark.clause("FL-7")
+@pytest.mark.parametrize("given", ["str then Path", "Path then str", "Path then Path"])
+def test_a_path_given_as_str_or_path_like_names_the_same_path(rt, no_thread_leak, listener,
+                                                              vclock, tmp_path, given) -> None:
+    """A handler registered with the path as a ``str`` or a ``pathlib.Path`` is unregistered
+    with either: the path is no longer watched and, the last one, its thread stops."""
+    path = tmp_path / "c.json"
+    first, then = (path if g == "Path" else str(path) for g in given.split(" then "))
+    cb = Calls()
+    listener.register_file_listener(first, "h", cb)
+    wait_for_poller(vclock)
+    listener.unregister_file_listener(then, "h")
+    assert not listener.is_running(), (
+        f"{given}: unregistering the only handler left the listener running [FL-7]")
+    write_text(path, "x")
+    listener.register_file_listener(str(tmp_path / "other.json"), "o", Calls())
+    wait_for_poller(vclock)
+    poll(vclock)
+    assert cb.calls == [], (
+        f"{given}: a handler unregistered was called with {cb.contents} [FL-7]")
+
+
+@pytest.mark.clause("FL-7")
 def test_unregistering_the_last_handler_stops_and_joins(rt, no_thread_leak, listener, vclock,
                                                         tmp_path) -> None:
     a, b = tmp_path / "a", tmp_path / "b"
@@ -712,17 +734,31 @@ def test_socket_at_path_is_named(rt, listener, vclock, tmp_path, caplog, monkeyp
 
 
 @pytest.mark.clause("FL-9")
-def test_device_at_path_is_named(rt, listener, vclock, tmp_path, caplog) -> None:
-    """A character device at the path (a symbolic link to /dev/null: stat follows it) is never
-    delivered and its one warning names its kind. (A block device is not tested: many hosts,
-    containers among them, have none, and a test that runs on some hosts only would make the
-    report depend on the runner.)"""
-    kind, device = "character", "/dev/null"
-    if not hasattr(os, "symlink") or not os.path.exists(device):
-        pytest.skip("no /dev/null on this platform")
-    caplog.set_level(logging.WARNING)
+@pytest.mark.parametrize("kind", ["character", "block"])
+def test_device_at_path_is_named(rt, listener, vclock, tmp_path, caplog, monkeypatch,
+                                 kind) -> None:
+    """A device at the path is never delivered and its one warning names its kind: a
+    character device (a symbolic link to /dev/null: stat follows it), a block device
+    (simulated: a regular file whose ``os.stat`` says it is one, since many hosts, containers
+    among them, have no block device a test may use)."""
     path = tmp_path / "gpu_config.json"
-    os.symlink(device, path)
+    if kind == "character":
+        device = "/dev/null"
+        if not hasattr(os, "symlink") or not os.path.exists(device):
+            pytest.skip("no /dev/null on this platform")
+        os.symlink(device, path)
+    else:
+        write_text(path, "a block device's bytes")
+        real = os.stat
+
+        def stat(p, *args, **kwargs):
+            st = real(p, *args, **kwargs)
+            if isinstance(p, (str, os.PathLike)) and os.fspath(p) == str(path):
+                return os.stat_result((stat_module.S_IFBLK | 0o600,) + tuple(st)[1:])
+            return st
+
+        monkeypatch.setattr(os, "stat", stat)
+    caplog.set_level(logging.WARNING)
     cb = register(listener, vclock, path)
     poll(vclock, 2)
     assert cb.calls == [], f"a {kind} device was delivered [FL-9]"
@@ -836,11 +872,13 @@ READ_FAULTS = {
 @pytest.mark.clause("FL-9")
 @pytest.mark.parametrize("fault", sorted(READ_FAULTS))
 def test_after_a_failed_read_the_next_content_is_delivered(rt, listener, vclock, tmp_path,
-                                                           monkeypatch, fault) -> None:
+                                                           monkeypatch, caplog, fault) -> None:
     """A change whose read fails (the file vanishes or is refused at its open, a FIFO is
     swapped in after the check, the read fails) is no read: the next content, delivered at
     the next check, also where the file then shows the signature of the last read again (a
-    coarse file system, a rewrite back to the same size in place)."""
+    coarse file system, a rewrite back to the same size in place). A read refused, of a FIFO
+    or failing logs one warning naming the path."""
+    caplog.set_level(logging.WARNING)
     path = tmp_path / "c.json"
     write_text(path, "v1")
     cb = register(listener, vclock, path)
@@ -853,6 +891,10 @@ def test_after_a_failed_read_the_next_content_is_delivered(rt, listener, vclock,
     poll(vclock)
     monkeypatch.setattr(os, name, real)
     assert cb.contents == ["v1"], f"{fault}: a failed read delivered {cb.contents[1:]} [FL-9]"
+    if fault != "open_enoent":                             # a file gone is FL-4's
+        warnings = runtime_records(caplog, rt, containing=str(path))
+        assert len(warnings) == 1, \
+            f"{fault}: a failed read logged {len(warnings)} warnings, expected 1 [FL-9]"
     write_text(path, "v3")
     stat.frozen = last_read                                # the last read's signature again
     poll(vclock)
@@ -860,6 +902,40 @@ def test_after_a_failed_read_the_next_content_is_delivered(rt, listener, vclock,
         f"{fault}: after a check whose read failed, the next content, showing the stat "
         f"signature of the last read, delivered {cb.contents[1:]} at the next check, "
         f"expected ['v3'] [FL-9]")
+
+
+@pytest.mark.clause("FL-9")
+def test_a_check_failing_otherwise_is_logged_and_the_thread_goes_on(rt, listener, vclock,
+                                                                    tmp_path, monkeypatch,
+                                                                    caplog) -> None:
+    """A check on the monitor thread that fails with an exception that is no OSError (a
+    ``MemoryError`` from the read of the changed file: simulated) delivers nothing and logs
+    an error naming the path; the thread goes on and the content is delivered at the first
+    check whose read succeeds."""
+    caplog.set_level(logging.ERROR)
+    path = tmp_path / "c.json"
+    write_text(path, "v1")
+    cb = register(listener, vclock, path)
+    write_text(path, "v22")
+    real = os.read
+
+    def read(fd, *args, **kwargs):
+        if threading.current_thread().name == THREAD and _of_path(path, fd):
+            raise MemoryError()
+        return real(fd, *args, **kwargs)
+
+    monkeypatch.setattr(os, "read", read)
+    poll(vclock)
+    monkeypatch.setattr(os, "read", real)
+    assert cb.contents == ["v1"], f"a check whose read failed delivered {cb.contents[1:]} [FL-9]"
+    errors = runtime_records(caplog, rt, logging.ERROR, containing=str(path))
+    assert len(errors) >= 1, (
+        "a check failing with a MemoryError logged no error naming the path [FL-9]")
+    assert listener.is_running(), "a check failing with a MemoryError ended the thread [FL-9]"
+    poll(vclock)
+    assert cb.contents == ["v1", "v22"], (
+        f"after a check that failed with a MemoryError, the next check delivered "
+        f"{cb.contents[1:]}, expected ['v22'] [FL-9]")
 
 
 @pytest.mark.clause("FL-9")
@@ -909,8 +985,14 @@ def above_then_at_the_size_limit(rt, vclock, config_writer, caplog, *, above: in
         assert len(cb.calls) == 1, \
             f"a file of {above} bytes, above max_file_bytes = 4096, was delivered [FL-9]"
         if count_warnings:
-            assert len(runtime_records(caplog, rt, containing=str(config_writer.path))) == 1, \
-                "[FL-9]"
+            warnings = runtime_records(caplog, rt, containing=str(config_writer.path))
+            assert len(warnings) == 1, \
+                f"a file above max_file_bytes logged {len(warnings)} warnings, expected 1 [FL-9]"
+            message = warnings[0].getMessage().replace(str(config_writer.path), "<path>")
+            assert names_identifier(message, str(above)) \
+                and names_identifier(message, "4096"), (
+                    f"the warning for a file of {above} bytes, above max_file_bytes = 4096, "
+                    f"does not name its size and the limit: {message!r} [FL-9]")
         text = config_writer.write_large(perf=60, size=4096)
         poll(vclock)
         assert cb.contents[1:] == [text], \
@@ -924,18 +1006,22 @@ def test_file_above_the_size_limit(rt, vclock, config_writer, caplog) -> None:
 
 
 @pytest.mark.clause("FL-9")
-@pytest.mark.parametrize("good", ["new", "delivered again"])
+@pytest.mark.parametrize("good", ["new", "delivered again", "deleted"])
 def test_a_problem_that_comes_back_is_logged_again(rt, listener, vclock, config_writer,
                                                    caplog, good) -> None:
     """Non-UTF-8 content, then a good version (a new one, delivered, or the one delivered
-    last, found equal and not delivered), then the same non-UTF-8 content: either good
-    version ends the first episode, so the problem is logged twice."""
+    last, found equal and not delivered) or no file at all (found missing at a check), then
+    the same non-UTF-8 content: each ends the first episode, so the problem is logged
+    twice."""
     caplog.set_level(logging.WARNING)
     config_writer.write(perf=40)
     cb = register(listener, vclock, config_writer.path)
     config_writer.write_non_utf8()
     poll(vclock, 3)
-    text = config_writer.write(perf=41 if good == "new" else 40)
+    if good == "deleted":
+        config_writer.delete()
+    else:
+        text = config_writer.write(perf=41 if good == "new" else 40)
     poll(vclock)
     config_writer.write_non_utf8()
     poll(vclock, 3)

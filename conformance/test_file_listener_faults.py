@@ -287,6 +287,62 @@ def test_close_names_a_thread_held_in_its_wait_as_waiting(rt, no_thread_leak, vc
 
 
 @pytest.mark.clause("FL-12")
+def test_close_names_a_thread_held_in_a_read_by_its_path(rt, no_thread_leak, vclock, tmp_path,
+                                                         caplog, monkeypatch) -> None:
+    """A monitor thread that delivered a change and, at its next check, is held in the read
+    of the path (a read the system does not end: simulated) past the 2 s of close() is
+    reported as reading that path: not as waiting, and not as running the handler it ran
+    last."""
+    caplog.set_level(logging.ERROR)
+    path = tmp_path / "gpu_config.json"
+    write_text(path, "start")
+    fl = rt.FileListener(clock=vclock, poll_interval_s=1.0)
+    seen = Calls()
+    entered, release = threading.Event(), threading.Event()
+    real_read, real_fstat = os.read, os.fstat
+    try:
+        fl.register_file_listener(str(path), "seen-handler", seen)
+        wait_for_poller(vclock)
+        write_text(path, "changed")
+        check_once(vclock, "FL-12", "a delivery")
+        precondition_holds("FL-12", seen.contents == ["start", "changed"],
+                           "the monitor thread delivers a change to its handler")
+
+        def read(fd, *args, **kwargs):
+            if threading.current_thread().name == THREAD \
+                    and os.path.samestat(real_fstat(fd), os.stat(path)):
+                entered.set()
+                release.wait(BLOCKED_S + CLOSE_BOUND_S + TOLERANCE_S + LATE_S)
+            return real_read(fd, *args, **kwargs)
+
+        monkeypatch.setattr(os, "read", read)
+        write_text(path, "changed again")
+        vclock.advance(1_000_000)
+        if not entered.wait(BLOCKED_S):
+            pytest.skip("the monitor thread read the changed file without os.read: its read "
+                        "cannot be held here")
+        done, took = timed_call(fl.close, "close")
+        assert done and took <= CLOSE_BOUND_S + TOLERANCE_S, (
+            f"close while the monitor thread was held in a read took "
+            f"{'more than ' if not done else ''}{took:.2f} s, expected at most "
+            f"{CLOSE_BOUND_S:g} s (+{TOLERANCE_S:g} s tolerance) [FL-12]")
+        messages = [r.getMessage() for r in runtime_records(caplog, rt, logging.ERROR)]
+        assert len(messages) == 1 and str(path) in messages[0] \
+            and not names_identifier(messages[0].lower(), "waiting") \
+            and not names_identifier(messages[0], "seen-handler"), (
+                f"close gave up on a monitor thread held in the read of the path and logged "
+                f"{[m[:200] for m in messages]}, expected one error naming the path (not "
+                f"saying that it is waiting, nor naming the handler it ran before) [FL-12]")
+    finally:
+        release.set()
+    wait_until(lambda: not monitor_alive(), "the released monitor thread to end [FL-12]")
+    monkeypatch.undo()
+    assert seen.contents == ["start", "changed"], (
+        f"after close gave up on it, the monitor thread delivered {seen.contents[2:]} [FL-12]")
+    fl.close()
+
+
+@pytest.mark.clause("FL-12")
 def test_a_reported_thread_is_not_waited_for_again(rt, no_thread_leak, vclock, tmp_path,
                                                    caplog) -> None:
     """After unregistering the last path gave up on a monitor thread stuck in a handler, a

@@ -212,6 +212,25 @@ def test_compact_documents_and_empty_strings(rt, managed, doc) -> None:
 
 
 @pytest.mark.clause("RM-3")
+@pytest.mark.parametrize("ws", [" ", "\t", "\n", "\r", " \t\n\r "],
+                         ids=["space", "tab", "line_feed", "carriage_return", "all_four"])
+def test_white_space_between_every_two_tokens(rt, managed, ws) -> None:
+    """JSON's white space (RFC 8259: space, tab, line feed, carriage return) before and after
+    every token, a member name and its colon included, at the root, in the members the config
+    reads and in those it ignores."""
+    rm, _ = managed
+    tokens = ["{", '"name"', ":", '"x"', ",", '"perfControl"', ":", "70", ",", '"extra"', ":",
+              "[", "1", ",", "{", '"k"', ":", "2", "}", "]", ",", '"gpuConfigInfo"', ":", "{",
+              f'"{BUS}"', ":", "{", '"note"', ":", "null", ",", '"maxDeviceMem"', ":",
+              "1048576", "}", "}", "}"]
+    doc = ws + ws.join(tokens) + ws
+    ok = rm.parse_manage_info_from_json(doc)
+    assert ok is True and (rm.perf_control, rm.memory_limits) == (70, {BUS: MiB}), (
+        f"{doc!r} gave {(rm.perf_control, rm.memory_limits)} (returned {ok}), expected "
+        f"perfControl 70 and {{{BUS!r}: {MiB}}} [RM-3]")
+
+
+@pytest.mark.clause("RM-3")
 def test_member_names_in_other_spellings_are_other_keys(rt, managed) -> None:
     rm, _ = managed
     rm.parse_manage_info_from_json(json.dumps(
