@@ -226,6 +226,34 @@ def test_next_fit_never_runs_into_a_region_placed_beyond_it(rt, kind: str) -> No
 @pytest.mark.clause("API-3")
 @pytest.mark.parametrize("kind", ["SimulatedDeviceMemory", "SimulatedHostMemory"])
 @pytest.mark.usefixtures("simulated_memories")
+def test_next_fit_takes_the_room_up_to_a_region_placed_beyond_it(rt, kind: str) -> None:
+    """As above, f lies beyond the next-fit position; a region that ends as far before f as
+    b is after a fits at that position exactly, so it goes there, not into the room a freed
+    region left at the start."""
+    memory, largest, a_size, a, b = _half_and_256_placed(rt, kind)
+    gap = b - (a + a_size)
+    next_fit = b + 256 + gap                    # as far after b as b is after a
+    memory.free(a, a_size)
+    memory.free(b, 256)
+    d_size = (largest - gap - 256) // 256 * 256
+    d = memory.alloc(256, d_size)
+    f = memory.alloc(256, 256)
+    precondition_holds("API-3", d == a and f is not None and f > next_fit + gap,
+                       f"{kind}: a region of {d_size} bytes goes to the start ({d!r}, a={a:#x}) "
+                       f"and one of 256 bytes after it ({f!r}), beyond the next-fit position "
+                       f"{next_fit:#x} and a gap")
+    memory.free(d, d_size)
+    size = f - gap - next_fit                   # ends as far before f as b is after a
+    g = memory.alloc(256, size)
+    assert g == next_fit, (
+        f"{kind}: a region of {size} bytes, which fits at the next-fit position {next_fit:#x} "
+        f"up to {gap} bytes before the live region at {f:#x}, was placed at "
+        f"{g if g is None else hex(g)}, not there (next fit) [API-3]")
+
+
+@pytest.mark.clause("API-3")
+@pytest.mark.parametrize("kind", ["SimulatedDeviceMemory", "SimulatedHostMemory"])
+@pytest.mark.usefixtures("simulated_memories")
 def test_next_fit_holds_up_to_the_end_of_the_address_space(rt, kind: str) -> None:
     """Next fit at the edge: the largest region a new memory serves (found by bisection, its
     capacity no bound) marks where its addresses end. A region that ends exactly there, after

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 
+import numpy
 import pytest
 
 from conformance import spec
@@ -228,6 +229,20 @@ def test_gpu_description(rt, runtimes) -> None:
 
 
 @pytest.mark.clause("DEVICE-4")
+def test_gpu_device_id_bus_id_and_array_module(rt, runtimes) -> None:
+    backend = rt.SimBackend(3, MiB)
+    ctx = runtimes(num_gpus=3, gpu_memory_bytes=MiB, backend=backend)
+    for i, g in enumerate(gpus(ctx)):
+        assert g.tf_gpu_id == i, f"GPU:{i}.tf_gpu_id is {g.tf_gpu_id!r} [DEVICE-4]"
+        assert g.pci_bus_id == bus_id(rt, g) == f"{0x3b + i:02x}:00.0", (
+            f"GPU:{i}.pci_bus_id is {g.pci_bus_id!r}, its description's bus id "
+            f"{bus_id(rt, g)!r} [DEVICE-4]")
+        assert g.xp is backend.xp is numpy, (
+            f"GPU:{i}.xp is {g.xp!r}, the simulated backend's {backend.xp!r}, expected "
+            f"NumPy [DEVICE-4]")
+
+
+@pytest.mark.clause("DEVICE-4")
 def test_simulated_gpu_model_name(rt, runtimes) -> None:
     ctx = runtimes(num_gpus=2, backend="sim")
     models = [DESC.match(g.attributes.physical_device_desc)[2] for g in gpus(ctx)]
@@ -322,6 +337,9 @@ def test_cpu_device_pool_and_allocator(rt, no_thread_leak, runtimes) -> None:
     assert cpu.attributes.memory_limit == 256 << 20, (
         f"the CPU device's memory_limit is {cpu.attributes.memory_limit!r}, expected "
         f"268435456 (256 MiB) [DEVICE-6]")
+    assert cpu.attributes.physical_device_desc == "", (
+        f"the CPU device's physical_device_desc is {cpu.attributes.physical_device_desc!r}, "
+        f"expected '' [DEVICE-6]")
     a = cpu.get_allocator()
     p = a.allocate_raw(64, 1000)
     assert a.tracks_allocation_sizes() and a.requested_size(p) == 1000, "[DEVICE-6]"

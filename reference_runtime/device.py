@@ -230,14 +230,11 @@ def select_backend(name: str | None = None, *, num_gpus: int = 1,
                          f"expected one of 'sim', 'cuda', 'auto'")
     if key == "auto":
         from .cuda_backend import cuda_available   # imports no CuPy
-        key = "cuda" if cuda_available() else "sim"
+        if not cuda_available():
+            key = "sim"
     if key == "sim":
         return SimBackend(num_gpus, gpu_memory_bytes)
-    try:
-        from .cuda_backend import CudaBackend
-    except ImportError as exc:
-        raise RuntimeError(f"device backend 'cuda' (from {source}) is unavailable: {exc}") \
-            from exc
+    from .cuda_backend import CudaBackend           # imports no CuPy either
     try:
         return CudaBackend()
     except RuntimeError as exc:
@@ -397,7 +394,6 @@ class GPUDevice(Device):
         self.tf_gpu_id = tf_gpu_id
         self.backend = backend
         self.xp = backend.xp
-        self.gpu_info = info
         self.pci_bus_id = get_pci_bus_id(desc)
 
     def sync(self) -> None:
