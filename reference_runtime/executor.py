@@ -335,9 +335,9 @@ class ExecutorState:
     # -- running one node -------------------------------------------------------------------
     def _run_node(self, item: NodeItem) -> tuple[OpError | None, list[int]]:
         # A node runs once every producer propagated to it (a failed one aborts the step, and
-        # its consumers are skipped), so each of its input slots holds a buffer.
-        buffers = list(self._inputs[item.id])
-        ctx = OpKernelContext(node=item.node, device=item.device, inputs=buffers,
+        # its consumers are skipped), so each of its input slots holds a buffer; the context
+        # only reads the list.
+        ctx = OpKernelContext(node=item.node, device=item.device, inputs=self._inputs[item.id],
                               step=self.step, resources=self.resources, feeds=self.feeds,
                               num_outputs=item.num_outputs)
         error: OpError | None = None
