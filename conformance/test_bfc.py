@@ -2259,3 +2259,23 @@ def test_a_free_wakes_the_waiters_under_the_retrys_lock(rt, monkeypatch):
         f"{touching.count(False)} of {len(touching)} line(s) of the wake-up touching the "
         f"waiters' event ran without the retry's lock: two frees at once can lose one's "
         f"wake-up, and a waiter waits out its whole deadline [BFC-12]")
+
+
+@pytest.mark.clause("API-3")
+def test_sub_allocator_is_the_one_given(rt):
+    """``sub_allocator`` is the very object the allocator was made with, a simulated memory
+    or any duck-typed one, also for a GPUBFCAllocator."""
+    class Duck:
+        def alloc(self, alignment, num_bytes):
+            return None
+
+        def free(self, ptr, num_bytes):
+            pass
+
+    for sub in (rt.SimulatedDeviceMemory(MiB), Duck()):
+        for bfc in (rt.BFCAllocator(sub, MiB, True, "GPU_0_bfc"),
+                    rt.GPUBFCAllocator(sub, MiB, "GPU_0_bfc")):
+            got = bfc.sub_allocator
+            assert got is sub, (
+                f"{type(bfc).__name__}({type(sub).__name__}, ...).sub_allocator is {got!r}, "
+                f"not the sub-allocator it was made with [API-3]")

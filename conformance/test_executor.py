@@ -1917,3 +1917,69 @@ def test_the_global_registry_is_made_under_its_lock(rt, monkeypatch) -> None:
         f"{touching.count(False)} of {len(touching)} line(s) of global_registry touching the "
         f"registry ran without its lock: two first calls at once can each make a registry, "
         f"and the kernels registered in the one replaced are lost [EXEC-3]")
+
+
+# -- EXEC-2: executor creation validates; EXEC-9: a failure outside the kernels is logged -----
+
+@pytest.mark.clause("EXEC-2")
+@pytest.mark.parametrize("added,fetch,named", [
+    ({"late": ["ghost"]}, "late", "ghost"),
+    ({"p": ["q"], "q": ["p"]}, "src", "p"),
+], ids=["unknown-input", "cycle-beside-the-fetch"])
+def test_executor_creation_validates_nodes_added_after_the_session(rt, ctx, added, fetch,
+                                                                   named) -> None:
+    """The graph is valid when the session is made; nodes added to it afterwards are checked
+    when a signature's executor is created, at its first run: an input that names no node, or
+    a cycle the run does not even need, makes that run raise GraphError naming it."""
+    g = rt.Graph()
+    g.add_node("src", "Const", value=[1.0, 2.0])
+    s = ctx.new_session(g)
+    for name, inputs in added.items():
+        g.add_node(name, "Identity", inputs)
+    with raises(rt.GraphError, "EXEC-2", f"the first run fetching {fetch!r} after {added} "
+                                         f"was added to the session's graph") as refused:
+        s.run([fetch])
+    assert names_identifier(refused.value, named), (
+        f"the GraphError {refused.value} does not name {named!r} [EXEC-2]")
+
+
+FREE_FAILURE = "planned failure as a buffer is freed"
+
+
+@pytest.mark.clause("EXEC-9")
+def test_a_failure_outside_the_kernels_is_logged(rt, ctx, monkeypatch, caplog) -> None:
+    """The CPU allocator raises, once, as it frees the output of ``leaf`` (a target): the run
+    fails with an UnknownError containing the text, and an error record of the runtime
+    carries the exception, whose traceback the step's error does not keep."""
+    import logging
+
+    from conformance.control_helpers import runtime_records
+    allocator = allocator_of(ctx, CPU)
+    free = allocator.deallocate_raw
+    raised = threading.Event()
+
+    def deallocate_raw(ptr):
+        free(ptr)
+        if not raised.is_set():
+            raised.set()
+            raise RuntimeError(FREE_FAILURE)
+
+    g = rt.Graph()
+    g.add_node("leaf", "PyFunc", device=CPU, func=lambda: np.ones(4, np.float32))
+    s = ctx.new_session(g)
+    caplog.set_level(logging.ERROR)
+    caplog.clear()
+    with monkeypatch.context() as faults:
+        faults.setattr(allocator, "deallocate_raw", deallocate_raw)
+        runner, out = run_in_thread(lambda: s.run([], target_nodes=["leaf"]))
+        assert joined(runner, JOIN_S), \
+            "the step never ended after a failure outside its kernels [EXEC-9]"
+    assert isinstance(out.get("error"), rt.UnknownError) and FREE_FAILURE in str(out["error"]), \
+        f"run() must fail with an UnknownError containing {FREE_FAILURE!r}, got {out} [EXEC-9]"
+    logged = [r for r in runtime_records(caplog, rt, logging.ERROR)
+              if FREE_FAILURE in r.getMessage()
+              or (r.exc_info and r.exc_info[1] is not None and FREE_FAILURE in str(r.exc_info[1]))]
+    assert logged, (
+        f"the allocator raised RuntimeError({FREE_FAILURE!r}) as the step freed leaf's output; "
+        f"no error record of the runtime carries it: "
+        f"{runtime_records(caplog, rt, logging.ERROR)} [EXEC-9]")

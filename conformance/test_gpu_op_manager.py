@@ -424,6 +424,64 @@ def test_a_launch_begun_as_the_step_fails_retires_its_op_unrun(rt, monkeypatch,
         f"[OPM-7]")
 
 
+@pytest.mark.clause("OPM-7")
+def test_ops_retired_after_a_failure_have_no_idle_slot(rt, auto_clock) -> None:
+    """Two GPU roots of a managed step are queued, ``bad`` first: its kernel raises on the
+    manager thread after its slot. ``after``, queued behind it, is retired unrun with no idle
+    slot: from the failure on, the manager thread neither synchronizes the GPU nor reads or
+    deducts E (with E = 1000 and one op left, a slot would be 500 µs, so a manager that gave
+    ``after`` its slot would drain the GPU and read E first)."""
+    events, ran = Log(), Log()
+    failed = threading.Event()
+
+    def manager_after_failure() -> bool:
+        return failed.is_set() and threading.current_thread().name.startswith(OP_MANAGER_PREFIX)
+
+    def gpu_finishes(index) -> None:
+        if manager_after_failure():
+            events.add(("synchronize", index))
+
+    class Recording(rt.GPUResourceManagement):
+        def get_estimated_idle_time(self):
+            if manager_after_failure():
+                events.add(("get_estimated_idle_time",))
+            return super().get_estimated_idle_time()
+
+        def spend_idle_time(self, us):
+            if manager_after_failure():
+                events.add(("spend_idle_time", us))
+            return super().spend_idle_time(us)
+
+    def bad():
+        failed.set()
+        raise RuntimeError("planned failure of a queued op")
+
+    backend = RecordingBackend(rt.select_backend("sim", num_gpus=1, gpu_memory_bytes=1 << 26),
+                               Log(), on_sync=gpu_finishes)
+    m = Managed(rt, auto_clock, rm_class=Recording, gpu_memory_bytes=1 << 26, backend=backend)
+    try:
+        g = rt.Graph()
+        g.add_node("bad", "PyFunc", device=GPU, func=bad)
+        g.add_node("after", "PyFunc", device=GPU, func=probe(ran, "after", auto_clock, m.rm))
+        s = m.ctx.new_session(g)
+        m.throttle(50, 1000)
+        runner, out = run_in_thread(lambda: s.run([], target_nodes=["bad", "after"]),
+                                    "test-managed-run")
+        runner.join(PROMPT_S)
+        assert not runner.is_alive(), (
+            f"run() had not returned {PROMPT_S:g} s after the queued op 'bad' failed [OPM-7]")
+    finally:
+        m.close()
+    assert isinstance(out.get("error"), rt.OpError) \
+        and "planned failure of a queued op" in str(out["error"]), \
+        f"run() must raise the step's first error, bad's, got {out} [OPM-7]"
+    assert ran.snapshot() == [], "'after' ran although the step had failed [OPM-7]"
+    assert events.snapshot() == [], (
+        f"after the queued op 'bad' failed the step, the manager thread made {events.snapshot()} "
+        f"for 'after', which it retires unrun: such an op has no idle slot, so no drain of the "
+        f"GPUs and no read or deduction of E [OPM-7]")
+
+
 # -- OPM-4 -----------------------------------------------------------------------------------
 
 @pytest.mark.clause("OPM-4", "OPM-3", "OPM-5")

@@ -67,7 +67,6 @@ class NodeItem:
         return self.node.name
 
 
-@dataclass
 class ExecutorImpl:
     """The executable form of a graph for one feed/fetch/target signature."""
 
@@ -193,7 +192,6 @@ class ExecutorState:
         self._status: OpError | None = None
         self._abort = threading.Event()
         self._done = threading.Event()
-        self._finished = False
         self.fetch_values: list[np.ndarray | None] = [None] * len(impl.fetches)
         self.opm: GpuOpManager | None = None
         if resource_management is not None and impl.num_gpu_nodes > 0:
@@ -237,8 +235,6 @@ class ExecutorState:
     # -- scheduling -------------------------------------------------------------------------
     def schedule_ready(self, ready: list[int], inline: collections.deque[int] | None) -> None:
         """TF ``ScheduleReady``."""
-        if not ready:
-            return
         if inline is None:
             items, opm = self.impl.items, self.opm
             for nid in ready:
@@ -339,9 +335,9 @@ class ExecutorState:
     # -- running one node -------------------------------------------------------------------
     def _run_node(self, item: NodeItem) -> tuple[OpError | None, list[int]]:
         # A node runs once every producer propagated to it (a failed one aborts the step, and
-        # its consumers are skipped), so each of its input slots holds a buffer.
-        buffers: list[Buffer] = [b for b in self._inputs[item.id] if b is not None]
-        ctx = OpKernelContext(node=item.node, device=item.device, inputs=buffers,
+        # its consumers are skipped), so each of its input slots holds a buffer; the context
+        # only reads the list.
+        ctx = OpKernelContext(node=item.node, device=item.device, inputs=self._inputs[item.id],
                               step=self.step, resources=self.resources, feeds=self.feeds,
                               num_outputs=item.num_outputs)
         error: OpError | None = None
@@ -423,11 +419,8 @@ class ExecutorState:
         return completed
 
     def _finish(self) -> None:
-        """TF ``Finish``: free what is left of the step, stop the op manager, signal done."""
-        with self._lock:
-            if self._finished:
-                return
-            self._finished = True
+        """TF ``Finish``: free what is left of the step, stop the op manager, signal done.
+        Called once per step, by the thread whose node took the outstanding count to 0."""
         try:
             self.step.free_all()
             if self.opm is not None:

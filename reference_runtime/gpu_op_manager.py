@@ -19,7 +19,6 @@ consumers of the op it launched) need no wake-up: the loop takes them next.
 from __future__ import annotations
 
 import collections
-import itertools
 import threading
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -29,7 +28,6 @@ from .clock import Clock
 __all__ = ["GpuOpManager", "QueuedOp", "THREAD_NAME_PREFIX"]
 
 THREAD_NAME_PREFIX = "antman-gpu-op-manager"
-_ids = itertools.count(1)
 
 
 @dataclass(frozen=True)
@@ -51,7 +49,8 @@ class GpuOpManager:
         self._rm = resource_management
         self._drain = drain                       # waits for the step's GPUs (OPM-8)
         self._clock = clock
-        # GPU ops of the step not launched yet; its one reader is max(_remaining, 1) (OPM-4)
+        # GPU ops of the step not launched yet (OPM-4): each GPU node is queued once and has
+        # at most one idle slot, so it is at least 1 at every slot
         self._remaining = int(num_ops)
         self._cv = threading.Condition()
         self._queue: collections.deque[QueuedOp] = collections.deque()
@@ -63,7 +62,7 @@ class GpuOpManager:
         # (OPM-6), and a daemon thread still in a kernel at interpreter shutdown is stopped
         # wherever it is, a device call included.
         self._thread = threading.Thread(target=self._run,
-                                        name=f"{THREAD_NAME_PREFIX}-{label}-{next(_ids)}")
+                                        name=f"{THREAD_NAME_PREFIX}-{label}")
         self._thread.start()
 
     def enqueue(self, op: QueuedOp) -> None:
@@ -114,7 +113,7 @@ class GpuOpManager:
 
     def _idle_slot(self) -> None:
         """Wait the idle slot ``E // N`` before a launch; deduct the idle time it took (OPM-4)."""
-        n = max(self._remaining, 1)
+        n = self._remaining
         self._remaining -= 1
         slot = int(self._rm.get_estimated_idle_time()) // n
         if slot <= 0:
