@@ -41,7 +41,7 @@ __all__ = ["DirectSession", "INTER_OP_THREAD_PREFIX"]
 
 INTER_OP_THREAD_PREFIX = "antman-session-inter-op"
 _graph_ids = itertools.count(1)
-_session_ids = itertools.count(1)
+_session_ids = itertools.count()     # tells the pools' thread names apart (SESS-8)
 
 
 @dataclass
@@ -188,18 +188,19 @@ class DirectSession:
         except BaseException as exc:
             # Left while the step runs (a KeyboardInterrupt in the wait, SESS-9): the step is
             # cancelled as close() cancels it, so that nothing of it outlives the call.
-            if started and not started[0].done:
-                started[0].cancel(CancelledError(
-                    f"the run was interrupted ({type(exc).__name__})"))
+            for state in started:            # the one step of this run, once it started
+                if not state.done:
+                    state.cancel(CancelledError(
+                        f"the run was interrupted ({type(exc).__name__})"))
             raise
         finally:
-            if started:
+            for state in started:
                 with self._lock:
-                    self._in_flight.discard(started[0])
+                    self._in_flight.discard(state)
         outputs = [values[eak.fetch_index[_fetch_key(f)]] for f in fetch_names]
         post = SessionRunActionOptions(device_mgr=self._device_mgr, session=self,
                                        graph_id=eak.graph_id,
-                                       sess_duration_us=max(0, self._clock.now_us() - start_us))
+                                       sess_duration_us=self._clock.now_us() - start_us)
         self._registry.run_grouping(Grouping.POST_SESSION_RUN, post)
         return outputs
 
