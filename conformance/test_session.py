@@ -89,6 +89,34 @@ def test_construction_validates_and_new_session_uses_the_context(rt, ctx) -> Non
         "[SESS-1]")
 
 
+class _GraphLike:
+    """Not a Graph, though it validates as one would."""
+
+    def validate(self) -> None:
+        return None
+
+
+@pytest.mark.clause("SESS-1")
+@pytest.mark.parametrize("graph", [None, "g", _GraphLike()], ids=["None", "str", "graph-like"])
+def test_a_graph_that_is_no_graph_is_a_type_error(rt, ctx, graph) -> None:
+    """``graph`` must be a ``Graph``: anything else, one with a ``validate`` method too, is a
+    ``TypeError`` naming ``graph`` from ``DirectSession`` and ``new_session``, no session made."""
+    for make in ("DirectSession", "new_session"):
+        try:
+            made = (rt.DirectSession(ctx.device_mgr, graph, registry=ctx.registry)
+                    if make == "DirectSession" else ctx.new_session(graph))
+        except TypeError as exc:
+            assert names_identifier(exc, "graph"), (
+                f"{make} with the graph {graph!r}: the TypeError {str(exc)!r} does not name "
+                f"graph [SESS-1]")
+        except Exception as exc:  # noqa: BLE001 - any other error is the wrong one
+            pytest.fail(f"{make} with the graph {graph!r} raised {exc!r}, not a TypeError "
+                        f"[SESS-1]")
+        else:
+            made.close()
+            pytest.fail(f"{make} accepted the graph {graph!r}, which is no Graph [SESS-1]")
+
+
 @pytest.mark.clause("SESS-1")
 def test_without_registry_and_clock_the_global_registry_and_the_real_clock_serve(rt,
                                                                                 ctx) -> None:
@@ -498,6 +526,43 @@ def test_graph_id_of_many_targets_in_any_order(rt, ctx) -> None:
     assert ids == {first}, (
         f"64 target names in other orders gave graph_ids {sorted(ids)}, the first order "
         f"{first}: the targets of a signature are a set [SESS-3]")
+
+
+@pytest.mark.clause("SESS-3")
+def test_graph_id_of_many_fetches_and_feeds_in_any_order(rt, ctx) -> None:
+    """The fetches and the fed names of a signature are sets, as its targets are: 64 of each,
+    in other orders (and repeated), name one signature."""
+    g = rt.Graph()
+    names = [f"p{i}" for i in range(64)]
+    for name in names:
+        g.add_node(name, "Placeholder", device=CPU, dtype="float32")
+    s = ctx.new_session(g)
+    first = s.graph_id(names, names)
+    shuffle = random.Random(11)
+    orders = [names[::-1], names + names[:5]]
+    for _ in range(3):
+        order = list(names)
+        shuffle.shuffle(order)
+        orders.append(order)
+    for role, ids in (("fetches", {s.graph_id(order, names) for order in orders}),
+                      ("fed names", {s.graph_id(names, order) for order in orders})):
+        assert ids == {first}, (
+            f"64 {role} in other orders gave graph_ids {sorted(ids)}, the first order "
+            f"{first}: the {role} of a signature are a set [SESS-3]")
+
+
+@pytest.mark.clause("SESS-3")
+@pytest.mark.parametrize("feeds", [3, ["x", 3], [None]], ids=["int", "item", "None-item"])
+def test_graph_id_refuses_fed_names_of_another_type(rt, ctx, feeds) -> None:
+    """``graph_id``'s ``feed_dict`` given as fed names: what is neither a name nor a sequence
+    of names is a ``TypeError`` naming ``feed_dict``, the argument, as for a mapping."""
+    s = ctx.new_session(step_graph(rt, Log()))
+    with pytest.raises(TypeError) as info:
+        s.graph_id(["out"], feeds)
+        pytest.fail(f"graph_id(['out'], {feeds!r}) did not raise TypeError [SESS-3]")
+    assert names_identifier(info.value, "feed_dict"), (
+        f"graph_id(['out'], {feeds!r}): the TypeError {str(info.value)!r} does not name "
+        f"feed_dict [SESS-3]")
 
 
 @pytest.mark.clause("SESS-3")

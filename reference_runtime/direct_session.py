@@ -123,8 +123,8 @@ class DirectSession:
     def graph_id(self, fetches: Any, feed_dict: Mapping | Iterable[str] | None = None,
                  target_nodes: Any = None) -> int:
         """The ``graph_id`` of a signature (building its executors if needed)."""
-        feeds = _names(feed_dict.keys(), "feed_dict") if isinstance(feed_dict, Mapping) \
-            else _names(feed_dict, "feeds")
+        feeds = _names(feed_dict.keys() if isinstance(feed_dict, Mapping) else feed_dict,
+                       "feed_dict")
         return self._get_or_create(_names(fetches, "fetches"), feeds,
                                    _names(target_nodes, "target_nodes")).graph_id
 
