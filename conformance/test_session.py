@@ -406,6 +406,36 @@ WRONG_TYPES = [
 ]
 
 
+WRONG_TYPES_BESIDE_A_BAD_NAME = [
+    ((["", 3], FEED), "fetches"), ((["nowhere", 3], FEED), "fetches"),
+    (([""], FEED, [3]), "target_nodes"), ((["out"], FEED, ["", None]), "target_nodes"),
+    (([""], {3: FEED["x"]}), "feed_dict"), ((["out"], {"": FEED["x"], 3: FEED["x"]}), "feed_dict"),
+]
+
+
+@pytest.mark.clause("SESS-2")
+@pytest.mark.parametrize("args,argument", WRONG_TYPES_BESIDE_A_BAD_NAME,
+                         ids=["fetches-empty", "fetches-unknown", "targets-after-empty-fetch",
+                              "targets-empty", "feed_dict-after-empty-fetch",
+                              "feed_dict-empty"])
+def test_a_wrong_type_beside_a_bad_name_is_a_type_error(rt, ctx, args, argument) -> None:
+    """Types are checked before names: an argument of the wrong type is a ``TypeError`` naming
+    it, from ``run`` and ``graph_id`` alike, whatever empty or unknown name comes with it."""
+    s = ctx.new_session(step_graph(rt, Log()))
+    for call in ("run", "graph_id"):
+        try:
+            getattr(s, call)(*args)
+        except TypeError as exc:
+            assert names_identifier(exc, argument), (
+                f"{call}{args!r}: the TypeError {str(exc)!r} does not name {argument} "
+                f"[SESS-2]")
+        except Exception as exc:  # noqa: BLE001 - any other error is the wrong one
+            pytest.fail(f"{call}{args!r} raised {exc!r}, not the TypeError for {argument} "
+                        f"[SESS-2]")
+        else:
+            pytest.fail(f"{call}{args!r} did not raise TypeError [SESS-2]")
+
+
 @pytest.mark.clause("SESS-2")
 @pytest.mark.parametrize("args,argument", WRONG_TYPES,
                          ids=["fetches-int", "fetches-item", "targets-int", "targets-item",

@@ -67,8 +67,6 @@ def _names(value: Any, what: str) -> list[str]:
     for n in names:
         if not isinstance(n, str):
             raise TypeError(f"{what} must contain str names, got {n!r}")
-        if not n:
-            raise InvalidArgumentError(f"{what}: '' is not a node of the graph")
     return names
 
 
