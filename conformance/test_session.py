@@ -17,7 +17,8 @@ import pytest
 
 from conformance import spec
 from conformance.checks import names_identifier
-from conformance.control_helpers import close_within, joined, perf_in_force
+from conformance.control_helpers import (JOIN_TIMEOUT_S, close_within, joined,
+                                         perf_in_force)
 from conformance.execution_helpers import (CPU, GPU, INTER_OP_PREFIX, POST, PRE, Log,
                                            antman_threads, py_func, recording_action,
                                            run_in_thread, sim_runtime, wait_until)
@@ -1049,6 +1050,41 @@ def test_close_frees_joins_and_refuses_runs(rt, ctx) -> None:
     with pytest.raises(RuntimeError):
         s.run(["r"])
     s.close()  # idempotent
+
+
+@pytest.mark.clause("SESS-8")
+def test_a_second_close_returns_while_the_first_waits(rt, ctx) -> None:
+    """close() is idempotent: a close() made while another close() of the session waits for a
+    run of a third thread returns at once, waiting for no run; the first one returns once
+    that run has returned, the run failing with CancelledError."""
+    gate, held = threading.Event(), threading.Event()
+
+    def hold(_options) -> None:
+        held.set()
+        gate.wait(60)
+
+    ctx.registry.register(PRE, 0, recording_action(rt, "pre", Log(), on_run=hold))
+    s = ctx.new_session(step_graph(rt, Log()))
+    runner, ran = run_in_thread(lambda: s.run(["out"], FEED), name="test-run")
+    try:
+        assert held.wait(JOIN_TIMEOUT_S), "the run's PRE action did not start [SESS-8]"
+        first, first_out = run_in_thread(s.close, name="test-close-1")
+        wait_until(lambda: s.closed, "the first close() to begin")
+        second, second_out = run_in_thread(s.close, name="test-close-2")
+        assert joined(second), (
+            "a second close() waited with the first for the run of another thread, which "
+            "the first close() waits for [SESS-8]")
+        assert "error" not in second_out, (
+            f"the second close() raised {second_out.get('error')!r} [SESS-8]")
+        assert first.is_alive(), (
+            "the first close() returned while a run of another thread was in progress "
+            "[SESS-8]")
+    finally:
+        gate.set()
+    assert joined(runner) and joined(first), "run() or the first close() hung [SESS-8]"
+    assert isinstance(ran.get("error"), rt.CancelledError) and "error" not in first_out, (
+        f"the run ended with {ran!r} and the first close() with {first_out!r}: expected a "
+        f"CancelledError and no error [SESS-8]")
 
 
 @pytest.mark.clause("SESS-8")
