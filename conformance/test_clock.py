@@ -134,6 +134,27 @@ def test_real_clock_zero_sleeps(rt) -> None:
         f"returned {got}, expected (True, True, True, False, False) [CLK-1]")
 
 
+@pytest.mark.clause("CLK-1")
+def test_real_clock_minus_infinity_returns_at_once(rt) -> None:
+    """A timeout of minus infinity is a timeout <= 0 like any other: the wait and the sleep
+    return at once with the event's state, they do not raise converting it to nanoseconds."""
+    clock = real_clock(rt)
+    ev = threading.Event()
+    got = []
+    for call in (lambda: clock.wait(ev, float("-inf")), lambda: clock.sleep_us(float("-inf")),
+                 lambda: clock.sleep_us(float("-inf"), ev), ev.set,
+                 lambda: clock.wait(ev, float("-inf")),
+                 lambda: clock.sleep_us(float("-inf"), ev)):
+        try:
+            got.append(call())
+        except Exception as exc:  # noqa: BLE001 - any error is the finding
+            got.append(type(exc).__name__)
+    assert got == [False, True, True, None, True, False], (
+        f"wait(unset, -inf), sleep_us(-inf), sleep_us(-inf, unset), then with the event set "
+        f"wait(set, -inf), sleep_us(-inf, set) gave {got}, expected "
+        f"[False, True, True, None, True, False] [CLK-1]")
+
+
 @pytest.mark.clause("CLK-2")
 @pytest.mark.capability("resource_management", "file_listener")
 def test_runtime_routes_waits_through_its_clock(rt, runtimes, tmp_path) -> None:

@@ -17,7 +17,8 @@ import pytest
 
 from conformance import spec
 from conformance.checks import names_identifier
-from conformance.control_helpers import close_within, joined, perf_in_force
+from conformance.control_helpers import (JOIN_TIMEOUT_S, close_within, joined,
+                                         perf_in_force)
 from conformance.execution_helpers import (CPU, GPU, INTER_OP_PREFIX, POST, PRE, Log,
                                            antman_threads, py_func, recording_action,
                                            run_in_thread, sim_runtime, wait_until)
@@ -87,6 +88,34 @@ def test_construction_validates_and_new_session_uses_the_context(rt, ctx) -> Non
     assert default.registry is rt.global_registry(), (
         "a session made with registry=None must have global_registry() as its registry "
         "[SESS-1]")
+
+
+class _GraphLike:
+    """Not a Graph, though it validates as one would."""
+
+    def validate(self) -> None:
+        return None
+
+
+@pytest.mark.clause("SESS-1")
+@pytest.mark.parametrize("graph", [None, "g", _GraphLike()], ids=["None", "str", "graph-like"])
+def test_a_graph_that_is_no_graph_is_a_type_error(rt, ctx, graph) -> None:
+    """``graph`` must be a ``Graph``: anything else, one with a ``validate`` method too, is a
+    ``TypeError`` naming ``graph`` from ``DirectSession`` and ``new_session``, no session made."""
+    for make in ("DirectSession", "new_session"):
+        try:
+            made = (rt.DirectSession(ctx.device_mgr, graph, registry=ctx.registry)
+                    if make == "DirectSession" else ctx.new_session(graph))
+        except TypeError as exc:
+            assert names_identifier(exc, "graph"), (
+                f"{make} with the graph {graph!r}: the TypeError {str(exc)!r} does not name "
+                f"graph [SESS-1]")
+        except Exception as exc:  # noqa: BLE001 - any other error is the wrong one
+            pytest.fail(f"{make} with the graph {graph!r} raised {exc!r}, not a TypeError "
+                        f"[SESS-1]")
+        else:
+            made.close()
+            pytest.fail(f"{make} accepted the graph {graph!r}, which is no Graph [SESS-1]")
 
 
 @pytest.mark.clause("SESS-1")
@@ -412,6 +441,36 @@ WRONG_TYPES = [
 ]
 
 
+WRONG_TYPES_BESIDE_A_BAD_NAME = [
+    ((["", 3], FEED), "fetches"), ((["nowhere", 3], FEED), "fetches"),
+    (([""], FEED, [3]), "target_nodes"), ((["out"], FEED, ["", None]), "target_nodes"),
+    (([""], {3: FEED["x"]}), "feed_dict"), ((["out"], {"": FEED["x"], 3: FEED["x"]}), "feed_dict"),
+]
+
+
+@pytest.mark.clause("SESS-2")
+@pytest.mark.parametrize("args,argument", WRONG_TYPES_BESIDE_A_BAD_NAME,
+                         ids=["fetches-empty", "fetches-unknown", "targets-after-empty-fetch",
+                              "targets-empty", "feed_dict-after-empty-fetch",
+                              "feed_dict-empty"])
+def test_a_wrong_type_beside_a_bad_name_is_a_type_error(rt, ctx, args, argument) -> None:
+    """Types are checked before names: an argument of the wrong type is a ``TypeError`` naming
+    it, from ``run`` and ``graph_id`` alike, whatever empty or unknown name comes with it."""
+    s = ctx.new_session(step_graph(rt, Log()))
+    for call in ("run", "graph_id"):
+        try:
+            getattr(s, call)(*args)
+        except TypeError as exc:
+            assert names_identifier(exc, argument), (
+                f"{call}{args!r}: the TypeError {str(exc)!r} does not name {argument} "
+                f"[SESS-2]")
+        except Exception as exc:  # noqa: BLE001 - any other error is the wrong one
+            pytest.fail(f"{call}{args!r} raised {exc!r}, not the TypeError for {argument} "
+                        f"[SESS-2]")
+        else:
+            pytest.fail(f"{call}{args!r} did not raise TypeError [SESS-2]")
+
+
 @pytest.mark.clause("SESS-2")
 @pytest.mark.parametrize("args,argument", WRONG_TYPES,
                          ids=["fetches-int", "fetches-item", "targets-int", "targets-item",
@@ -532,6 +591,43 @@ def test_graph_id_of_many_targets_in_any_order(rt, ctx) -> None:
     assert ids == {first}, (
         f"64 target names in other orders gave graph_ids {sorted(ids)}, the first order "
         f"{first}: the targets of a signature are a set [SESS-3]")
+
+
+@pytest.mark.clause("SESS-3")
+def test_graph_id_of_many_fetches_and_feeds_in_any_order(rt, ctx) -> None:
+    """The fetches and the fed names of a signature are sets, as its targets are: 64 of each,
+    in other orders (and repeated), name one signature."""
+    g = rt.Graph()
+    names = [f"p{i}" for i in range(64)]
+    for name in names:
+        g.add_node(name, "Placeholder", device=CPU, dtype="float32")
+    s = ctx.new_session(g)
+    first = s.graph_id(names, names)
+    shuffle = random.Random(11)
+    orders = [names[::-1], names + names[:5]]
+    for _ in range(3):
+        order = list(names)
+        shuffle.shuffle(order)
+        orders.append(order)
+    for role, ids in (("fetches", {s.graph_id(order, names) for order in orders}),
+                      ("fed names", {s.graph_id(names, order) for order in orders})):
+        assert ids == {first}, (
+            f"64 {role} in other orders gave graph_ids {sorted(ids)}, the first order "
+            f"{first}: the {role} of a signature are a set [SESS-3]")
+
+
+@pytest.mark.clause("SESS-3")
+@pytest.mark.parametrize("feeds", [3, ["x", 3], [None]], ids=["int", "item", "None-item"])
+def test_graph_id_refuses_fed_names_of_another_type(rt, ctx, feeds) -> None:
+    """``graph_id``'s ``feed_dict`` given as fed names: what is neither a name nor a sequence
+    of names is a ``TypeError`` naming ``feed_dict``, the argument, as for a mapping."""
+    s = ctx.new_session(step_graph(rt, Log()))
+    with pytest.raises(TypeError) as info:
+        s.graph_id(["out"], feeds)
+        pytest.fail(f"graph_id(['out'], {feeds!r}) did not raise TypeError [SESS-3]")
+    assert names_identifier(info.value, "feed_dict"), (
+        f"graph_id(['out'], {feeds!r}): the TypeError {str(info.value)!r} does not name "
+        f"feed_dict [SESS-3]")
 
 
 @pytest.mark.clause("SESS-3")
@@ -988,6 +1084,41 @@ def test_close_frees_joins_and_refuses_runs(rt, ctx) -> None:
     with pytest.raises(RuntimeError):
         s.run(["r"])
     s.close()  # idempotent
+
+
+@pytest.mark.clause("SESS-8")
+def test_a_second_close_returns_while_the_first_waits(rt, ctx) -> None:
+    """close() is idempotent: a close() made while another close() of the session waits for a
+    run of a third thread returns at once, waiting for no run; the first one returns once
+    that run has returned, the run failing with CancelledError."""
+    gate, held = threading.Event(), threading.Event()
+
+    def hold(_options) -> None:
+        held.set()
+        gate.wait(60)
+
+    ctx.registry.register(PRE, 0, recording_action(rt, "pre", Log(), on_run=hold))
+    s = ctx.new_session(step_graph(rt, Log()))
+    runner, ran = run_in_thread(lambda: s.run(["out"], FEED), name="test-run")
+    try:
+        assert held.wait(JOIN_TIMEOUT_S), "the run's PRE action did not start [SESS-8]"
+        first, first_out = run_in_thread(s.close, name="test-close-1")
+        wait_until(lambda: s.closed, "the first close() to begin")
+        second, second_out = run_in_thread(s.close, name="test-close-2")
+        assert joined(second), (
+            "a second close() waited with the first for the run of another thread, which "
+            "the first close() waits for [SESS-8]")
+        assert "error" not in second_out, (
+            f"the second close() raised {second_out.get('error')!r} [SESS-8]")
+        assert first.is_alive(), (
+            "the first close() returned while a run of another thread was in progress "
+            "[SESS-8]")
+    finally:
+        gate.set()
+    assert joined(runner) and joined(first), "run() or the first close() hung [SESS-8]"
+    assert isinstance(ran.get("error"), rt.CancelledError) and "error" not in first_out, (
+        f"the run ended with {ran!r} and the first close() with {first_out!r}: expected a "
+        f"CancelledError and no error [SESS-8]")
 
 
 @pytest.mark.clause("SESS-8")

@@ -41,7 +41,7 @@ __all__ = ["DirectSession", "INTER_OP_THREAD_PREFIX"]
 
 INTER_OP_THREAD_PREFIX = "antman-session-inter-op"
 _graph_ids = itertools.count(1)
-_session_ids = itertools.count(1)
+_session_ids = itertools.count()     # tells the pools' thread names apart (SESS-8)
 
 
 @dataclass
@@ -67,8 +67,6 @@ def _names(value: Any, what: str) -> list[str]:
     for n in names:
         if not isinstance(n, str):
             raise TypeError(f"{what} must contain str names, got {n!r}")
-        if not n:
-            raise InvalidArgumentError(f"{what}: '' is not a node of the graph")
     return names
 
 
@@ -96,7 +94,6 @@ class DirectSession:
         self._running_threads: dict[int, int] = {}    # thread ident -> active run() calls
         self._closed = False
         self._on_close = on_close        # the owner forgets the session (API-7)
-        self._step_ids = itertools.count()
         n = inter_op_threads if inter_op_threads is not None else max(4, os.cpu_count() or 1)
         if not isinstance(n, int) or n < 2:
             raise ValueError(f"inter_op_threads must be an int >= 2, got {n!r}")
@@ -123,8 +120,8 @@ class DirectSession:
     def graph_id(self, fetches: Any, feed_dict: Mapping | Iterable[str] | None = None,
                  target_nodes: Any = None) -> int:
         """The ``graph_id`` of a signature (building its executors if needed)."""
-        feeds = _names(feed_dict.keys(), "feed_dict") if isinstance(feed_dict, Mapping) \
-            else _names(feed_dict, "feeds")
+        feeds = _names(feed_dict.keys() if isinstance(feed_dict, Mapping) else feed_dict,
+                       "feed_dict")
         return self._get_or_create(_names(fetches, "fetches"), feeds,
                                    _names(target_nodes, "target_nodes")).graph_id
 
@@ -167,7 +164,6 @@ class DirectSession:
     def _run(self, start_us: int, fetch_names: list[str], feeds: dict[str, np.ndarray],
              targets: list[str]) -> list[np.ndarray]:
         eak = self._get_or_create(fetch_names, feeds, targets)    # keyed by the fed nodes
-        step_id = next(self._step_ids)
         pre = SessionRunActionOptions(device_mgr=self._device_mgr, session=self,
                                       graph_id=eak.graph_id, sess_duration_us=0)
         self._registry.run_grouping(Grouping.PRE_SESSION_RUN, pre)
@@ -183,23 +179,24 @@ class DirectSession:
 
         try:
             values = eak.impl.run(feeds=feeds, runner=self._runner, resources=self._resources,
-                                  clock=self._clock, resource_management=rm, step_id=step_id,
+                                  clock=self._clock, resource_management=rm,
                                   key=eak.graph_id, on_start=on_start)
         except BaseException as exc:
             # Left while the step runs (a KeyboardInterrupt in the wait, SESS-9): the step is
             # cancelled as close() cancels it, so that nothing of it outlives the call.
-            if started and not started[0].done:
-                started[0].cancel(CancelledError(
-                    f"the run was interrupted ({type(exc).__name__})"))
+            for state in started:            # the one step of this run, once it started
+                if not state.done:
+                    state.cancel(CancelledError(
+                        f"the run was interrupted ({type(exc).__name__})"))
             raise
         finally:
-            if started:
+            for state in started:
                 with self._lock:
-                    self._in_flight.discard(started[0])
+                    self._in_flight.discard(state)
         outputs = [values[eak.fetch_index[_fetch_key(f)]] for f in fetch_names]
         post = SessionRunActionOptions(device_mgr=self._device_mgr, session=self,
                                        graph_id=eak.graph_id,
-                                       sess_duration_us=max(0, self._clock.now_us() - start_us))
+                                       sess_duration_us=self._clock.now_us() - start_us)
         self._registry.run_grouping(Grouping.POST_SESSION_RUN, post)
         return outputs
 

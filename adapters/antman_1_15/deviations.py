@@ -600,9 +600,10 @@ DEVIATIONS: tuple[Deviation, ...] = (
               modules=("conformance/test_session.py", "conformance/test_session_run_actions.py")),
     Deviation("D-SESS-4", ("SESS-9",),
               "a run left by an exception (Ctrl-C) does not cancel its step",
-              ((SESS, "            if started and not started[0].done:\n"
-                      "                started[0].cancel(CancelledError(\n"
-                      "                    f\"the run was interrupted ({type(exc).__name__})\"))\n",
+              ((SESS, "            for state in started:            # the one step of this run, once it started\n"
+                      "                if not state.done:\n"
+                      "                    state.cancel(CancelledError(\n"
+                      "                        f\"the run was interrupted ({type(exc).__name__})\"))\n",
                       "            pass                               # AntMan: the step runs on\n"),),
               modules=("conformance/test_session_interrupt.py",)),
     Deviation("D-EXEC-1", ("EXEC-9",),

@@ -24,4 +24,4 @@ _forks.patch_source(_ds.DirectSession, "_run", (
     "            self._registry.run_grouping(           # the fork: POST on failure too\n"
     "                Grouping.POST_SESSION_RUN, SessionRunActionOptions(\n"
     "                    device_mgr=self._device_mgr, session=self, graph_id=eak.graph_id,\n"
-    "                    sess_duration_us=max(0, self._clock.now_us() - start_us)))\n"))
+    "                    sess_duration_us=self._clock.now_us() - start_us))\n"))
