@@ -660,7 +660,7 @@ DEVIATIONS: tuple[Deviation, ...] = (
               ((EXEC, "self.opm = GpuOpManager(resource_management, num_ops=impl.num_gpu_nodes,\n",
                       "self.opm = GpuOpManager(resource_management,  # AntMan: N = the high-water mark\n"
                       "                                        num_ops=resource_management.get_executor_queued_op_num(key),\n"),
-               (OPM, "        n = max(self._remaining, 1)\n        self._remaining -= 1\n",
+               (OPM, "        n = self._remaining\n        self._remaining -= 1\n",
                      "        n = self._remaining                     # AntMan: fixed for the step\n"
                      "        if n <= 0:\n"
                      "            return\n")),
