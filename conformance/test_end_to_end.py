@@ -194,7 +194,8 @@ def _workload_cli(rt, *args: str) -> subprocess.CompletedProcess:
 @pytest.mark.clause("E2E-1")
 @pytest.mark.parametrize("size,expected", [("3m", 3 * MiB), ("2MiB", 2 * MiB),
                                            ("1536K", 1536 * 1024), ("0.5g", 512 * MiB),
-                                           ("1048576", MiB),
+                                           ("1048576", MiB), ("2MB", 2 * MiB),
+                                           ("1536kb", 1536 * 1024),
                                            ("0.0000019073486328125T", 2 * MiB)])
 def test_workload_command_line_sizes_a_workload(rt, size: str, expected: int) -> None:
     """``--target-bytes SIZE`` builds ``sized_for(ctx, SIZE)`` with its defaults: the same
@@ -215,12 +216,29 @@ def test_workload_command_line_sizes_a_workload(rt, size: str, expected: int) ->
 @pytest.mark.clause("E2E-1")
 @pytest.mark.parametrize("option,value", [("--target-bytes", "0"), ("--target-bytes", "-1M"),
                                           ("--target-bytes", "2X"), ("--target-bytes", "nan"),
-                                          ("--gpu-memory", "0K"), ("--steps", "-1")])
+                                          ("--gpu-memory", "0K"), ("--steps", "-1"),
+                                          ("--hidden", "0"), ("--target-bytes", "1")])
 def test_workload_command_line_refuses_bad_values(rt, option: str, value: str) -> None:
+    """A value the command line refuses (a SIZE, ``--steps``) or the workload does (a width
+    of 0, a size below what ``hidden=1`` needs: ``ValueError``) is a usage error."""
     proc = _workload_cli(rt, option, value)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, (
         f"{option} {value}: exit {proc.returncode}, stderr {proc.stderr[-1000:]!r}; "
         f"expected a usage error (exit status 2) [E2E-1]")
+
+
+@pytest.mark.clause("E2E-1")
+@pytest.mark.parametrize("option,value", [("--steps", "-1"), ("--target-bytes", "2X"),
+                                          ("--gpu-memory", "0K")])
+def test_workload_command_line_usage_error_names_the_option(rt, option: str,
+                                                            value: str) -> None:
+    """The last line of standard error of a bad ``--steps`` or SIZE names the option, as a
+    word of its own (the usage text before it names every option anyway)."""
+    proc = _workload_cli(rt, option, value)
+    lines = proc.stderr.strip().splitlines() or [""]
+    assert re.search(rf"(?<![\w-]){re.escape(option)}(?![\w-])", lines[-1]), (
+        f"{option} {value}: the last line of standard error, {lines[-1]!r}, does not name "
+        f"{option} (exit {proc.returncode}) [E2E-1]")
 
 
 @pytest.mark.clause("E2E-1")
@@ -273,7 +291,8 @@ HELP_DEFAULTS = {"--steps": r"20", "--batch": r"32", "--input-dim": r"32", "--hi
 @pytest.mark.clause("E2E-1")
 def test_workload_command_line_help_states_the_defaults(rt) -> None:
     """``--help`` exits with status 0 and, in the help of each option with a fixed default,
-    states that default after the word ``default``; an option's help is the text from its
+    states that default after the word ``default``, and the help of ``--backend`` names the
+    backends and, after that word, ``ANTMAN_DEVICE``; an option's help is the text from its
     name to the next option's."""
     env = dict(os.environ, COLUMNS="200")
     proc = subprocess.run([sys.executable, "-m", f"{rt.__name__}.workload", "--help"],
@@ -288,6 +307,14 @@ def test_workload_command_line_help_states_the_defaults(rt) -> None:
         assert re.search(rf"\bdefault\b\W*{value}(?![\w.])", entry.group(1)), (
             f"the help of {option}, {entry.group(0).strip()!r}, does not state its default "
             f"after the word 'default' [E2E-1]")
+    entry = re.search(r"^[ \t]*--backend\b(.*?)(?=^[ \t]*-|\Z)", text, re.M | re.S)
+    assert entry is not None, f"--help does not name --backend: {text!r} [E2E-1]"
+    unnamed = [word for word in ("sim", "cuda", "auto") if not re.search(rf"\b{word}\b",
+                                                                          entry.group(1))]
+    assert not unnamed and re.search(r"\bdefault\b\W*ANTMAN_DEVICE\b", entry.group(1)), (
+        f"the help of --backend, {entry.group(0).strip()!r}, names neither "
+        f"{' nor '.join(unnamed) or 'ANTMAN_DEVICE after the word default'}: it names the "
+        f"backends sim, cuda and auto and, after the word 'default', ANTMAN_DEVICE [E2E-1]")
 
 
 @pytest.mark.clause("E2E-1")

@@ -384,10 +384,15 @@ def test_sigterm_stops_a_suspended_worker_with_status_0(worker) -> None:
     w.expect_silence(t + w.detection_bound_s)
     late = w.expect_silence(time.monotonic() + SUSPENDED_CHECK_S)   # only for the message
     w.request_stop("sigterm")
-    rc, _ = w.wait_exit(TERMINATION_S)
+    rc, extra = w.wait_exit(TERMINATION_S)
     state = (f"not suspended: {len(late)} step records after perfControl=0 took effect, "
              f"WORKER-11" if late else "suspended")
     assert_exited_0(rc, f"SIGTERM while perfControl=0 ({state})", "WORKER-4")
+    if not late:
+        assert not extra, (
+            f"SIGTERM while perfControl=0 suspended the step: the worker then wrote the step "
+            f"records {[r['step'] for r in extra]}; the suspended step, cut short by the "
+            f"shutdown, writes none, and none starts after it [WORKER-4]")
 
 
 # -- WORKER-5..8: memory limits ------------------------------------------------------------

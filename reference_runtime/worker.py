@@ -33,6 +33,8 @@ from .file_listener import DEFAULT_POLL_INTERVAL_S
 
 __all__ = ["Knobs", "read_knobs", "main", "PROTOCOL_VERSION"]
 
+# No handler is configured: logging's last resort writes warnings and errors, with their
+# tracebacks, on standard error.
 log = logging.getLogger(__name__)
 
 PROTOCOL_VERSION = 1
@@ -202,7 +204,6 @@ def main() -> int:
     standard output)."""
     argparse.ArgumentParser(description="The reference runtime's worker, configured by the "
                             "environment (SPEC.md WORKER-1, WORKER-3).").parse_args()
-    logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
     knobs = read_knobs()
     out = _Output(sys.stdout)
     stop = threading.Event()
