@@ -504,6 +504,29 @@ def test_member_name_without_a_colon_is_unparsable(rt, managed, doc) -> None:
 
 
 @pytest.mark.clause("RM-5")
+@pytest.mark.parametrize("doc", ['{"perfControl": 40, "other": 1\u0663}',
+                                 '{"perfControl": 40, "other": \uff15}',
+                                 '{"perfControl": 4\u0660}',
+                                 '{"perfControl": 40, "other": 1.\u0665}',
+                                 '{"perfControl": 40, "other": 1e\u0665}'],
+                         ids=["arabic_indic", "fullwidth", "in_perf_control", "fraction",
+                              "exponent"])
+def test_a_number_with_non_ascii_digits_is_unparsable(rt, managed, doc) -> None:
+    """RFC 8259's digits are the ASCII ones: a number holding another Unicode decimal digit
+    (U+0660..U+0669, U+FF10..U+FF19), even in a member the config ignores, makes the
+    document unparsable: nothing of it is applied."""
+    rm, _ = managed
+    try:
+        ok = rm.parse_manage_info_from_json(doc)
+    except Exception as exc:  # noqa: BLE001 - reported with the clause
+        pytest.fail(f"{doc!a} raised {exc!r} [RM-5]")
+    state = (rm.perf_control, rm.memory_limits)
+    assert ok is False and state == (100, {}), (
+        f"{doc!a} returned {ok} and changed the state to {state}: a number with a non-ASCII "
+        f"digit was read [RM-5]")
+
+
+@pytest.mark.clause("RM-5")
 @pytest.mark.parametrize("separators", [(", ", ": "), (",", ":")], ids=["spaced", "compact"])
 def test_every_truncation_of_a_document_is_rejected(rt, managed, separators) -> None:
     """A document cut after any of its characters (a torn write stopped anywhere: inside a
