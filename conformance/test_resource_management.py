@@ -937,6 +937,30 @@ def test_unknown_bus_id_logs_and_is_dropped(rt, rt_managed, vclock, caplog) -> N
         "an unknown bus id is still retried at later boundaries [RM-9]"
 
 
+@pytest.mark.clause("RM-20")
+def test_unknown_bus_ids_are_named_separated_by_a_comma(rt, managed, caplog) -> None:
+    """Two bus ids found unknown at one boundary: the one error names them, each quoted,
+    separated by ``, `` (a reader splits the list as RM-5's reasons split at ``; ``)."""
+    rm, _ = managed
+    first, second = "ff:1e.7", "ff:1f.7"
+
+    class NoDevices:
+        def list_devices(self):
+            return []
+
+    rm.parse_manage_info_from_json(json.dumps(config_document(limits={first: MiB,
+                                                                      second: MiB})))
+    caplog.set_level(logging.WARNING)
+    rm.run_action(rt.SessionRunActionOptions(device_mgr=NoDevices(), sess_duration_us=1))
+    errors = [r.getMessage() for r in runtime_records(caplog, rt, logging.ERROR)]
+    precondition_holds("RM-20", len(errors) == 1, "two unknown bus ids log one error")
+    joined_as = [q(a) + ", " + q(b) for q in (repr, json.dumps)
+                 for a, b in ((first, second), (second, first))]
+    assert any(j in errors[0] for j in joined_as), (
+        f"the error for the unknown bus ids {first!r} and {second!r} does not name them "
+        f"quoted and separated by ', ': {errors[0][:300]!r} [RM-20]")
+
+
 @pytest.mark.clause("RM-9")
 def test_reached_limit_stops_being_pending(rt, rt_managed, runtimes, vclock, caplog) -> None:
     """A limit a boundary reached is pending no more: a later boundary whose device manager
