@@ -1609,6 +1609,43 @@ def test_suspended_steps_leave_nothing_behind(rt, managed) -> None:
                          f"objects behind [RM-12]")
 
 
+@pytest.mark.clause("RM-12")
+def test_a_step_resumed_before_it_suspends_logs_no_suspension(rt, rt_managed, vclock,
+                                                              caplog) -> None:
+    """perfControl is 0 when the step reads it and 50 by the time it would suspend (the
+    value arrives while the step applies its limits): the step returns without waiting and
+    logs no line of a suspended step (none naming the config path)."""
+    ctx, writer, (g0, _) = rt_managed
+    rm = ctx.resource_management
+    deliver(lambda: writer.write(config_document(limits={bus_id(rt, g0): 4 * MiB}, perf=0)),
+            vclock)
+    perf_in_force(rm, 0)
+
+    class ValueArrivesMeanwhile:
+        def list_devices(self):
+            rm.parse_manage_info_from_json('{"perfControl": 50}')
+            return ctx.device_mgr.list_devices()
+
+    caplog.set_level(logging.DEBUG)
+    caplog.clear()
+    before = len(vclock.records)
+    t, out = run_in_thread(lambda: rm.run_action(rt.SessionRunActionOptions(
+        device_mgr=ValueArrivesMeanwhile(), sess_duration_us=1000)), name="step")
+    if not joined(t):
+        rm.parse_manage_info_from_json('{"perfControl": 100}')
+        joined(t)
+        pytest.fail("a step whose perfControl became 50 before it suspended stayed "
+                    "suspended [RM-12]")
+    precondition_holds("RM-8", bytes_limit(g0) == 4 * MiB, "the boundary applied the limit")
+    named = [r.getMessage()[:200] for r in runtime_records(caplog, rt, logging.DEBUG,
+                                                           containing=writer.path.name)]
+    assert not named, (f"a step whose perfControl became 50 before it suspended logged "
+                       f"{named}, a suspended step's line [RM-12]")
+    step_waits = [r for r in vclock.records[before:] if r.thread == "step"]
+    assert not step_waits, (f"a step whose perfControl became 50 before it suspended waited "
+                            f"{[r.duration_us for r in step_waits]} on the clock [RM-12]")
+
+
 @pytest.mark.clause("RM-13")
 def test_perf_read_once_per_step(rt, control_env) -> None:
     clock = VirtualClock(auto_advance=True)
