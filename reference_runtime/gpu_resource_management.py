@@ -287,9 +287,10 @@ class GPUResourceManagement(SessionRunAction):
             return None
 
     def _set_perf_locked(self, perf: int) -> None:
+        """A new value wakes the suspended steps: each re-checks and goes on, or waits
+        again at 0 (RM-12)."""
         self._perf = perf
-        if perf != 0:
-            self._wake_locked()
+        self._wake_locked()
 
     @property
     def perf_control(self) -> int:
