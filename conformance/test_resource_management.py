@@ -523,6 +523,29 @@ def test_member_name_without_a_colon_is_unparsable(rt, managed, doc) -> None:
 
 
 @pytest.mark.clause("RM-5")
+@pytest.mark.parametrize("doc", ['{"perfControl": 40, "other": 1\u0663}',
+                                 '{"perfControl": 40, "other": \uff15}',
+                                 '{"perfControl": 4\u0660}',
+                                 '{"perfControl": 40, "other": 1.\u0665}',
+                                 '{"perfControl": 40, "other": 1e\u0665}'],
+                         ids=["arabic_indic", "fullwidth", "in_perf_control", "fraction",
+                              "exponent"])
+def test_a_number_with_non_ascii_digits_is_unparsable(rt, managed, doc) -> None:
+    """RFC 8259's digits are the ASCII ones: a number holding another Unicode decimal digit
+    (U+0660..U+0669, U+FF10..U+FF19), even in a member the config ignores, makes the
+    document unparsable: nothing of it is applied."""
+    rm, _ = managed
+    try:
+        ok = rm.parse_manage_info_from_json(doc)
+    except Exception as exc:  # noqa: BLE001 - reported with the clause
+        pytest.fail(f"{doc!a} raised {exc!r} [RM-5]")
+    state = (rm.perf_control, rm.memory_limits)
+    assert ok is False and state == (100, {}), (
+        f"{doc!a} returned {ok} and changed the state to {state}: a number with a non-ASCII "
+        f"digit was read [RM-5]")
+
+
+@pytest.mark.clause("RM-5")
 @pytest.mark.parametrize("separators", [(", ", ": "), (",", ":")], ids=["spaced", "compact"])
 def test_every_truncation_of_a_document_is_rejected(rt, managed, separators) -> None:
     """A document cut after any of its characters (a torn write stopped anywhere: inside a
@@ -933,6 +956,30 @@ def test_unknown_bus_id_logs_and_is_dropped(rt, rt_managed, vclock, caplog) -> N
         "an unknown bus id is still retried at later boundaries [RM-9]"
 
 
+@pytest.mark.clause("RM-20")
+def test_unknown_bus_ids_are_named_separated_by_a_comma(rt, managed, caplog) -> None:
+    """Two bus ids found unknown at one boundary: the one error names them, each quoted,
+    separated by ``, `` (a reader splits the list as RM-5's reasons split at ``; ``)."""
+    rm, _ = managed
+    first, second = "ff:1e.7", "ff:1f.7"
+
+    class NoDevices:
+        def list_devices(self):
+            return []
+
+    rm.parse_manage_info_from_json(json.dumps(config_document(limits={first: MiB,
+                                                                      second: MiB})))
+    caplog.set_level(logging.WARNING)
+    rm.run_action(rt.SessionRunActionOptions(device_mgr=NoDevices(), sess_duration_us=1))
+    errors = [r.getMessage() for r in runtime_records(caplog, rt, logging.ERROR)]
+    precondition_holds("RM-20", len(errors) == 1, "two unknown bus ids log one error")
+    joined_as = [q(a) + ", " + q(b) for q in (repr, json.dumps)
+                 for a, b in ((first, second), (second, first))]
+    assert any(j in errors[0] for j in joined_as), (
+        f"the error for the unknown bus ids {first!r} and {second!r} does not name them "
+        f"quoted and separated by ', ': {errors[0][:300]!r} [RM-20]")
+
+
 @pytest.mark.clause("RM-9")
 def test_reached_limit_stops_being_pending(rt, rt_managed, runtimes, vclock, caplog) -> None:
     """A limit a boundary reached is pending no more: a later boundary whose device manager
@@ -964,6 +1011,81 @@ def test_pending_without_device_manager(rt, rt_managed, vclock) -> None:
     rm.run_action(post(rt, ctx))
     assert bytes_limit(g0) == 4 * MiB, \
         "a limit seen at a boundary without a device manager was dropped [RM-9]"
+
+
+@pytest.mark.clause("RM-9")
+def test_a_short_shrink_holds_back_no_other_limit(rt, rt_managed, vclock, caplog) -> None:
+    """The lowest bus id's shrink falls short (a live chunk): the same boundary still applies
+    the limit of the GPU after it, forgets a bus id sorting after both that names no GPU
+    (RM-20), and logs an error naming the GPU whose shrink fell short."""
+    ctx, writer, devices = rt_managed
+    rm = ctx.resource_management
+    low, high = by_bus_id(rt, devices)
+    unknown = bus_id(rt, high) + " "            # sorts after both; names no GPU (RM-3)
+    live = low.get_allocator().allocate_raw(256, 8 * MiB)
+    try:
+        deliver(lambda: writer.write(config_document(limits={
+            bus_id(rt, low): MiB, bus_id(rt, high): 8 * MiB, unknown: MiB})), vclock)
+        caplog.set_level(logging.WARNING)
+        caplog.clear()
+        rm.run_action(post(rt, ctx))
+        precondition_holds("ADJ-2", bytes_limit(low) > MiB,
+                           "a shrink below a live chunk falls short")
+        assert bytes_limit(high) == 8 * MiB, (
+            f"{bus_id(rt, low)}'s shrink fell short and {bus_id(rt, high)}'s limit was "
+            f"left at {bytes_limit(high)} at the same boundary, expected 8 MiB [RM-9]")
+        assert unknown not in rm.memory_limits, (
+            f"{unknown!r}, naming no GPU, was not forgotten at a boundary where another "
+            f"GPU's shrink fell short [RM-20]")
+        short = runtime_records(caplog, rt, logging.ERROR, containing=bus_id(rt, low))
+        assert short, (f"the shrink of {bus_id(rt, low)} fell short (limit "
+                       f"{bytes_limit(low)}) and logged no error naming it [RM-9]")
+    finally:
+        low.get_allocator().deallocate_raw(live)
+
+
+def no_bfc_device_manager(bus: str):
+    """A device manager of one duck-typed GPU of bus id ``bus`` whose allocator is neither a
+    BFC allocator nor a VMem allocator (RM-17: nothing is found)."""
+
+    class NotABFC:
+        name = "not_a_bfc"
+
+        def get_stats(self):
+            return None
+
+    class Attrs:
+        physical_device_desc = (f"device: 0, name: X, pci bus id: 0000:{bus}, "
+                                "compute capability: 7.0")
+
+    class Dev:
+        device_type = "GPU"
+        attributes = Attrs()
+
+        def get_allocator(self, attrs=None):
+            return NotABFC()
+
+    class Mgr:
+        def list_devices(self):
+            return [Dev()]
+
+    return Mgr()
+
+
+@pytest.mark.clause("RM-20")
+def test_a_gpu_without_a_bfc_is_no_gpu_of_that_bus_id(rt, managed, caplog) -> None:
+    """A device manager whose GPU of the bus id has an allocator that is no BFC has no GPU
+    BFC of that bus id: its pending limit is forgotten, with one error naming it."""
+    rm, _ = managed
+    assert rm.parse_manage_info_from_json(json.dumps(config_document(limits={BUS: 8 * MiB}))), "[RM-3]"
+    caplog.set_level(logging.WARNING)
+    rm.run_action(rt.SessionRunActionOptions(device_mgr=no_bfc_device_manager(BUS),
+                                             sess_duration_us=1000))
+    assert BUS not in rm.memory_limits, (
+        f"the limit of {BUS}, whose only GPU has no BFC allocator, is still in memory_limits "
+        f"after a boundary: {rm.memory_limits} [RM-20]")
+    assert runtime_records(caplog, rt, logging.ERROR, containing=BUS), \
+        f"a limit for {BUS}, a GPU without a BFC, was dropped without an error [RM-20]"
 
 
 # -- RM-10 .. RM-13: throttle -----------------------------------------------------------
@@ -1034,6 +1156,22 @@ def test_sleep_after_a_step(rt, control_env, perf, d, expected) -> None:
             f"to the next step [RM-10]")
         assert rm.do_sleep_or_suspend(d) == expected, \
             "do_sleep_or_suspend did not follow the formula [RM-10]"
+
+
+@pytest.mark.clause("RM-10")
+@pytest.mark.parametrize("d", [-1, -5, -1_000_000])
+def test_a_negative_duration_counts_as_0(rt, control_env, d) -> None:
+    """do_sleep_or_suspend(d) with d < 0 sleeps as with d = 0: at perfControl 1,
+    actual = 1, total = 100 > 0 + 50, so 50 µs."""
+    clock = VirtualClock(auto_advance=True)
+    with throttled(rt, clock) as rm:
+        rm.parse_manage_info_from_json('{"perfControl": 1}')
+        perf_in_force(rm, 1)
+        got = rm.do_sleep_or_suspend(d)
+        sleeps = [r.duration_us for r in clock.records]
+        assert (got, sleeps) == (50, [50]), (
+            f"do_sleep_or_suspend({d}) at perfControl 1 returned {got!r} and slept {sleeps}, "
+            f"expected 50 and [50]: a negative duration counts as 0 [RM-10]")
 
 
 @pytest.mark.clause("RM-10", "RM-11", "RM-14")
@@ -1409,6 +1547,122 @@ def test_every_non_zero_value_ends_a_suspension_at_once(rt, no_thread_leak, mana
     assert joined(t), (f"perfControl {perf} after 0 did not end the suspension with the clock "
                        f"standing still [RM-12]")
     assert "error" not in out, f"the suspended step raised {out.get('error')!r} [RM-12]"
+
+
+@pytest.mark.clause("RM-10")
+def test_do_sleep_or_suspend_at_0_returns_0_once_resumed(rt, no_thread_leak, managed,
+                                                         vclock) -> None:
+    """do_sleep_or_suspend(d) at perfControl 0 suspends as a step does (RM-12); resumed, it
+    returns 0, the sleep it made."""
+    rm, _ = managed
+    rm.parse_manage_info_from_json('{"perfControl": 0}')
+    perf_in_force(rm, 0)
+    t, out = run_in_thread(lambda: rm.do_sleep_or_suspend(1000), name="step")
+    vclock.wait_for_waiters(2, clause="RM-12")   # the listener and the suspended call
+    rm.parse_manage_info_from_json('{"perfControl": 50}')
+    assert joined(t), "perfControl 50 did not end do_sleep_or_suspend's suspension [RM-12]"
+    assert out == {"result": 0}, (
+        f"do_sleep_or_suspend(1000) suspended at perfControl 0 and resumed gave {out}, "
+        f"expected it to return 0 (no sleep) [RM-10]")
+
+
+class _CountingSession:
+    """A session whose ``closed`` (never true) counts its reads."""
+
+    def __init__(self) -> None:
+        self.reads = 0
+
+    @property
+    def closed(self) -> bool:
+        self.reads += 1
+        return False
+
+
+@pytest.mark.clause("RM-12")
+def test_a_woken_step_still_suspended_waits_again(rt, no_thread_leak, managed, vclock) -> None:
+    """After wake_suspended() with perfControl still 0 the step re-checks once and waits
+    again on the clock: with the clock standing still it reads its session's ``closed``
+    no more (it does not spin)."""
+    rm, _ = managed
+    session = _CountingSession()
+    rm.parse_manage_info_from_json('{"perfControl": 0}')
+    perf_in_force(rm, 0)
+    t, out = run_in_thread(lambda: rm.run_action(post(rt, session=session)), name="step")
+    try:
+        vclock.wait_for_waiters(2, clause="RM-12")
+        before = session.reads
+        rm.wake_suspended()
+        time.sleep(0.2)                 # a spinning step reads thousands of times meanwhile
+        vclock.wait_for_waiters(2, clause="RM-12")
+        after = session.reads
+        assert after - before <= 2, (
+            f"after one wake_suspended() with the clock standing still the suspended step "
+            f"read its session's closed {after - before} times: it re-checks at once and "
+            f"then at most every 100 000 µs of the clock, not in a loop [RM-12]")
+    finally:
+        rm.parse_manage_info_from_json('{"perfControl": 100}')
+        assert joined(t) and "error" not in out, f"the step did not resume: {out} [RM-12]"
+
+
+@pytest.mark.clause("RM-12")
+def test_suspended_steps_leave_nothing_behind(rt, managed) -> None:
+    """Steps at perfControl 0 over a closed session suspend and end at once: 2000 of them
+    leave no object behind (the memory an instance keeps does not grow with them)."""
+    rm, _ = managed
+    rm.parse_manage_info_from_json('{"perfControl": 0}')
+    perf_in_force(rm, 0)
+    session = ClosedSession()
+    previous = logging.root.manager.disable
+    logging.disable(logging.INFO)       # the suspend lines, kept by log capture, are no leak
+    try:
+        rm.run_action(post(rt, session=session))
+        gc.collect()
+        before = len(gc.get_objects())
+        for _ in range(2000):
+            rm.run_action(post(rt, session=session))
+        gc.collect()
+        grown = len(gc.get_objects()) - before
+    finally:
+        logging.disable(previous)
+    assert grown < 500, (f"2000 steps suspended over a closed session left {grown} more "
+                         f"objects behind [RM-12]")
+
+
+@pytest.mark.clause("RM-12")
+def test_a_step_resumed_before_it_suspends_logs_no_suspension(rt, rt_managed, vclock,
+                                                              caplog) -> None:
+    """perfControl is 0 when the step reads it and 50 by the time it would suspend (the
+    value arrives while the step applies its limits): the step returns without waiting and
+    logs no line of a suspended step (none naming the config path)."""
+    ctx, writer, (g0, _) = rt_managed
+    rm = ctx.resource_management
+    deliver(lambda: writer.write(config_document(limits={bus_id(rt, g0): 4 * MiB}, perf=0)),
+            vclock)
+    perf_in_force(rm, 0)
+
+    class ValueArrivesMeanwhile:
+        def list_devices(self):
+            rm.parse_manage_info_from_json('{"perfControl": 50}')
+            return ctx.device_mgr.list_devices()
+
+    caplog.set_level(logging.DEBUG)
+    caplog.clear()
+    before = len(vclock.records)
+    t, out = run_in_thread(lambda: rm.run_action(rt.SessionRunActionOptions(
+        device_mgr=ValueArrivesMeanwhile(), sess_duration_us=1000)), name="step")
+    if not joined(t):
+        rm.parse_manage_info_from_json('{"perfControl": 100}')
+        joined(t)
+        pytest.fail("a step whose perfControl became 50 before it suspended stayed "
+                    "suspended [RM-12]")
+    precondition_holds("RM-8", bytes_limit(g0) == 4 * MiB, "the boundary applied the limit")
+    named = [r.getMessage()[:200] for r in runtime_records(caplog, rt, logging.DEBUG,
+                                                           containing=writer.path.name)]
+    assert not named, (f"a step whose perfControl became 50 before it suspended logged "
+                       f"{named}, a suspended step's line [RM-12]")
+    step_waits = [r for r in vclock.records[before:] if r.thread == "step"]
+    assert not step_waits, (f"a step whose perfControl became 50 before it suspended waited "
+                            f"{[r.duration_us for r in step_waits]} on the clock [RM-12]")
 
 
 @pytest.mark.clause("RM-13")

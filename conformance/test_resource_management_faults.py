@@ -884,6 +884,52 @@ def test_config_path_cannot_forge_a_log_line(rt, runtimes, vclock, tmp_path, cap
     assert_clean_log(caplog, rt, "a config path holding a newline")
 
 
+class _NoDevices:
+    """A device manager without devices: every bus id names no GPU (RM-20)."""
+
+    def list_devices(self):
+        return []
+
+
+@pytest.mark.clause("RM-21")
+@pytest.mark.parametrize("extra", [-1, 0, 1])
+def test_the_config_path_is_quoted_alike_in_every_line(rt, control_env, vclock, listener,
+                                                       tmp_path, caplog, extra) -> None:
+    """A config path of 4095 to 4097 characters (PATH_MAX is 4096): the warning for a
+    rejected document and the error for an unknown bus id both quote it whole, or both
+    cut it, and one of at most 4096 characters is quoted whole."""
+    base = str(tmp_path) + "/"
+    path = base + "/".join(["d" * 200] * 30)
+    path = (path + "/" + "c" * 300)[:4096 + extra]
+    assert len(path) == 4096 + extra, "[RM-21]"
+    rm = rt.GPUResourceManagement(path, clock=vclock, file_listener=listener)
+    try:
+        caplog.set_level(logging.WARNING)
+        rm.parse_manage_info_from_json('{"gpuConfigInfo": {"ff:1f.7": {"maxDeviceMem": 1}}, '
+                                       '"perfControl": "bad"}')
+        rm.run_action(rt.SessionRunActionOptions(device_mgr=_NoDevices(), sess_duration_us=1))
+    finally:
+        rm.close()
+    warnings = [r.getMessage() for r in runtime_records(caplog, rt, logging.WARNING)
+                if r.levelno == logging.WARNING and "perfControl" in r.getMessage()]
+    errors = [r.getMessage() for r in runtime_records(caplog, rt, logging.ERROR,
+                                                      containing="ff:1f.7")]
+    precondition_holds("RM-5", len(warnings) == 1, "a rejected part logs one warning")
+    precondition_holds("RM-20", len(errors) == 1, "an unknown bus id logs one error")
+
+    def whole(message: str) -> bool:
+        return repr(path) in message or json.dumps(path) in message
+
+    assert whole(warnings[0]) == whole(errors[0]), (
+        f"a config path of {len(path)} characters is quoted "
+        f"{'whole' if whole(warnings[0]) else 'cut'} in the warning and "
+        f"{'whole' if whole(errors[0]) else 'cut'} in the error line: every line quotes it "
+        f"alike [RM-21]")
+    assert len(path) > 4096 or whole(warnings[0]), (
+        f"a config path of {len(path)} characters (at most PATH_MAX, 4096) is not quoted "
+        f"whole in the warning [RM-21]")
+
+
 @pytest.mark.clause("RM-21")
 def test_config_path_cannot_forge_the_suspend_line(rt, runtimes, vclock, tmp_path,
                                                    caplog) -> None:

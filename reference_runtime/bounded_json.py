@@ -11,8 +11,8 @@ bound, whatever its size. A container nested beyond ``max_depth`` is read but no
 (``None`` stands for it), so that a deep value under a key the caller ignores, or next to
 the values it needs, costs nothing of the rest of the document.
 
-Strings and number literals are scanned by the standard library's own C scanners
-(``json.decoder.scanstring`` and the ``json.scanner`` number pattern). Numbers are returned
+Strings are scanned by the standard library's own C scanner (``json.decoder.scanstring``),
+number literals by RFC 8259's pattern (ASCII digits only). Numbers are returned
 as ``JSONNumber``, which keeps the literal: a caller reads exactly only the values it
 needs, from the literal (``1e6`` and ``1048576.0`` stay integers), and a 5000-digit
 literal costs nothing until it is looked at.
@@ -21,7 +21,6 @@ literal costs nothing until it is looked at.
 from __future__ import annotations
 
 import json.decoder
-import json.scanner
 import re
 from typing import Any
 
@@ -33,7 +32,9 @@ DEFAULT_MAX_DEPTH = 64
 DEFAULT_MAX_VALUES = 100_000
 
 _WHITESPACE = json.decoder.WHITESPACE       # [ \t\n\r]*
-_NUMBER = json.scanner.NUMBER_RE            # -?(0|[1-9]\d*)(\.\d+)?([eE][-+]?\d+)?
+#: RFC 8259's number, ASCII digits only (json.scanner.NUMBER_RE's ``\d`` takes any Unicode
+#: decimal digit, which json.loads' C scanner does not)
+_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?")
 _scanstring = json.decoder.scanstring       # the C string scanner of json.loads
 _LITERALS = (("true", True), ("false", False), ("null", None))
 #: The characters of a string after its opening quote, up to its closing quote, as

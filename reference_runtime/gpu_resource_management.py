@@ -101,9 +101,8 @@ def _uint(value: Any, what: str, upper: int) -> int:
     """
     if not isinstance(value, JSONNumber):
         raise _Reject(f"{what} is {_describe(value)}, expected a non-negative integer")
+    # a literal loads() read: RFC 8259's number, so it always matches
     m = _NUMBER_PARTS.fullmatch(value.text)
-    if m is None:                                   # not a JSON literal: not from loads()
-        raise _Reject(f"{what} is {value}, not a JSON number")
     sign, whole, fraction, exponent = m.group(1), m.group(2), m.group(3) or "", m.group(4)
     digits = (whole + fraction).lstrip("0")
     if not digits:
@@ -288,9 +287,10 @@ class GPUResourceManagement(SessionRunAction):
             return None
 
     def _set_perf_locked(self, perf: int) -> None:
+        """A new value wakes the suspended steps: each re-checks and goes on, or waits
+        again at 0 (RM-12)."""
         self._perf = perf
-        if perf != 0:
-            self._wake_locked()
+        self._wake_locked()
 
     @property
     def perf_control(self) -> int:
