@@ -974,7 +974,7 @@ def test_a_text_quoted_whole_is_not_said_to_be_cut(rt, managed, config_path, cap
 @pytest.mark.parametrize("n", [59, 60, 61, 200])
 def test_an_excerpt_holds_the_first_60_characters(rt, managed, caplog, n) -> None:
     """A string perfControl of ``n`` characters, no two neighbours alike: the warning quotes
-    at least its first 60 characters in a row (all of it up to 60)."""
+    its first 60 characters in a row (all of it up to 60), and never its first 61."""
     caplog.set_level(logging.WARNING)
     text = "".join(chr(ord("a") + i % 26) for i in range(n))
     managed.parse_manage_info_from_json(json.dumps({"perfControl": text}))
@@ -983,6 +983,10 @@ def test_an_excerpt_holds_the_first_60_characters(rt, managed, caplog, n) -> Non
     assert any(text[:60] in m for m in messages), (
         f"the warning for a string perfControl of {n} characters does not quote its first "
         f"{min(n, 60)} characters: {[m[:300] for m in messages]} [RM-21]")
+    if n > 60:
+        assert not any(text[:61] in m for m in messages), (
+            f"the warning for a string perfControl of {n} characters quotes more than its "
+            f"first 60 characters: {[m[:300] for m in messages]} [RM-21]")
 
 
 # -- API-8 ------------------------------------------------------------------------------------
