@@ -403,6 +403,34 @@ def test_mini_batch_duration_of_the_shortest_means(harness, d) -> None:
         f"now: it is the largest stored mean, {d} [STAT-7]")
 
 
+class _JumpingClock(VirtualClock):
+    """A virtual clock that moves 100 s on after each reading of the whole seconds: every
+    reading a run_action takes is 100 s after the one before it."""
+
+    def time_s(self) -> int:
+        now = super().time_s()
+        self.advance(100 * S)
+        return now
+
+
+@pytest.mark.clause("STAT-7")
+def test_mini_batch_duration_is_a_stored_mean_or_0_when_the_clock_jumps(rt, runtimes,
+                                                                        tmp_path) -> None:
+    """The clock moves 100 s between any two readings within the step (a host suspended
+    mid-step): whichever reading the ages are taken at, miniBatchDuration is the graph's
+    stored mean (5000) or 0 when it counts as too old, never a value of neither."""
+    ctx = runtimes()
+    path = tmp_path / "status.json"
+    stats = rt.GPUStatistics(str(path), clock=_JumpingClock())
+    stats.run_action(rt.SessionRunActionOptions(device_mgr=ctx.device_mgr, graph_id=1,
+                                                sess_duration_us=5000))
+    assert path.exists(), "the first run of a graph wrote no statistics file [STAT-3]"
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    got = doc["miniBatchDuration"]
+    assert got in (0, 5000), (f"miniBatchDuration {got} with one graph stored at 5000 µs: "
+                              f"it is that mean or, the graph too old, 0 [STAT-7]")
+
+
 def figures_of(doc: dict, bus: str) -> dict:
     return doc["gpuUsageInfo"][bus]
 
