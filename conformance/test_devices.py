@@ -981,6 +981,19 @@ def test_cpu_allocator_name_sizes_and_alignment(rt, runtimes) -> None:
         a.deallocate_raw(q)
 
 
+@pytest.mark.clause("DEVICE-6")
+def test_cpu_allocator_aligns_to_8_bytes_at_least(rt, runtimes) -> None:
+    """Alignments 1, 2 and 4 of odd sizes, from a new device's allocator (its first address
+    included): every address is still a multiple of 8, as malloc's are."""
+    a = runtimes().device_mgr.lookup_device("CPU:0").get_allocator()
+    held = [a.allocate_raw(alignment, 2 * alignment + 1) for alignment in (1, 2, 4, 1, 1, 2)]
+    for q in held:
+        a.deallocate_raw(q)
+    odd = [hex(q) for q in held if q % 8]
+    assert not odd, (f"allocate_raw with alignments 1, 2, 4, 1, 1, 2 returned {odd}, not "
+                     f"multiples of 8 (all: {[hex(q) for q in held]}) [DEVICE-6]")
+
+
 #: Run in a new process: the id of the CPU allocator's first allocation (DEVICE-6, API-3).
 FIRST_ID_PROBE = r"""
 import importlib, json, sys
