@@ -323,9 +323,10 @@ def test_workload_command_line_help_states_the_defaults(rt) -> None:
     pytest.param(["--backend", " Sim "], "cuda", id="option-as-select-backend"),
     pytest.param([], " SIM ", id="variable")])
 def test_workload_command_line_names_its_backend(rt, option: list[str], variable: str) -> None:
-    """The first object names the backend the runtime was built on: ``--backend`` resolved
-    as ``select_backend`` resolves a name (case and white space aside), which wins over
-    ``$ANTMAN_DEVICE`` (here ``cuda``, never built); without the option, the variable."""
+    """The first object describes the model (``workload``, a string) and names the backend the
+    runtime was built on: ``--backend`` resolved as ``select_backend`` resolves a name (case
+    and white space aside), which wins over ``$ANTMAN_DEVICE`` (here ``cuda``, never built);
+    without the option, the variable."""
     env = {k: v for k, v in os.environ.items() if k not in ("GPU_CONFIG_FILE", "GPU_STATUS_FILE")}
     env["ANTMAN_DEVICE"] = variable
     proc = subprocess.run([sys.executable, "-m", f"{rt.__name__}.workload", *option,
@@ -337,6 +338,10 @@ def test_workload_command_line_names_its_backend(rt, option: list[str], variable
     assert first.get("backend") == "sim", (
         f"{' '.join(option) or 'without --backend'}, ANTMAN_DEVICE={variable!r}: the first "
         f"object {first} names the backend {first.get('backend')!r}, not 'sim' [E2E-1]")
+    described = first.get("workload")
+    assert isinstance(described, str) and described.strip(), (
+        f"the first object {first} has no workload describing the model, a non-empty "
+        f"string [E2E-1]")
 
 
 @pytest.mark.clause("E2E-1")
