@@ -134,6 +134,10 @@ def test_hello_then_one_record_per_step(worker, rt, request) -> None:
     assert hello is not None, "[WORKER-2]"
     buses = [d["pci_bus_id"] for d in hello["devices"]]
     assert len(buses) == len(set(buses)), f"hello lists a pci_bus_id twice: {buses} [WORKER-2]"
+    model = hello["workload"].get("model")
+    assert isinstance(model, str) and model.strip(), (
+        f"the hello record's workload {hello['workload']} names no model (model, a non-empty "
+        f"string) [WORKER-2]")
     if on_simulated_backend(rt, request):
         unmarked = [d["name"] for d in hello["devices"] if d.get("simulated") is not True]
         assert not unmarked, (

@@ -59,7 +59,7 @@ def hello() -> None:
           "runtime": {"name": "fake-worker", "version": "0"}, "spec_version": "2026.11",
           "pid": os.getpid(), "t_us": now_us(), "poll_interval_s": POLL_INTERVAL_S,
           "devices": [{"name": "/device:GPU:0", "pci_bus_id": BUS_ID, "memory_limit": LIMIT}],
-          "workload": {"kind": "sleep", "step_ms": STEP_MS, "max_steps": MAX_STEPS,
+          "workload": {"model": "sleep", "step_ms": STEP_MS, "max_steps": MAX_STEPS,
                        "seed": SEED}})
 
 

@@ -29,7 +29,7 @@ def emit_hello() -> None:
                 "poll_interval_s": 0.1,
                 "devices": [{"name": MIX, "pci_bus_id": _fake.BUS_ID,
                              "memory_limit": _fake.LIMIT}],
-                "workload": {"kind": MIX, HOSTILE_TEXTS["lone_high_surrogate"]: MIX}})
+                "workload": {"model": MIX, HOSTILE_TEXTS["lone_high_surrogate"]: MIX}})
 
 
 def with_note(record: dict) -> dict:
