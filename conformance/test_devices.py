@@ -104,6 +104,21 @@ def test_lookup_unknown_is_a_key_error(rt, runtimes, name) -> None:
 
 
 @pytest.mark.clause("DEVICE-2")
+@pytest.mark.parametrize("name", ["GPU:2", "GPU: 0"])
+def test_lookup_error_names_each_known_device_apart(rt, runtimes, name) -> None:
+    """An unknown and a malformed name: the KeyError holds every device's full name, each
+    set apart from the text around it, so that a reader can take the names back out."""
+    ctx = runtimes(num_gpus=2)
+    with pytest.raises(KeyError) as info:
+        ctx.device_mgr.lookup_device(name)
+    text = str(info.value)
+    unread = [d.name for d in ctx.device_mgr.list_devices()
+              if not re.search(rf"(?<![\w/:.-]){re.escape(d.name)}(?![\w/:.-])", text)]
+    assert not unread, (f"lookup_device({name!r}) error {text!r} does not name {unread} each "
+                        f"set apart from the text around it [DEVICE-2]")
+
+
+@pytest.mark.clause("DEVICE-2")
 @pytest.mark.parametrize("name", [" GPU:0", "GPU:0 ", "GPU: 0", "GPU:0\n", "\tGPU:1",
                                   "GPU:\uff10", "GPU:\u0661", "/device:GPU:0\n",
                                   PREFIX + "GPU:0 ", "/job:localhost/replica:\u0660/task:0/gpu:0"])
