@@ -94,6 +94,7 @@ class DirectSession:
         self._running_threads: dict[int, int] = {}    # thread ident -> active run() calls
         self._closed = False
         self._on_close = on_close        # the owner forgets the session (API-7)
+        self._step_ids = itertools.count()
         n = inter_op_threads if inter_op_threads is not None else max(4, os.cpu_count() or 1)
         if not isinstance(n, int) or n < 2:
             raise ValueError(f"inter_op_threads must be an int >= 2, got {n!r}")
@@ -164,6 +165,7 @@ class DirectSession:
     def _run(self, start_us: int, fetch_names: list[str], feeds: dict[str, np.ndarray],
              targets: list[str]) -> list[np.ndarray]:
         eak = self._get_or_create(fetch_names, feeds, targets)    # keyed by the fed nodes
+        step_id = next(self._step_ids)
         pre = SessionRunActionOptions(device_mgr=self._device_mgr, session=self,
                                       graph_id=eak.graph_id, sess_duration_us=0)
         self._registry.run_grouping(Grouping.PRE_SESSION_RUN, pre)
@@ -179,7 +181,7 @@ class DirectSession:
 
         try:
             values = eak.impl.run(feeds=feeds, runner=self._runner, resources=self._resources,
-                                  clock=self._clock, resource_management=rm,
+                                  clock=self._clock, resource_management=rm, step_id=step_id,
                                   key=eak.graph_id, on_start=on_start)
         except BaseException as exc:
             # Left while the step runs (a KeyboardInterrupt in the wait, SESS-9): the step is

@@ -159,13 +159,13 @@ class ExecutorImpl:
     def run(self, *, feeds: dict[str, np.ndarray],
             runner: Callable[[Callable[[], None]], None],
             resources: SessionResources, clock: Clock, resource_management: Any,
-            key: Any,
+            step_id: int, key: Any,
             on_start: Callable[["ExecutorState"], None]) -> list[np.ndarray]:
         """Run one step synchronously; returns the fetched values (host arrays) or raises.
         ``on_start`` is given the step before it starts (the session keeps it to cancel it)."""
         state = ExecutorState(self, feeds=feeds, runner=runner, resources=resources,
                               clock=clock, resource_management=resource_management,
-                              key=key)
+                              step_id=step_id, key=key)
         on_start(state)
         return state.run()
 
@@ -176,7 +176,7 @@ class ExecutorState:
     def __init__(self, impl: ExecutorImpl, *, feeds: dict[str, np.ndarray],
                  runner: Callable[[Callable[[], None]], None],
                  resources: SessionResources, clock: Clock,
-                 resource_management: Any, key: Any) -> None:
+                 resource_management: Any, step_id: int, key: Any) -> None:
         self.impl = impl
         self.feeds = feeds            # the session's own dict, made for this run
         self.runner = runner
@@ -199,7 +199,7 @@ class ExecutorState:
             if perf < 100 and resource_management.get_estimated_idle_time() > 0:
                 self.opm = GpuOpManager(resource_management, num_ops=impl.num_gpu_nodes,
                                         clock=self.clock, drain=self._sync_gpus,
-                                        label=f"{key}")
+                                        label=f"{key}-{step_id}")
 
     # -- driving the step -----------------------------------------------------------------
     def run(self) -> list[np.ndarray]:
