@@ -152,6 +152,26 @@ def test_factory_host_allocator_retries_10_s_by_default(rt, tf_env):
 
 
 @pytest.mark.clause("VMEM-1")
+def test_factory_without_a_clock_retries_on_the_real_clock(rt, tf_env):
+    """Without ``clock`` the factory's host allocator keeps the real clock (API-4's default):
+    a fallback the host cannot meet retries for its 1 ms on that clock and gives None, as
+    with a clock given, rather than failing on a clock that is not one."""
+    gpu = rt.BFCAllocator(rt.SimulatedDeviceMemory(MiB), MiB, False, "GPU_0_bfc")
+    host = rt.SimulatedHostMemory(0)
+    vmem = rt.maybe_create_gpu_vmem_allocator(gpu, host_sub_allocator=host,
+                                              retry_timeout_us=1000)
+    try:
+        got = vmem.allocate_raw(256, 2 * MiB)
+    except Exception as exc:                    # noqa: BLE001 - any error is the failure
+        pytest.fail(f"maybe_create_gpu_vmem_allocator without a clock: a fallback the host "
+                    f"cannot meet raised {exc!r}, expected None after a 1 ms retry on the "
+                    f"real clock [VMEM-1]")
+    assert got is None, f"a fallback without host memory returned {got!r} [VMEM-1]"
+    assert host.alloc_calls, \
+        "a request the device cannot meet never reached the host allocator [VMEM-1]"
+
+
+@pytest.mark.clause("VMEM-1")
 def test_host_allocator_has_no_garbage_collection(rt, tf_env):
     tf_env.set("TF_CUDA_HOST_MEM_LIMIT_IN_MB", "4")
     s = Stack(rt)
