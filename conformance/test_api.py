@@ -192,6 +192,22 @@ def _half_and_256_placed(rt, kind: str) -> tuple[Any, int, int, int, int]:
     return memory, largest, a_size, a, b
 
 
+def _start_and_beyond(rt, kind: str):
+    """Regions a (half the largest) and b (256) placed one after the other and freed, so that
+    the next-fit position is after b; then d, too large for the room after that position,
+    placed from the start over a, and f (256) right after d. Returns the memory, the gap the
+    memory leaves between two regions, the next-fit position, a, d's size, d and f."""
+    memory, largest, a_size, a, b = _half_and_256_placed(rt, kind)
+    gap = b - (a + a_size)
+    next_fit = b + 256 + gap                    # as far after b as b is after a
+    memory.free(a, a_size)
+    memory.free(b, 256)
+    d_size = (largest - gap - 256) // 256 * 256
+    d = memory.alloc(256, d_size)
+    f = memory.alloc(256, 256)
+    return memory, gap, next_fit, a, d_size, d, f
+
+
 @pytest.mark.clause("API-3")
 @pytest.mark.parametrize("kind", ["SimulatedDeviceMemory", "SimulatedHostMemory"])
 @pytest.mark.usefixtures("simulated_memories")
@@ -201,14 +217,7 @@ def test_next_fit_never_runs_into_a_region_placed_beyond_it(rt, kind: str) -> No
     position, is placed from the start over it, and f (256) right after d, beyond it; d is
     freed. A region that would run 256 bytes into f if placed at the next-fit position must
     go elsewhere: no two live regions overlap or touch."""
-    memory, largest, a_size, a, b = _half_and_256_placed(rt, kind)
-    gap = b - (a + a_size)
-    next_fit = b + 256 + gap                    # as far after b as b is after a
-    memory.free(a, a_size)
-    memory.free(b, 256)
-    d_size = (largest - gap - 256) // 256 * 256
-    d = memory.alloc(256, d_size)
-    f = memory.alloc(256, 256)
+    memory, gap, next_fit, a, d_size, d, f = _start_and_beyond(rt, kind)
     precondition_holds("API-3", d == a and f is not None and f > next_fit,
                        f"{kind}: a region of {d_size} bytes goes to the start ({d!r}, a={a:#x}) "
                        f"and one of 256 bytes after it ({f!r}), beyond the next-fit position "
@@ -230,14 +239,7 @@ def test_next_fit_takes_the_room_up_to_a_region_placed_beyond_it(rt, kind: str) 
     """As above, f lies beyond the next-fit position; a region that ends as far before f as
     b is after a fits at that position exactly, so it goes there, not into the room a freed
     region left at the start."""
-    memory, largest, a_size, a, b = _half_and_256_placed(rt, kind)
-    gap = b - (a + a_size)
-    next_fit = b + 256 + gap                    # as far after b as b is after a
-    memory.free(a, a_size)
-    memory.free(b, 256)
-    d_size = (largest - gap - 256) // 256 * 256
-    d = memory.alloc(256, d_size)
-    f = memory.alloc(256, 256)
+    memory, gap, next_fit, a, d_size, d, f = _start_and_beyond(rt, kind)
     precondition_holds("API-3", d == a and f is not None and f > next_fit + gap,
                        f"{kind}: a region of {d_size} bytes goes to the start ({d!r}, a={a:#x}) "
                        f"and one of 256 bytes after it ({f!r}), beyond the next-fit position "

@@ -2126,31 +2126,10 @@ def test_empty_bus_id_finds_no_gpu(rt, runtimes) -> None:
 def test_gpu_whose_allocator_is_no_bfc_is_not_found(rt, caplog) -> None:
     """A device manager of duck-typed devices whose only GPU with the bus id has an
     allocator that is neither a BFC allocator nor a VMem allocator: nothing is found."""
-
-    class NotABFC:
-        name = "not_a_bfc"
-
-        def get_stats(self):
-            return None
-
-    class Attrs:
-        physical_device_desc = ("device: 0, name: X, pci bus id: 0000:3b:00.0, "
-                                "compute capability: 7.0")
-
-    class Dev:
-        device_type = "GPU"
-        attributes = Attrs()
-
-        def get_allocator(self, attrs=None):
-            return NotABFC()
-
-    class Mgr:
-        def list_devices(self):
-            return [Dev()]
-
     caplog.set_level(logging.ERROR)
     try:
-        got = rt.GPUUsageAdjustment().adjust_mem_limit("3b:00.0", 8 * MiB, Mgr())
+        got = rt.GPUUsageAdjustment().adjust_mem_limit("3b:00.0", 8 * MiB,
+                                                       no_bfc_device_manager("3b:00.0"))
     except Exception as exc:  # noqa: BLE001 - reported with the clause
         pytest.fail(f"adjust_mem_limit on a GPU whose allocator is no BFC raised {exc!r}, "
                     f"expected False [RM-17]")
