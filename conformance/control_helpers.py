@@ -161,6 +161,13 @@ def runtime_records(caplog: pytest.LogCaptureFixture, rt: types.ModuleType,
     return RuntimeRecords([r for r in ours if wanted(r)], namespace, level, others)
 
 
+def carries(record: logging.LogRecord, text: str) -> bool:
+    """``text`` is in the record's message or in the exception it logs (an error logged
+    with its exception, as OPM-5 words it)."""
+    exc = record.exc_info[1] if record.exc_info else None
+    return text in record.getMessage() or (exc is not None and text in str(exc))
+
+
 def run_in_thread(fn: Callable[[], Any], name: str = "test-step") -> tuple[threading.Thread, dict]:
     """Start ``fn`` on a thread; the dict receives ``result`` or ``error``."""
     out: dict[str, Any] = {}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import random
 import threading
 import time
@@ -11,7 +12,7 @@ import pytest
 
 from conformance.checks import names_identifier, raises
 from conformance.control_helpers import JOIN_TIMEOUT_S as JOIN_S
-from conformance.control_helpers import joined, run_in_thread
+from conformance.control_helpers import carries, joined, run_in_thread, runtime_records
 from conformance.execution_helpers import (CPU, GPU, INTER_OP_PREFIX, Log, RecordingBackend,
                                            antman_threads, py_func, sim_runtime)
 from fixtures.virtual_clock import VirtualClock
@@ -1951,9 +1952,6 @@ def test_a_failure_outside_the_kernels_is_logged(rt, ctx, monkeypatch, caplog) -
     """The CPU allocator raises, once, as it frees the output of ``leaf`` (a target): the run
     fails with an UnknownError containing the text, and an error record of the runtime
     carries the exception, whose traceback the step's error does not keep."""
-    import logging
-
-    from conformance.control_helpers import runtime_records
     allocator = allocator_of(ctx, CPU)
     free = allocator.deallocate_raw
     raised = threading.Event()
@@ -1977,8 +1975,7 @@ def test_a_failure_outside_the_kernels_is_logged(rt, ctx, monkeypatch, caplog) -
     assert isinstance(out.get("error"), rt.UnknownError) and FREE_FAILURE in str(out["error"]), \
         f"run() must fail with an UnknownError containing {FREE_FAILURE!r}, got {out} [EXEC-9]"
     logged = [r for r in runtime_records(caplog, rt, logging.ERROR)
-              if FREE_FAILURE in r.getMessage()
-              or (r.exc_info and r.exc_info[1] is not None and FREE_FAILURE in str(r.exc_info[1]))]
+              if carries(r, FREE_FAILURE)]
     assert logged, (
         f"the allocator raised RuntimeError({FREE_FAILURE!r}) as the step freed leaf's output; "
         f"no error record of the runtime carries it: "

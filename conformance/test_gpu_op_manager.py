@@ -15,7 +15,7 @@ import time
 import numpy as np
 import pytest
 
-from conformance.control_helpers import close_within, runtime_records
+from conformance.control_helpers import carries, close_within, runtime_records
 from conformance.execution_helpers import (CPU, GPU, INTER_OP_PREFIX, OP_MANAGER_PREFIX, POST,
                                            Log, RecordingBackend, manager_threads,
                                            recording_action, run_in_thread, sim_runtime,
@@ -650,9 +650,7 @@ def test_a_failed_steps_first_error_outranks_a_failing_queued_op_count(rt, refus
         f"{error!r}, expected the step's first error, tail's InvalidArgumentError [OPM-5]")
     assert manager_threads() == [], \
         f"run() raised with its manager thread not joined: {manager_threads()} [OPM-6]"
-    logged = [r for r in runtime_records(caplog, rt, logging.ERROR)
-              if REFUSAL in r.getMessage()
-              or (r.exc_info and r.exc_info[1] is not None and REFUSAL in str(r.exc_info[1]))]
+    logged = [r for r in runtime_records(caplog, rt, logging.ERROR) if carries(r, REFUSAL)]
     assert logged, (
         f"set_executor_queued_op_num raised RuntimeError({REFUSAL!r}) after the step had "
         f"failed; run raised the step's first error and no error record of the runtime "
