@@ -203,12 +203,24 @@ def test_every_unspecified_entry_names_its_clause_or_why_it_stays_open() -> None
     ('key = "k"\nline = "x"\nchange = "c"\nmutated = "y"\nkind = "maybe"\nreason = "r"\n', "kind"),
     ('key = "k"\nline = "x"\nchange = "c"\nmutated = "y"\nkind = "equivalent"\nreason = "r"\n'
      'note = 1\n', "unknown"),
+    ('key = "k"\nline = "x"\nchange = "c"\nmutated = "y"\nkind = "equivalent"\nreason = " "\n',
+     "missing"),
+    ('key = "k"\nline = "x"\nchange = "c"\nkind = "equivalent"\nreason = "r"\n', "missing"),
 ])
 def test_malformed_reviewed_entries_are_refused(tmp_path: Path, body: str, error: str) -> None:
     path = tmp_path / "eq.toml"
     path.write_text("[[mutant]]\n" + body, encoding="utf-8")
     with pytest.raises(ValueError, match=error):
         eq.load(path)
+
+
+def test_a_deleted_line_is_reviewed_with_an_empty_mutated_line(tmp_path: Path) -> None:
+    """A mutant that deletes a whole line (a decorator) leaves nothing: its entry's
+    ``mutated`` is the empty string, which every other field may not be."""
+    path = tmp_path / "eq.toml"
+    path.write_text('[[mutant]]\nkey = "k"\nline = "@x"\nchange = "c"\nmutated = ""\n'
+                    'kind = "equivalent"\nreason = "r"\n', encoding="utf-8")
+    assert eq.load(path)["k"].mutated == ""
 
 
 @pytest.mark.parametrize("text, error", [
