@@ -404,6 +404,36 @@ def test_a_kernel_computes_in_place_in_its_one_allocation(rt, cuda_runtimes, cup
     np.testing.assert_array_equal(r, np.maximum(x, 0), err_msg="Relu on GPU:0 [GPU-7]")
 
 
+@gpu_marks("GPU-7")
+def test_a_gradient_descent_update_allocates_no_temporary(rt, cuda_runtimes, cupy) -> None:
+    ctx = cuda_runtimes(gpu_memory_bytes=256 * MiB)
+    bfc = device_bfc(gpu0(ctx))
+    n = MiB                                          # float32: N = 4 MiB
+    g = rt.Graph()
+    g.add_node("v", "Variable", device="/device:GPU:0",
+               initial_value=np.ones(n, np.float32))
+    g.add_node("alpha", "Const", device="/device:GPU:0", value=np.float32(0.5))
+    g.add_node("delta", "Placeholder", device="/device:GPU:0", dtype="float32")
+    g.add_node("step", "ApplyGradientDescent", ["v", "alpha", "delta"], device="/device:GPU:0")
+    s = ctx.new_session(g)
+    delta = np.linspace(-1.0, 1.0, n, dtype=np.float32)
+    s.run([], {"delta": delta}, ["step"])            # variable initialised, kernel loaded
+    before = bfc.get_stats().bytes_in_use
+    bfc.clear_stats()
+    s.run([], {"delta": delta}, ["step"])
+    stats = bfc.get_stats()
+    assert (stats.num_allocs, stats.largest_alloc_size) == (1, 4 * n), (
+        f"feeding delta of {4 * n} bytes and running ApplyGradientDescent of a variable made "
+        f"{stats.num_allocs} allocations (largest {stats.largest_alloc_size}) in GPU:0's "
+        f"device BFC, expected 1 of {4 * n}: the fed delta, updated in place [GPU-7]")
+    assert stats.peak_bytes_in_use - before == 4 * n, (
+        f"the step peaked at {stats.peak_bytes_in_use - before} bytes in use, expected "
+        f"{4 * n} (the fed delta) [GPU-7]")
+    (v,) = s.run(["v"])
+    np.testing.assert_allclose(v, 1.0 - 2 * 0.5 * delta, rtol=1e-5, atol=1e-6,
+                               err_msg="two updates of ApplyGradientDescent on GPU:0 [GPU-7]")
+
+
 def _xent_graph(rt: types.ModuleType, device: str) -> Any:
     g = rt.Graph()
     g.add_node("logits", "Placeholder", device=device, dtype="float32")
