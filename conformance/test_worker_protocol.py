@@ -257,6 +257,27 @@ def test_hello_states_the_knobs_in_effect(worker, knobs: dict[str, str | None],
         f"started with {knobs}, the worker wrote steps {steps} [WORKER-3]"
 
 
+@pytest.mark.clause("WORKER-3")
+@pytest.mark.parametrize("value", ["3600000.5", "3600001"])
+def test_a_step_ms_beyond_an_hour_falls_back_to_the_default(worker, value: str) -> None:
+    """``ANTMAN_WORKER_STEP_MS`` above 3 600 000 (a step of an hour) is invalid: the hello
+    record states the default 50, the worker trains with it, and one line on standard error
+    names the variable. (3 600 000 itself is valid; no test waits for a step of an hour.)"""
+    w = worker(ANTMAN_WORKER_STEP_MS=value)
+    got = w.hello["workload"].get("step_ms")
+    assert got == 50, (f"started with ANTMAN_WORKER_STEP_MS={value}, above an hour "
+                       f"(3600000 ms), the hello states step_ms {got!r}, not the default 50 "
+                       f"[WORKER-3]")
+    steps = w.steps(2)
+    assert [r["step"] for r in steps] == [0, 1], \
+        f"started with ANTMAN_WORKER_STEP_MS={value}, the worker wrote steps {steps} [WORKER-3]"
+    lines = [line for line in w.stderr_tail(1 << 20).splitlines()
+             if "ANTMAN_WORKER_STEP_MS" in line]
+    assert len(lines) == 1, (f"started with ANTMAN_WORKER_STEP_MS={value}, invalid, standard "
+                             f"error has {len(lines)} lines naming the variable, not one: "
+                             f"{lines[:3]!r} [WORKER-3]")
+
+
 @pytest.mark.clause("WORKER-2", "WORKER-3")
 def test_poll_interval_knob_beyond_60_s_is_not_in_force(worker) -> None:
     """``ANTMAN_WORKER_POLL_INTERVAL_S=60.5``: whether the worker refuses the value (WORKER-3

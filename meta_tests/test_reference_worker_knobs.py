@@ -64,6 +64,16 @@ def test_knob_defaults(value: str | None) -> None:
     assert (knobs.step_ms, knobs.max_steps, knobs.seed) == (50, 0, 0), (value, knobs)
 
 
+@pytest.mark.parametrize("value,step_ms", [("3600000", 3_600_000.0),
+                                            ("3600000.5", 50.0), ("1e12", 50.0)])
+def test_step_ms_is_bounded_at_an_hour(value: str, step_ms: float) -> None:
+    """``STEP_MS`` 3 600 000 (a step of an hour) is valid and kept; above it the default 50
+    is in effect (WORKER-3). conformance/test_worker_protocol.py checks the values above it
+    from outside; this one checks the bound itself, without running a step of an hour."""
+    knobs = reference_worker.read_knobs({"ANTMAN_WORKER_STEP_MS": value})
+    assert knobs.step_ms == step_ms, (value, knobs)
+
+
 @pytest.mark.parametrize("args", [["--steps"], ["x", "y"]])
 def test_a_command_line_argument_is_a_usage_error(tmp_path: Path, args: list[str]) -> None:
     """The worker reads its environment only: any argument is refused with a usage line and

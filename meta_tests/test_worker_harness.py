@@ -55,20 +55,23 @@ MID_STEP_STOP = "test_stdin_eof_during_a_step_writes_that_steps_record"
 POLL = "test_poll_interval_knob_beyond_60_s_is_not_in_force"
 STATED = "test_hello_states_the_knobs_in_effect"
 POLL_60 = "test_poll_interval_knob_up_to_60_s_is_valid_and_stated_as_requested"
+STEP_BOUND = "test_a_step_ms_beyond_an_hour_falls_back_to_the_default"
 
 #: fake -> (outcome of every test, {test: other outcome}, text every non-PASS message has)
 EXPECTED: dict[str, tuple[str, dict[str, str], str]] = {
     "no_hello": ("TIMEOUT", {}, "--worker-timeout"),
     "hang_after_hello": ("TIMEOUT", {}, "--worker-timeout"),
-    "crash_mid_run": ("CRASH", {POLL: "PASS", STATED: "PASS", POLL_60: "PASS"},
+    "crash_mid_run": ("CRASH", {POLL: "PASS", STATED: "PASS", POLL_60: "PASS",
+                                STEP_BOUND: "PASS"},
                       "killed by signal"),
-    "garbage": ("FAIL", {POLL: "PASS", STATED: "PASS", POLL_60: "PASS"}, "not JSON"),
+    "garbage": ("FAIL", {POLL: "PASS", STATED: "PASS", POLL_60: "PASS", STEP_BOUND: "PASS"},
+                "not JSON"),
     "missing_field": ("FAIL", {}, "device_limit"),
     "crash_on_config": ("CRASH", {HELLO: "PASS", MAX_STEPS: "PASS", STDIN: "PASS",
                                   STATS: "FAIL", KNOBS: "PASS", VALID_KNOBS: "PASS",
                                   READER_GONE: "PASS", SAYS_WHY: "PASS", NO_VMEM: "PASS",
                                   MID_STEP_STOP: "PASS", POLL: "PASS", STATED: "PASS",
-                                  POLL_60: "PASS",
+                                  POLL_60: "PASS", STEP_BOUND: "PASS",
                                   BLOCKED_WRITE: "FAIL"}, ""),   # a blocked write hangs it
 }
 SUBSET = f"{HELLO} or {MAX_STEPS} or {STDIN}"

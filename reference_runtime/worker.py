@@ -115,7 +115,7 @@ def _stat(allocator: Any, field: str) -> int:
     return int(getattr(allocator.get_stats(), field))
 
 
-def _hello(ctx: Any, knobs: Knobs, workload: Any) -> dict[str, Any]:
+def _hello(ctx: Any, knobs: Knobs) -> dict[str, Any]:
     devices = []
     for dev in ctx.device_mgr.list_devices():
         if dev.device_type.upper() != "GPU":
@@ -133,9 +133,6 @@ def _hello(ctx: Any, knobs: Knobs, workload: Any) -> dict[str, Any]:
             "poll_interval_s": ctx.file_listener.poll_interval_us / 1e6,
             "devices": devices,
             "workload": {"model": "mlp",
-                         "cost_us": workload.graph.node("matmul0").attrs["cost_us"],
-                         "param_bytes": workload.param_bytes,
-                         "step_bytes": workload.step_bytes, "backend": ctx.backend.name,
                          "step_ms": knobs.step_ms, "max_steps": knobs.max_steps,
                          "seed": knobs.seed}}
 
@@ -217,7 +214,7 @@ def main() -> int:
     failure: list[BaseException] = []
     try:
         workload = _build_workload(ctx, knobs)
-        out.write(_hello(ctx, knobs, workload))
+        out.write(_hello(ctx, knobs))
         trainer = threading.Thread(target=_train, name="antman-worker-train",
                                    args=(ctx, workload, knobs, out, stop, failure))
         trainer.start()

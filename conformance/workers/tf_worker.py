@@ -60,6 +60,7 @@ LEARNING_RATE = 0.05
 DATASET_SIZE = 16384
 MAX_BATCH = 16384
 MAX_REPEATS = 64
+MAX_STEP_MS = 3600000.0         # a step of an hour; above it STEP_MS is invalid (WORKER-3)
 CALIBRATION_BATCHES = (64, 1024)
 CALIBRATION_RUNS = 3
 PCI_BUS_ID = re.compile(
@@ -99,7 +100,8 @@ def read_knobs() -> dict:
     """The ``ANTMAN_WORKER_*`` knobs (WORKER-3); an invalid value falls back to its default."""
     positive = lambda v: math.isfinite(v) and v > 0  # noqa: E731
     return {
-        "step_ms": _knob("ANTMAN_WORKER_STEP_MS", float, positive),
+        "step_ms": _knob("ANTMAN_WORKER_STEP_MS", float,
+                         lambda v: positive(v) and v <= MAX_STEP_MS),
         "max_steps": _knob("ANTMAN_WORKER_MAX_STEPS", int, lambda v: v >= 0),
         "requested_poll_interval_s": _knob("ANTMAN_WORKER_POLL_INTERVAL_S", float, positive),
         "seed": _knob("ANTMAN_WORKER_SEED", int, lambda v: v >= 0),

@@ -34,7 +34,8 @@ def knob(name: str, default, parse, valid):
 
 
 #: WORKER-3's defaults; the hello record states the knobs in effect.
-STEP_MS = knob("ANTMAN_WORKER_STEP_MS", 50.0, float, lambda v: math.isfinite(v) and v > 0)
+STEP_MS = knob("ANTMAN_WORKER_STEP_MS", 50.0, float,
+               lambda v: math.isfinite(v) and 0 < v <= 3_600_000)   # an hour at most
 STEP_S = STEP_MS / 1000
 SEED = knob("ANTMAN_WORKER_SEED", 0, int, lambda v: v >= 0)   # stated, unused: steps are sleeps
 MAX_STEPS = knob("ANTMAN_WORKER_MAX_STEPS", 0, int, lambda v: v >= 0)
