@@ -889,6 +889,34 @@ def test_initial_weights_are_scaled_by_their_inputs(rt, seed: int) -> None:
 
 
 @pytest.mark.clause("E2E-1")
+def test_a_workload_is_a_context_manager_that_closes_it(rt) -> None:
+    """``with MLPWorkload(...) as wl`` binds the workload and closes it (its session, not the
+    runtime) when the block ends, normally or by an exception, which goes on."""
+    sizes = dict(batch=2, input_dim=3, hidden=4, layers=2, classes=2)
+    with sim_runtime(rt) as ctx:
+        workload = rt.MLPWorkload(ctx, **sizes)
+        with workload as entered:
+            assert entered is workload, (
+                f"with MLPWorkload(...) as wl bound {entered!r}, not the workload [E2E-1]")
+            assert np.isfinite(entered.step()), "a step in the with block failed [E2E-1]"
+            assert not workload.session.closed, "the session closed inside the block [E2E-1]"
+        assert workload.session.closed and not ctx.closed, (
+            f"after the with block the workload's session is "
+            f"{'closed' if workload.session.closed else 'open'} and the runtime "
+            f"{'closed' if ctx.closed else 'open'}: leaving the block closes the workload "
+            f"(its session only) [E2E-1]")
+        failing = rt.MLPWorkload(ctx, **sizes)
+        with pytest.raises(KeyError):
+            with failing:
+                raise KeyError("in the block")
+            pytest.fail("an exception raised in a workload's with block was swallowed "
+                        "[E2E-1]")
+        assert failing.session.closed and not ctx.closed, (
+            "a with block left by an exception did not close the workload's session (or "
+            "closed the runtime) [E2E-1]")
+
+
+@pytest.mark.clause("E2E-1")
 @STEP_SHAPES
 def test_step_bytes_bounds_a_steps_peak(rt, sizes) -> None:
     """On the CPU device, whose allocator counts requested bytes (DEVICE-6), unrounded."""
