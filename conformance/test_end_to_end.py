@@ -889,6 +889,88 @@ def test_initial_weights_are_scaled_by_their_inputs(rt, seed: int) -> None:
 
 
 @pytest.mark.clause("E2E-1")
+def test_initial_weights_reuse_no_draw_of_the_data_of_any_seed(rt) -> None:
+    """The initial weights, divided by their layer's scale, are standard normal draws; none
+    of them is an input value fed for ``x`` by the same workload or by one of another seed
+    (a generator restarted on the data's seed, or on another seed's, would repeat those
+    draws). Independent draws match one of the 64 inputs to within 1e-5 (relative) about
+    once in ten thousand weights: the bound is a quarter of the inputs."""
+    sizes = dict(batch=4, input_dim=8, hidden=16, layers=2, classes=3, num_batches=2)
+    seeds = (0, 1, 2)
+    weights, inputs = {}, {}
+    with sim_runtime(rt) as ctx:
+        for seed in seeds:
+            wl = rt.MLPWorkload(ctx, seed=seed, **sizes)
+            x_name, _, params = training_graph(wl)
+            values = wl.session.run([w for w, _ in params])
+            fan_in = [sizes["input_dim"], sizes["hidden"]]
+            weights[seed] = np.concatenate([
+                (v.astype(np.float64) / math.sqrt((2.0 if i < len(params) - 1 else 1.0)
+                                                  / fan_in[i])).ravel()
+                for i, v in enumerate(values)])
+            fed: list = []
+            run = wl.session.run
+
+            def recording_run(fetches, feed_dict=None, *args, **kwargs):
+                fed.append(dict(feed_dict or {}))
+                return run(fetches, feed_dict, *args, **kwargs)
+
+            wl.session.run = recording_run
+            try:
+                wl.evaluate()
+            finally:
+                del wl.session.run
+            xs = [np.asarray(value, dtype=np.float64).ravel() for feed in fed
+                  for key, value in feed.items()
+                  if str(getattr(key, "name", key)).split(":")[0] == x_name]
+            if not xs:
+                pytest.skip(f"the workload's evaluate() feeds no {x_name!r} through its "
+                            f"session's run attribute, so the inputs cannot be seen")
+            inputs[seed] = np.unique(np.concatenate(xs))
+            wl.close()
+    for w_seed in seeds:
+        for x_seed in seeds:
+            x = inputs[x_seed]
+            w = weights[w_seed]
+            at = np.clip(np.searchsorted(x, w), 1, len(x) - 1)
+            nearest = np.where(np.abs(x[at] - w) < np.abs(x[at - 1] - w), x[at], x[at - 1])
+            repeated = int(np.sum(np.abs(nearest - w) <= 1e-5 * np.abs(w)))
+            assert repeated <= len(x) // 4, (
+                f"{repeated} of the {w.size} initial weights of the workload of seed "
+                f"{w_seed}, divided by their layer's scale, repeat one of the {len(x)} "
+                f"inputs fed by the workload of seed {x_seed}: the weights are not drawn "
+                f"independently of the data [E2E-1]")
+
+
+@pytest.mark.clause("E2E-1")
+def test_a_workload_is_a_context_manager_that_closes_it(rt) -> None:
+    """``with MLPWorkload(...) as wl`` binds the workload and closes it (its session, not the
+    runtime) when the block ends, normally or by an exception, which goes on."""
+    sizes = dict(batch=2, input_dim=3, hidden=4, layers=2, classes=2)
+    with sim_runtime(rt) as ctx:
+        workload = rt.MLPWorkload(ctx, **sizes)
+        with workload as entered:
+            assert entered is workload, (
+                f"with MLPWorkload(...) as wl bound {entered!r}, not the workload [E2E-1]")
+            assert np.isfinite(entered.step()), "a step in the with block failed [E2E-1]"
+            assert not workload.session.closed, "the session closed inside the block [E2E-1]"
+        assert workload.session.closed and not ctx.closed, (
+            f"after the with block the workload's session is "
+            f"{'closed' if workload.session.closed else 'open'} and the runtime "
+            f"{'closed' if ctx.closed else 'open'}: leaving the block closes the workload "
+            f"(its session only) [E2E-1]")
+        failing = rt.MLPWorkload(ctx, **sizes)
+        with pytest.raises(KeyError):
+            with failing:
+                raise KeyError("in the block")
+            pytest.fail("an exception raised in a workload's with block was swallowed "
+                        "[E2E-1]")
+        assert failing.session.closed and not ctx.closed, (
+            "a with block left by an exception did not close the workload's session (or "
+            "closed the runtime) [E2E-1]")
+
+
+@pytest.mark.clause("E2E-1")
 @STEP_SHAPES
 def test_step_bytes_bounds_a_steps_peak(rt, sizes) -> None:
     """On the CPU device, whose allocator counts requested bytes (DEVICE-6), unrounded."""

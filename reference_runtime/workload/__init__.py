@@ -60,8 +60,11 @@ class MLPWorkload:
         self.num_batches = num_batches
         self._turns = itertools.cycle(range(num_batches))   # the batches, fed in turn
         self._batch = next(self._turns)                      # the next step's
-        self._rng = np.random.default_rng(seed)
-        self._data = self._make_data()
+        # One seeded stream, the data first and then the weights: no draw is reused, within
+        # a workload or across seeds (another seed's stream is another stream).
+        rng = np.random.default_rng(seed)
+        self._data = self._make_data(rng)
+        self._weights = self._initial_weights(rng)
         self.graph = self.build_graph()
         if hasattr(target, "new_session"):
             self.session = target.new_session(self.graph)
@@ -134,8 +137,7 @@ class MLPWorkload:
                    classes=classes, **kw)
 
     # -- data and graph -----------------------------------------------------------------------
-    def _make_data(self) -> list[tuple[np.ndarray, np.ndarray]]:
-        rng = self._rng
+    def _make_data(self, rng: np.random.Generator) -> list[tuple[np.ndarray, np.ndarray]]:
         teacher = rng.standard_normal((self.input_dim, self.classes)).astype(np.float32)
         data = []
         for _ in range(self.num_batches):
@@ -146,8 +148,7 @@ class MLPWorkload:
             data.append((x, y))
         return data
 
-    def _initial_weights(self) -> list[tuple[np.ndarray, np.ndarray]]:
-        rng = np.random.default_rng(self.seed + 1)
+    def _initial_weights(self, rng: np.random.Generator) -> list[tuple[np.ndarray, np.ndarray]]:
         d = self.dims
         out = []
         for i in range(self.layers):
@@ -173,7 +174,7 @@ class MLPWorkload:
         h = "x"
         pre_relu: list[str] = []
         inputs_of: list[str] = []
-        for i, (w0, b0) in enumerate(self._initial_weights()):
+        for i, (w0, b0) in enumerate(self._weights):
             node(f"w{i}", "Variable", initial_value=w0)
             node(f"b{i}", "Variable", initial_value=b0)
             inputs_of.append(h)
