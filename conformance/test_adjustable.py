@@ -180,6 +180,29 @@ def test_shrink_that_falls_short(rt):
         "allocate_raw(256, 256) with limit == pool and no free chunk must fail [ADJ-2]")
 
 
+@pytest.mark.clause("ADJ-2")
+def test_a_shrink_that_falls_short_logs_one_warning(rt, caplog):
+    """AntMan logs the shrink that cannot reach its target: the operator reads which
+    allocator kept how much, and what was asked."""
+    bfc, sim, a, b, c = three_regions(rt)
+    caplog.set_level(logging.DEBUG)
+    caplog.clear()
+    got = rt.GPUAdjustableAllocator().adjust_memory_limit(MiB + 256, bfc)
+    assert got == 2 * MiB, f"adjust_memory_limit(1 MiB + 256) returned {got} [ADJ-2]"
+    warned = [r for r in runtime_records(caplog, rt, logging.WARNING)
+              if r.levelno == logging.WARNING]
+    worse = runtime_records(caplog, rt, logging.ERROR)
+    assert len(warned) == 1 and not worse, (
+        f"a shrink to {MiB + 256} left {2 * MiB} bytes and logged warnings {warned}, errors "
+        f"{worse}: expected exactly one warning [ADJ-2]")
+    message = warned[0].getMessage()
+    missing = [w for w in ("GPU_0_bfc", str(MiB + 256), str(2 * MiB))
+               if not names_identifier(message, w)]
+    assert not missing, (
+        f"the shortfall warning {message!r} does not name {missing} (the allocator, "
+        f"new_limit and the remaining pool) [ADJ-2]")
+
+
 @pytest.mark.clause("ADJ-2", "ADJ-3")
 def test_shrink_to_zero_releases_everything_free(rt):
     bfc, sim = make(rt)

@@ -1864,6 +1864,23 @@ def test_a_minimal_allocator_has_tf_defaults(rt):
 
 
 @pytest.mark.clause("API-3")
+@pytest.mark.parametrize("query", ["requested_size", "allocated_size"])
+def test_a_minimal_allocator_refuses_size_queries(rt, query):
+    """TF's ``Allocator::RequestedSize`` CHECK-fails ("allocator doesn't track sizes") and
+    ``AllocatedSize`` defaults to it: an allocator that tracks no sizes has no answer, and
+    one that gave a size (or None) would be taken for one that tracks them."""
+    methods = {m: _INTERFACE_METHODS[m] for m in ("allocate_raw", "deallocate_raw")}
+    minimal = type("MinimalAllocator", (rt.Allocator,),
+                   {**methods, "name": property(lambda self: "untracked_probe")})()
+    with raises(NotImplementedError, "API-3",
+                f"{query}(4096) of an allocator that does not track sizes") as caught:
+        getattr(minimal, query)(4096)
+    assert names_identifier(caught.value, "untracked_probe"), (
+        f"{query}'s NotImplementedError {str(caught.value)!r} does not name the allocator "
+        f"'untracked_probe' [API-3]")
+
+
+@pytest.mark.clause("API-3")
 def test_simulated_memories_never_collide(rt):
     mems = [rt.SimulatedDeviceMemory(MiB), rt.SimulatedDeviceMemory(MiB),
             rt.SimulatedHostMemory(MiB), rt.SimulatedHostMemory(MiB)]

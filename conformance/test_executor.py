@@ -1758,6 +1758,10 @@ def test_error_attributes_default_to_unset(rt, name: str) -> None:
         f"the text twice, three None and {ERROR_CODES[name]!r} [EXEC-8]")
     if name == "ResourceExhaustedError":
         assert err.num_bytes == 0, f"num_bytes not given is {err.num_bytes!r}, expected 0 [EXEC-8]"
+    by_keyword = cls(message="the text")
+    assert (by_keyword.message, str(by_keyword)) == ("the text", "the text"), (
+        f"{name}(message='the text'): (message, str) = "
+        f"{(by_keyword.message, str(by_keyword))}, expected the text twice [EXEC-8]")
     full = cls("t", node_name="n", op="Relu", device="/device:GPU:0")
     assert (full.node_name, full.op, full.device) == ("n", "Relu", "/device:GPU:0"), \
         f"{name}: keyword attributes not kept: {(full.node_name, full.op, full.device)} [EXEC-8]"

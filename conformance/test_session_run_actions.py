@@ -305,6 +305,31 @@ def test_registration_helper_names_and_registers(rt) -> None:
         "register_session_run_action(registry=reg) also registered globally [REG-6]"
 
 
+@pytest.mark.clause("REG-6")
+def test_registration_helper_names_the_instance_after_the_class(rt) -> None:
+    """REGISTER_SESSION_RUN_ACTION names the action with the class token after constructing
+    it: a name the constructor gave the instance does not survive the registration."""
+    reg = rt.SessionRunActionRegistry()
+
+    @rt.register_session_run_action(rt.Grouping.POST_SESSION_RUN, 4, registry=reg)
+    class Throttle(rt.SessionRunAction):
+        def __init__(self) -> None:
+            self.name = "self-named"
+
+        def run_action(self, options) -> None:
+            pass
+
+    registered = reg.actions(rt.Grouping.POST_SESSION_RUN)
+    assert len(registered) == 1, f"one decoration registered {registered!r} [REG-6]"
+    [(phase, action)] = registered
+    assert (phase, type(action), action.name) == (4, Throttle, "Throttle"), (
+        f"registered ({phase}, {type(action).__name__}, name {action.name!r}), expected the "
+        f"instance at phase 4 named 'Throttle' after its class, not its constructor's "
+        f"'self-named' [REG-6]")
+    assert reg.get_action(rt.Grouping.POST_SESSION_RUN, 4, "self-named") is None, \
+        "get_action found the action under the name its constructor gave it [REG-6]"
+
+
 @pytest.mark.clause("REG-6", "REG-7")
 def test_registration_helper_defaults_to_global_registry(rt) -> None:
     glob = rt.global_registry()
