@@ -370,6 +370,36 @@ def test_a_merge_that_empties_a_bin_leaves_the_next_bin_searched(rt, side):
         f"{bfc.allocated_size(got)} bytes [BFC-3]")
 
 
+@pytest.mark.clause("BFC-3")
+@pytest.mark.parametrize("side", ["next", "prev"])
+def test_a_merge_that_leaves_its_bin_non_empty_keeps_it_searched(rt, side):
+    """A free of 4096 bytes merges with its free neighbour of 256 bytes (``side``) while the
+    256-byte hole Y at the region's start stays in bin 0 beside it: a 256-byte request
+    afterwards still takes Y, the best fit, not a piece of the merged 4352-byte chunk of
+    bin 4 (bin 0 is not taken for empty because one of its chunks left it)."""
+    bfc, sim = make(rt, MiB, growth=False)
+    sizes = [256, 256, 4096, 256, 256] if side == "next" else [256, 256, 256, 4096, 256]
+    ptrs = [bfc.allocate_raw(256, n) for n in sizes]
+    y = ptrs[0]
+    small, big = (ptrs[3], ptrs[2]) if side == "next" else (ptrs[2], ptrs[3])
+    assert [q - p for p, q in zip(ptrs, ptrs[1:])] == sizes[:-1], "[BFC-3]"
+    for p in (y, small, big):                 # Y and the 256 to bin 0, then the merge
+        bfc.deallocate_raw(p)
+    low = min(small, big)
+    merged = [c for c in chunks(bfc) if c[0] in (y, low)]
+    precondition_holds("BFC-5", merged == [(y, 256, False), (low, 4352, False)],
+                       f"freeing the 4096 beside the free 256 ({side}) merges them into one "
+                       f"free chunk of 4352 bytes and leaves Y free (got {merged})")
+    calls = list(sim.alloc_calls)
+    got = bfc.allocate_raw(256, 256)
+    assert got == y, (
+        f"allocate_raw(256, 256) after a merge took one of bin 0's two chunks returned "
+        f"{got and hex(got)}, expected the 256-byte hole {y:#x} still in bin 0, the best fit "
+        f"[BFC-3]")
+    assert sim.alloc_calls == calls, (
+        f"the best fit grew the pool ({sim.alloc_calls[len(calls):]}) [BFC-3]")
+
+
 @pytest.mark.clause("BFC-4")
 def test_no_split_below_twice_the_request(rt):
     bfc, _, a, c, e = _holes(rt)
