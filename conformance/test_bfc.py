@@ -1829,6 +1829,14 @@ def test_memory_map_and_bin_debug_info_are_immutable(rt):
         assert getattr(value, field) == before, (
             f"{name} changed from {before!r} to {getattr(value, field)!r} [API-3]")
     assert bfc.memory_map() == mm, "the memory map changed with no call [API-3]"
+    kinds = [type(mm.regions).__name__] + [type(r.chunks).__name__ for r in mm.regions]
+    assert kinds == ["tuple"] * (1 + len(mm.regions)), (
+        f"memory_map().regions and each region's chunks are {kinds}, expected tuples: a "
+        f"snapshot a caller could change in place [API-3]")
+    try:
+        hash(mm)
+    except TypeError as exc:
+        pytest.fail(f"hash(memory_map()) raised {exc!r}: a snapshot is a hashable value [API-3]")
     bfc.deallocate_raw(p)
 
 
