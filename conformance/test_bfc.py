@@ -836,6 +836,25 @@ def test_gc_releases_free_regions_then_extends(rt):
 
 
 @pytest.mark.clause("BFC-11")
+def test_a_release_logs_one_warning(rt, caplog):
+    """Garbage collection that releases a region reports it: the allocation it serves logs
+    exactly one warning (TF's "Garbage collection: deallocate free memory regions")."""
+    bfc, sim, a, b = _gc_setup(rt, gc=True)
+    caplog.set_level(logging.WARNING)
+    caplog.clear()
+    p = bfc.allocate_raw(256, 2 * MiB, no_retry(rt))     # releases R1, as above
+    precondition_holds("BFC-11", p is not None and sim.free_calls == [(a, MiB)],
+                       f"allocate_raw(256, 2 MiB) with GC on releases R1 and succeeds (got "
+                       f"{p!r}, released {sim.free_calls})")
+    logged = runtime_records(caplog, rt, logging.WARNING)
+    assert len(logged) == 1, (
+        f"the allocation that garbage collection served by releasing R1 logged {logged}, "
+        f"expected exactly one warning (the garbage-collection report) [BFC-11]")
+    bfc.deallocate_raw(p)
+    bfc.deallocate_raw(b)
+
+
+@pytest.mark.clause("BFC-11")
 def test_gc_releases_every_free_region(rt):
     bfc, sim = make(rt, 8 * MiB + 512 * 1024, gc=True)
     a = bfc.allocate_raw(256, MiB)            # R1 = 1 MiB, next 2 MiB
