@@ -232,9 +232,7 @@ class BFCAllocator(Allocator):
         b = (rounded >> 8).bit_length() - 1
         if b > 20:
             b = 20
-        mask = self._nonempty >> b
-        if not mask:
-            return None
+        mask = self._nonempty >> b              # no set bit: the loop's else returns None
         bins = self._bins
         key = rounded << _SHIFT
         while mask:
