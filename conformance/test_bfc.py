@@ -370,6 +370,36 @@ def test_a_merge_that_empties_a_bin_leaves_the_next_bin_searched(rt, side):
         f"{bfc.allocated_size(got)} bytes [BFC-3]")
 
 
+@pytest.mark.clause("BFC-3")
+@pytest.mark.parametrize("side", ["next", "prev"])
+def test_a_merge_that_leaves_its_bin_non_empty_keeps_it_searched(rt, side):
+    """A free of 4096 bytes merges with its free neighbour of 256 bytes (``side``) while the
+    256-byte hole Y at the region's start stays in bin 0 beside it: a 256-byte request
+    afterwards still takes Y, the best fit, not a piece of the merged 4352-byte chunk of
+    bin 4 (bin 0 is not taken for empty because one of its chunks left it)."""
+    bfc, sim = make(rt, MiB, growth=False)
+    sizes = [256, 256, 4096, 256, 256] if side == "next" else [256, 256, 256, 4096, 256]
+    ptrs = [bfc.allocate_raw(256, n) for n in sizes]
+    y = ptrs[0]
+    small, big = (ptrs[3], ptrs[2]) if side == "next" else (ptrs[2], ptrs[3])
+    assert [q - p for p, q in zip(ptrs, ptrs[1:])] == sizes[:-1], "[BFC-3]"
+    for p in (y, small, big):                 # Y and the 256 to bin 0, then the merge
+        bfc.deallocate_raw(p)
+    low = min(small, big)
+    merged = [c for c in chunks(bfc) if c[0] in (y, low)]
+    precondition_holds("BFC-5", merged == [(y, 256, False), (low, 4352, False)],
+                       f"freeing the 4096 beside the free 256 ({side}) merges them into one "
+                       f"free chunk of 4352 bytes and leaves Y free (got {merged})")
+    calls = list(sim.alloc_calls)
+    got = bfc.allocate_raw(256, 256)
+    assert got == y, (
+        f"allocate_raw(256, 256) after a merge took one of bin 0's two chunks returned "
+        f"{got and hex(got)}, expected the 256-byte hole {y:#x} still in bin 0, the best fit "
+        f"[BFC-3]")
+    assert sim.alloc_calls == calls, (
+        f"the best fit grew the pool ({sim.alloc_calls[len(calls):]}) [BFC-3]")
+
+
 @pytest.mark.clause("BFC-4")
 def test_no_split_below_twice_the_request(rt):
     bfc, _, a, c, e = _holes(rt)
@@ -803,6 +833,25 @@ def test_gc_releases_free_regions_then_extends(rt):
     assert ([r.size for r in mm.regions], mm.total_region_allocated_bytes,
             mm.next_region_size) == ([2 * MiB, 2 * MiB], 4 * MiB, 8 * MiB), f"{mm} [BFC-11]"
     assert_bfc_valid(bfc, sim)
+
+
+@pytest.mark.clause("BFC-11")
+def test_a_release_logs_one_warning(rt, caplog):
+    """Garbage collection that releases a region reports it: the allocation it serves logs
+    exactly one warning (TF's "Garbage collection: deallocate free memory regions")."""
+    bfc, sim, a, b = _gc_setup(rt, gc=True)
+    caplog.set_level(logging.WARNING)
+    caplog.clear()
+    p = bfc.allocate_raw(256, 2 * MiB, no_retry(rt))     # releases R1, as above
+    precondition_holds("BFC-11", p is not None and sim.free_calls == [(a, MiB)],
+                       f"allocate_raw(256, 2 MiB) with GC on releases R1 and succeeds (got "
+                       f"{p!r}, released {sim.free_calls})")
+    logged = runtime_records(caplog, rt, logging.WARNING)
+    assert len(logged) == 1, (
+        f"the allocation that garbage collection served by releasing R1 logged {logged}, "
+        f"expected exactly one warning (the garbage-collection report) [BFC-11]")
+    bfc.deallocate_raw(p)
+    bfc.deallocate_raw(b)
 
 
 @pytest.mark.clause("BFC-11")
@@ -1799,6 +1848,14 @@ def test_memory_map_and_bin_debug_info_are_immutable(rt):
         assert getattr(value, field) == before, (
             f"{name} changed from {before!r} to {getattr(value, field)!r} [API-3]")
     assert bfc.memory_map() == mm, "the memory map changed with no call [API-3]"
+    kinds = [type(mm.regions).__name__] + [type(r.chunks).__name__ for r in mm.regions]
+    assert kinds == ["tuple"] * (1 + len(mm.regions)), (
+        f"memory_map().regions and each region's chunks are {kinds}, expected tuples: a "
+        f"snapshot a caller could change in place [API-3]")
+    try:
+        hash(mm)
+    except TypeError as exc:
+        pytest.fail(f"hash(memory_map()) raised {exc!r}: a snapshot is a hashable value [API-3]")
     bfc.deallocate_raw(p)
 
 

@@ -219,41 +219,45 @@ class BFCAllocator(Allocator):
     def _allocate_slow(self, alignment: int, num_bytes: int) -> int | None:
         """``AllocateRawInternal`` after the first ``FindChunkPtr`` failed (lock held)."""
         rounded = (num_bytes + 255) & ~255
-        if self._extend(alignment, rounded):
-            # the new region holds one free chunk of at least ``rounded`` bytes: it fits
-            return self._find_chunk_ptr(num_bytes)
-        if self._deallocate_free_regions(rounded) and self._extend(alignment, rounded):
-            return self._find_chunk_ptr(num_bytes)
-        return None
+        chunk = self._extend(alignment, rounded)
+        if chunk is None and self._deallocate_free_regions(rounded):
+            chunk = self._extend(alignment, rounded)
+        # TF files the new region's one free chunk in its bin and searches again: no other
+        # free chunk fits (the search before failed under this lock, and a release only
+        # took free chunks away) and this one has at least ``rounded`` bytes, so the search
+        # would take it; it is handed to _find_chunk_ptr directly instead. With no new
+        # region (None) the search runs again and fails as the first one did.
+        return self._find_chunk_ptr(num_bytes, chunk)
 
-    def _find_chunk_ptr(self, num_bytes: int) -> int | None:
-        """``FindChunkPtr``: best fit by (size, address), split, mark used (lock held)."""
+    def _find_chunk_ptr(self, num_bytes: int, chunk: _Chunk | None = None) -> int | None:
+        """``FindChunkPtr``: best fit by (size, address), split, mark used (lock held).
+
+        ``chunk``: a new region's free chunk (in no bin), the best fit already known."""
         rounded = (num_bytes + 255) & ~255
-        b = (rounded >> 8).bit_length() - 1
-        if b > 20:
-            b = 20
-        mask = self._nonempty >> b
-        if not mask:
-            return None
         bins = self._bins
-        key = rounded << _SHIFT
-        while mask:
-            step = (mask & -mask).bit_length() - 1     # to the next non-empty bin
-            b += step
-            mask >>= step
-            lst = bins[b]
-            i = bisect_left(lst, key)
-            if i < len(lst):
-                break
-            b += 1
-            mask >>= 1
-        else:
-            return None
-        found = lst.pop(i)
-        if not lst:
-            self._nonempty &= ~(1 << b)
-        chunk = self._chunks[found & MAX_SIZE_T]
-        chunk.bin_num = K_INVALID_BIN_NUM
+        if chunk is None:
+            b = (rounded >> 8).bit_length() - 1
+            if b > 20:
+                b = 20
+            mask = self._nonempty >> b          # no set bit: the loop's else returns None
+            key = rounded << _SHIFT
+            while mask:
+                step = (mask & -mask).bit_length() - 1     # to the next non-empty bin
+                b += step
+                mask >>= step
+                lst = bins[b]
+                i = bisect_left(lst, key)
+                if i < len(lst):
+                    break
+                b += 1
+                mask >>= 1
+            else:
+                return None
+            found = lst.pop(i)
+            if not lst:
+                self._nonempty &= ~(1 << b)
+            chunk = self._chunks[found & MAX_SIZE_T]
+            chunk.bin_num = K_INVALID_BIN_NUM
         size = chunk.size
         if size >= rounded * 2 or size - rounded >= K_MAX_INTERNAL_FRAGMENTATION:
             # SplitChunk: the caller keeps the low part; the rest becomes a free chunk.
@@ -291,15 +295,6 @@ class BFCAllocator(Allocator):
             self._largest_alloc_size = size
         return chunk.ptr
 
-    def _insert_free(self, chunk: _Chunk) -> None:
-        size = chunk.size
-        b = (size >> 8).bit_length() - 1
-        if b > 20:
-            b = 20
-        chunk.bin_num = b
-        insort(self._bins[b], (size << _SHIFT) | chunk.ptr)
-        self._nonempty |= 1 << b
-
     def _remove_free(self, chunk: _Chunk) -> None:
         b = chunk.bin_num
         lst = self._bins[b]
@@ -308,11 +303,12 @@ class BFCAllocator(Allocator):
             self._nonempty &= ~(1 << b)
         # bin_num is left as it is: the one caller, _release_region, drops the chunk
 
-    def _extend(self, alignment: int, rounded: int) -> bool:
-        """``Extend``: obtain a new region from the sub-allocator (lock held)."""
+    def _extend(self, alignment: int, rounded: int) -> _Chunk | None:
+        """``Extend``: obtain a new region from the sub-allocator (lock held); its one free
+        chunk, in no bin yet, or None."""
         available = ((self._memory_limit - self._total_region_bytes) // 256) * 256
         if rounded > available:
-            return False
+            return None
         increased = False
         if self._curr_region_bytes == 0:
             self._curr_region_bytes = K_MIN_ALLOCATION_SIZE  # D-BFC-5: 0 never doubles
@@ -330,7 +326,7 @@ class BFCAllocator(Allocator):
                 size = smaller
                 ptr = self._sub.alloc(alignment, size)
         if ptr is None:
-            return False
+            return None
         if not increased:
             self._curr_region_bytes *= 2
         self._total_region_bytes += size
@@ -340,8 +336,7 @@ class BFCAllocator(Allocator):
         self._regions.insert(i, region)
         chunk = _Chunk(ptr, size, None, None)
         self._chunks[ptr] = chunk
-        self._insert_free(chunk)
-        return True
+        return chunk
 
     def _region_in_use(self, region: _Region) -> bool:
         c = self._chunks[region.ptr]
@@ -386,7 +381,7 @@ class BFCAllocator(Allocator):
             if not isinstance(ptr, Integral) or isinstance(ptr, bool):
                 raise InvalidPointerError(self._bad_pointer("deallocate_raw", ptr, None))
             ptr = int(ptr)  # NumPy / CuPy integer addresses
-        # The hot path: _remove_free, the merges and _insert_free are inlined below on
+        # The hot path: _remove_free, the merges and the insertion are inlined below on
         # purpose (a helper call per merge costs about 15 % of a free); they must stay in
         # step with those methods.
         with self._lock:

@@ -170,9 +170,11 @@ DEVIATIONS: tuple[Deviation, ...] = (
                      "                    return None\n"
                      "            num_bytes = check_size(num_bytes, f\"{self._name}.allocate_raw num_bytes\")\n"
                      "            if num_bytes == 0 or num_bytes > MAX_SIZE_T:\n"),
-               (BFC, "        rounded = (num_bytes + 255) & ~255\n        b = (rounded >> 8).bit_length() - 1\n",
+               (BFC, "        rounded = (num_bytes + 255) & ~255\n        bins = self._bins\n"
+                     "        if chunk is None:\n            b = (rounded >> 8).bit_length() - 1\n",
                      "        rounded = ((num_bytes + 255) & ~255) & MAX_SIZE_T   # AntMan: RoundedBytes wraps\n"
-                     "        b = max((rounded >> 8).bit_length() - 1, 0)\n"),
+                     "        bins = self._bins\n"
+                     "        if chunk is None:\n            b = max((rounded >> 8).bit_length() - 1, 0)\n"),
                (BFC, "        if size >= rounded * 2 or size - rounded >= K_MAX_INTERNAL_FRAGMENTATION:\n",
                      "        if rounded and (size >= rounded * 2 or size - rounded >= K_MAX_INTERNAL_FRAGMENTATION):\n")),
               modules=("conformance/test_bfc.py", "conformance/test_vmem.py")),
