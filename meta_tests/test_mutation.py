@@ -17,6 +17,7 @@ import pytest
 
 from mutation import equivalents as eq
 from mutation import report
+from mutation import runner as runner_mod
 from mutation.campaign import Campaign, CampaignResult
 from mutation.operators import Mutant, compiles, mutants_of_source
 from mutation.runner import MutantResult, Options, Run, Workspace, classify, run_pytest
@@ -445,6 +446,22 @@ def test_a_mutant_runs_in_a_copy_of_the_runtime(tmp_path: Path, runtime_populati
                       Options(mutant_timeout_s=2, test_timeout_s=60), tag="slow")
     assert slow.exit_code is None and slow.outcome == "error", slow
     assert "still progressing" in slow.note, slow
+
+
+def test_mutant_runs_and_their_subprocesses_use_the_simulated_device(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whatever the host's ANTMAN_DEVICE says (cuda on a GPU runner, or unset: auto, which
+    takes a GPU where there is one), a mutant's pytest run and the workers and workload
+    commands it starts get the simulated device, as the measure's reports say."""
+    workspace = Workspace(tmp_path / "ws")
+    for host in ("cuda", "auto", None):
+        if host is None:
+            monkeypatch.delenv("ANTMAN_DEVICE", raising=False)
+        else:
+            monkeypatch.setenv("ANTMAN_DEVICE", host)
+        env = runner_mod._environment(workspace)
+        assert env["ANTMAN_DEVICE"] == "sim", (host, env.get("ANTMAN_DEVICE"))
+        assert env["PYTHONPATH"].split(os.pathsep)[0] == str(workspace.base)
 
 
 # --- the command line: bad arguments are usage errors before anything runs -----------------

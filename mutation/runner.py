@@ -136,6 +136,10 @@ def _environment(workspace: Workspace) -> dict[str, str]:
     env["PYTHONDONTWRITEBYTECODE"] = "1"     # a rewritten module is never read from a stale .pyc
     env["PYTHONUNBUFFERED"] = "1"            # progress reaches the log as each test ends
     env.setdefault("OPENBLAS_NUM_THREADS", "1")
+    # the simulated device whatever the host has, in the subprocesses too (the worker, the
+    # workload command line): on a GPU host their default backend, auto, would take the GPU,
+    # many runs at once, beside the GPU tests of anything else on it
+    env["ANTMAN_DEVICE"] = "sim"
     return env
 
 
