@@ -192,6 +192,26 @@ def test_the_pinning_tool_refuses_bad_arguments_before_any_run(
     assert pinning.DATA_PATH.read_bytes() == before
 
 
+def test_the_pin_is_made_on_the_simulated_device_on_every_host(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a GPU host the GPU clauses would run and the workers take the GPU (their default
+    backend is auto): a pin made there would differ from one made on a CPU host. Each run
+    deselects the tests marked gpu and gives every process the simulated device."""
+    seen: dict[str, Any] = {}
+
+    def fake_run(cmd: list[str], **kwargs: Any) -> Any:
+        seen.update(cmd=cmd, env=kwargs["env"])
+        raise RuntimeError("stop before any run")
+
+    monkeypatch.setattr(pinning, "run_certification", fake_run)
+    monkeypatch.setenv("ANTMAN_DEVICE", "cuda")
+    with pytest.raises(RuntimeError, match="stop before any run"):
+        pinning.certify(["conformance/test_gpu.py"], (), tmp_path / "run")
+    cmd = seen["cmd"]
+    assert cmd[cmd.index("-m", cmd.index("pytest") + 1) + 1] == "not gpu", cmd
+    assert seen["env"]["ANTMAN_DEVICE"] == "sim"
+
+
 def test_the_pin_and_a_later_run_set_apart_the_same_failures() -> None:
     """The all-on pin and the runs compared with it use one rule: a load-bound failure
     (TIMEOUT, or a CPU-time test) is set apart only where no switch is pinned to fail the
