@@ -100,8 +100,21 @@ class _Output:
         self._stream = stream
 
     def write(self, record: dict[str, Any]) -> None:
-        self._stream.write(json.dumps(record, allow_nan=False, separators=(",", ":")) + "\n")
-        self._stream.flush()
+        line = json.dumps(record, allow_nan=False, separators=(",", ":")) + "\n"
+        try:
+            self._stream.write(line)
+            self._stream.flush()
+        except BrokenPipeError:
+            # The reader went away: standard output goes to /dev/null from now on, so that
+            # the interpreter's last flush at exit does not fail once more and decide the
+            # exit status (Python's "Note on SIGPIPE"); the training thread's failure does:
+            # EX_SOFTWARE, with the reason on standard error (WORKER-4).
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            try:
+                os.dup2(devnull, self._stream.fileno())
+            finally:
+                os.close(devnull)
+            raise
 
 
 def _allocators(device: Any) -> tuple[Any, Any]:
