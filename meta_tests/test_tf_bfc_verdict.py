@@ -129,15 +129,19 @@ FAILING: dict[str, dict[str, str]] = {
         "test_gc_after_the_sub_allocator_refused_the_region",
         "test_mem_pool_stats_waits_for_an_extend_in_progress",
         "test_nothing_to_release_makes_no_second_extend",
-        "test_zero_and_numpy_limits_are_accepted")},
+        "test_zero_and_numpy_limits_are_accepted", "test_a_release_logs_one_warning",
+        "test_a_shrink_that_falls_short_logs_one_warning", "test_mem_pool_stats_is_immutable")},
     # the 2 MiB region hides a second difference, which the first_region_1mib run shows
     "test_backpedal_only_once_per_lifetime": {S: "first-region", P: "backpedal-every-extend"},
     "test_grow_or_shrink_without_freeing": {S: "first-region", P: "int64-stat"},
     "test_limits_up_to_the_size_t_maximum_are_accepted": {S: "first-region", P: "int64-stat"},
     "test_mem_pool_stats_is_a_consistent_snapshot": shipped_only("first-region-layout"),
+    "test_a_released_region_empties_its_bin_and_leaves_the_next_bin":
+        {S: "first-region", P: "abort"},
     # TensorFlow 2.21's behaviour, whatever the regions
     "test_backpedal_terminates_for_tiny_sizes": both("backpedal-loop"),
     "test_invalid_pointers_raise_and_change_nothing": both("abort"),
+    "test_a_numpy_integer_pointer_is_the_equal_int": both("abort"),
     "test_double_free_of_an_unmerged_chunk": both("abort"),
     "test_coalescing_next_then_prev": both("abort"),
     "test_sizes_above_the_limit_fail_without_a_region": both("wrap"),

@@ -20,6 +20,7 @@ Mapping notes (the README's table has the verdict of each clause):
 
 from __future__ import annotations
 
+from numbers import Integral
 from typing import Any, Callable
 
 from .api import (AllocationAttributes, Allocator, AllocatorStats, BinDebugInfo, ChunkInfo,
@@ -54,8 +55,10 @@ def check_size_t(value: object, what: str) -> int:
 
 def check_pointer(owner: str, what: str, ptr: object) -> int:
     """``ptr`` as an address TensorFlow can be given, else ``InvalidPointerError``."""
-    if type(ptr) is int and 0 <= ptr < SIZE_T_LIMIT:
-        return ptr
+    if isinstance(ptr, Integral) and not isinstance(ptr, bool):
+        ptr = int(ptr)                      # a NumPy integer is the equal int (BFC-6)
+        if 0 <= ptr < SIZE_T_LIMIT:
+            return ptr
     shown = f"{ptr:#x}" if isinstance(ptr, int) and not isinstance(ptr, bool) else repr(ptr)
     raise InvalidPointerError(f"{owner}.{what}({shown}): not an address (an int in [0, 2^64))")
 
