@@ -26,7 +26,7 @@ import signal
 import sys
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable, TextIO
+from typing import Any, Callable
 
 from . import NAME, SPEC_VERSION, VERSION
 from .file_listener import DEFAULT_POLL_INTERVAL_S
@@ -90,31 +90,23 @@ def read_knobs(env: dict[str, str] | None = None) -> Knobs:
 
 
 class _Output:
-    """Standard output as the protocol's record stream: one JSON object per line, flushed.
+    """Standard output as the protocol's record stream: one JSON object per line, each
+    written whole to descriptor 1 as it is made.
 
+    No Python buffer stands in between, so nothing is left to flush at exit: when the reader
+    went away, the failed write is the training thread's failure, and the exit status is the
+    one that failure gives (EX_SOFTWARE, WORKER-4), not the interpreter's failed last flush.
     One thread writes at a time: the main thread the hello record, before the training
     thread starts, which then writes every step record; so no lock.
     """
 
-    def __init__(self, stream: TextIO) -> None:
-        self._stream = stream
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
 
     def write(self, record: dict[str, Any]) -> None:
-        line = json.dumps(record, allow_nan=False, separators=(",", ":")) + "\n"
-        try:
-            self._stream.write(line)
-            self._stream.flush()
-        except BrokenPipeError:
-            # The reader went away: standard output goes to /dev/null from now on, so that
-            # the interpreter's last flush at exit does not fail once more and decide the
-            # exit status (Python's "Note on SIGPIPE"); the training thread's failure does:
-            # EX_SOFTWARE, with the reason on standard error (WORKER-4).
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            try:
-                os.dup2(devnull, self._stream.fileno())
-            finally:
-                os.close(devnull)
-            raise
+        data = (json.dumps(record, allow_nan=False, separators=(",", ":")) + "\n").encode()
+        while data:                          # a pipe may take a long record in parts
+            data = data[os.write(self._fd, data):]
 
 
 def _allocators(device: Any) -> tuple[Any, Any]:
@@ -215,7 +207,7 @@ def main() -> int:
     argparse.ArgumentParser(description="The reference runtime's worker, configured by the "
                             "environment (SPEC.md WORKER-1, WORKER-3).").parse_args()
     knobs = read_knobs()
-    out = _Output(sys.stdout)
+    out = _Output(sys.stdout.fileno())
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):   # Ctrl-C stops it as SIGTERM does
         signal.signal(signum, lambda *_: stop.set())
