@@ -161,7 +161,8 @@ def test_factory_without_a_clock_retries_on_the_real_clock(rt, tf_env):
     vmem = rt.maybe_create_gpu_vmem_allocator(gpu, host_sub_allocator=host,
                                               retry_timeout_us=1000)
     try:
-        got = vmem.allocate_raw(256, 2 * MiB)
+        # three arguments: the fallback of either overload retries (VMEM-4 is the other's)
+        got = vmem.allocate_raw(256, 2 * MiB, rt.AllocationAttributes())
     except Exception as exc:                    # noqa: BLE001 - any error is the failure
         pytest.fail(f"maybe_create_gpu_vmem_allocator without a clock: a fallback the host "
                     f"cannot meet raised {exc!r}, expected None after a 1 ms retry on the "
