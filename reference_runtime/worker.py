@@ -26,7 +26,7 @@ import signal
 import sys
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, TextIO
 
 from . import NAME, SPEC_VERSION, VERSION
 from .file_listener import DEFAULT_POLL_INTERVAL_S
@@ -91,20 +91,24 @@ def read_knobs(env: dict[str, str] | None = None) -> Knobs:
 
 class _Output:
     """Standard output as the protocol's record stream: one JSON object per line, each
-    written whole to descriptor 1 as it is made.
+    written whole to the stream's descriptor as it is made.
 
-    No Python buffer stands in between, so nothing is left to flush at exit: when the reader
-    went away, the failed write is the training thread's failure, and the exit status is the
-    one that failure gives (EX_SOFTWARE, WORKER-4), not the interpreter's failed last flush.
+    No Python buffer holds a record, so nothing of the worker's is left to flush at exit:
+    when the reader went away, the failed write is the training thread's failure, and the
+    exit status is the one that failure gives (EX_SOFTWARE, WORKER-4), not the interpreter's
+    failed last flush. Text an implementation printed on the stream goes out first, in the
+    order it was printed (it breaks the protocol, WORKER-2, and the suite sees it there).
     One thread writes at a time: the main thread the hello record, before the training
     thread starts, which then writes every step record; so no lock.
     """
 
-    def __init__(self, fd: int) -> None:
-        self._fd = fd
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+        self._fd = stream.fileno()
 
     def write(self, record: dict[str, Any]) -> None:
         data = (json.dumps(record, allow_nan=False, separators=(",", ":")) + "\n").encode()
+        self._stream.flush()                 # anything printed before this record
         while data:                          # a pipe may take a long record in parts
             data = data[os.write(self._fd, data):]
 
@@ -207,7 +211,7 @@ def main() -> int:
     argparse.ArgumentParser(description="The reference runtime's worker, configured by the "
                             "environment (SPEC.md WORKER-1, WORKER-3).").parse_args()
     knobs = read_knobs()
-    out = _Output(sys.stdout.fileno())
+    out = _Output(sys.stdout)
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):   # Ctrl-C stops it as SIGTERM does
         signal.signal(signum, lambda *_: stop.set())
