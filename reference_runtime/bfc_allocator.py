@@ -222,11 +222,12 @@ class BFCAllocator(Allocator):
         chunk = self._extend(alignment, rounded)
         if chunk is None and self._deallocate_free_regions(rounded):
             chunk = self._extend(alignment, rounded)
+        if chunk is None:
+            return None
         # TF files the new region's one free chunk in its bin and searches again: no other
         # free chunk fits (the search before failed under this lock, and a release only
         # took free chunks away) and this one has at least ``rounded`` bytes, so the search
-        # would take it; it is handed to _find_chunk_ptr directly instead. With no new
-        # region (None) the search runs again and fails as the first one did.
+        # would take it; it is handed to _find_chunk_ptr directly instead.
         return self._find_chunk_ptr(num_bytes, chunk)
 
     def _find_chunk_ptr(self, num_bytes: int, chunk: _Chunk | None = None) -> int | None:
@@ -381,9 +382,9 @@ class BFCAllocator(Allocator):
             if not isinstance(ptr, Integral) or isinstance(ptr, bool):
                 raise InvalidPointerError(self._bad_pointer("deallocate_raw", ptr, None))
             ptr = int(ptr)  # NumPy / CuPy integer addresses
-        # The hot path: _remove_free, the merges and the insertion are inlined below on
-        # purpose (a helper call per merge costs about 15 % of a free); they must stay in
-        # step with those methods.
+        # The hot path: _remove_free and the merges are inlined below on purpose (a helper
+        # call per merge costs about 15 % of a free), and so is the insertion into a bin
+        # (as _find_chunk_ptr's split does it); they must stay in step with those.
         with self._lock:
             c = self._chunks.get(ptr)
             if c is None or c.allocation_id == -1:
