@@ -340,25 +340,33 @@ def test_best_fit_smallest_then_lowest_address(rt):
     assert sim.alloc_calls == calls, "best fit grew the pool although a chunk fitted [BFC-3]"
 
 
+def _hole_beside_a_merge(rt, side: str, hole: int):
+    """A free hole of ``hole`` bytes at the region's start, then a free of 4096 bytes that
+    merges with its free neighbour of 256 bytes (``side``) into one chunk of 4352 bytes in
+    bin 4. Returns the allocator, its sub-allocator and the hole's address."""
+    bfc, sim = make(rt, MiB, growth=False)
+    sizes = [hole, 256, 4096, 256, 256] if side == "next" else [hole, 256, 256, 4096, 256]
+    ptrs = [bfc.allocate_raw(256, n) for n in sizes]
+    small, big = (ptrs[3], ptrs[2]) if side == "next" else (ptrs[2], ptrs[3])
+    assert [q - p for p, q in zip(ptrs, ptrs[1:])] == sizes[:-1], "[BFC-3]"
+    for p in (ptrs[0], small, big):           # the hole, the 256, then the merge
+        bfc.deallocate_raw(p)
+    low = min(small, big)
+    free = [c for c in chunks(bfc) if c[0] in (ptrs[0], low)]
+    precondition_holds("BFC-5", free == [(ptrs[0], hole, False), (low, 4352, False)],
+                       f"freeing the 4096 beside the free 256 ({side}) merges them into one "
+                       f"free chunk of 4352 bytes and leaves the {hole}-byte hole free (got "
+                       f"{free})")
+    return bfc, sim, ptrs[0]
+
+
 @pytest.mark.clause("BFC-3")
 @pytest.mark.parametrize("side", ["next", "prev"])
 def test_a_merge_that_empties_a_bin_leaves_the_next_bin_searched(rt, side):
-    """A free of 4096 bytes merges with its free neighbour of 256 bytes (``side``), the only
-    chunk of bin 0; the 512-byte hole X, alone in bin 1, is still the best fit of a 512-byte
-    request afterwards (not the merged 4352-byte chunk of bin 4 above it)."""
-    bfc, sim = make(rt, MiB, growth=False)
-    sizes = [512, 256, 4096, 256, 256] if side == "next" else [512, 256, 256, 4096, 256]
-    ptrs = [bfc.allocate_raw(256, n) for n in sizes]
-    x = ptrs[0]
-    small, big = (ptrs[3], ptrs[2]) if side == "next" else (ptrs[2], ptrs[3])
-    assert [q - p for p, q in zip(ptrs, ptrs[1:])] == sizes[:-1], "[BFC-3]"
-    for p in (x, small, big):                 # X to bin 1, the 256 to bin 0, then the merge
-        bfc.deallocate_raw(p)
-    low = min(small, big)
-    merged = [c for c in chunks(bfc) if c[0] == low]
-    precondition_holds("BFC-5", merged == [(low, 4352, False)],
-                       f"freeing the 4096 beside the free 256 ({side}) merges them into one "
-                       f"free chunk of 4352 bytes (got {merged})")
+    """The merge takes the only chunk of bin 0; the 512-byte hole X, alone in bin 1, is
+    still the best fit of a 512-byte request afterwards (not the merged 4352-byte chunk of
+    bin 4 above it)."""
+    bfc, sim, x = _hole_beside_a_merge(rt, side, 512)
     calls = list(sim.alloc_calls)
     got = bfc.allocate_raw(256, 512)
     assert got == x, (
@@ -373,23 +381,10 @@ def test_a_merge_that_empties_a_bin_leaves_the_next_bin_searched(rt, side):
 @pytest.mark.clause("BFC-3")
 @pytest.mark.parametrize("side", ["next", "prev"])
 def test_a_merge_that_leaves_its_bin_non_empty_keeps_it_searched(rt, side):
-    """A free of 4096 bytes merges with its free neighbour of 256 bytes (``side``) while the
-    256-byte hole Y at the region's start stays in bin 0 beside it: a 256-byte request
-    afterwards still takes Y, the best fit, not a piece of the merged 4352-byte chunk of
-    bin 4 (bin 0 is not taken for empty because one of its chunks left it)."""
-    bfc, sim = make(rt, MiB, growth=False)
-    sizes = [256, 256, 4096, 256, 256] if side == "next" else [256, 256, 256, 4096, 256]
-    ptrs = [bfc.allocate_raw(256, n) for n in sizes]
-    y = ptrs[0]
-    small, big = (ptrs[3], ptrs[2]) if side == "next" else (ptrs[2], ptrs[3])
-    assert [q - p for p, q in zip(ptrs, ptrs[1:])] == sizes[:-1], "[BFC-3]"
-    for p in (y, small, big):                 # Y and the 256 to bin 0, then the merge
-        bfc.deallocate_raw(p)
-    low = min(small, big)
-    merged = [c for c in chunks(bfc) if c[0] in (y, low)]
-    precondition_holds("BFC-5", merged == [(y, 256, False), (low, 4352, False)],
-                       f"freeing the 4096 beside the free 256 ({side}) merges them into one "
-                       f"free chunk of 4352 bytes and leaves Y free (got {merged})")
+    """The merge takes one of bin 0's two chunks; the 256-byte hole Y, still in bin 0, is
+    the best fit of a 256-byte request afterwards, not a piece of the merged 4352-byte chunk
+    of bin 4 (bin 0 is not taken for empty because one of its chunks left it)."""
+    bfc, sim, y = _hole_beside_a_merge(rt, side, 256)
     calls = list(sim.alloc_calls)
     got = bfc.allocate_raw(256, 256)
     assert got == y, (

@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO, Callable
 
 import numpy as np
 import pytest
@@ -552,6 +552,29 @@ def training_graph(wl) -> tuple[str, str, list[tuple[str, str]]]:
         h = relu.name
 
 
+def fed_to(wl, placeholder: str, act: Callable[[], Any]) -> list[np.ndarray]:
+    """The values fed for ``placeholder`` through the workload's session run while ``act()``
+    runs (the run attribute is wrapped for that time only)."""
+    fed: list = []
+    run = wl.session.run
+
+    def recording_run(fetches, feed_dict=None, *args, **kwargs):
+        fed.append(dict(feed_dict or {}))
+        return run(fetches, feed_dict, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(wl.session, "run", recording_run)
+        act()
+    return [np.asarray(value) for feed in fed for key, value in feed.items()
+            if str(getattr(key, "name", key)).split(":")[0] == placeholder]
+
+
+def initial_scale(layer: int, layers: int, fan_in: int) -> float:
+    """The standard deviation of a layer's initial weights: sqrt(2/n) before a Relu,
+    sqrt(1/n) for the logits (n inputs)."""
+    return math.sqrt((2.0 if layer < layers - 1 else 1.0) / fan_in)
+
+
 def reference_sgd_step(x, y, params, lr):
     """Mean softmax cross-entropy of an MLP (Relu between layers) and one SGD step, float64."""
     hs, zs, h = [x], [], x
@@ -664,28 +687,16 @@ def test_batches_are_fed_in_turn(rt) -> None:
 
 
 @pytest.mark.clause("E2E-1")
-def test_labels_are_one_hot(rt, monkeypatch) -> None:
+def test_labels_are_one_hot(rt) -> None:
     """The labels each step feeds (what its session run receives for the ``y`` placeholder)
     are one-hot rows: the loss is then the mean cross-entropy of one class per example, not
     a multiple of it."""
-    fed: list = []
     with sim_runtime(rt) as ctx:
         wl = rt.MLPWorkload(ctx, batch=8, input_dim=5, hidden=6, layers=2, classes=4,
                             num_batches=2)
         _, y_name, _ = training_graph(wl)
-        run = wl.session.run
-
-        def recording_run(fetches, feed_dict=None, *args, **kwargs):
-            fed.append(dict(feed_dict or {}))
-            return run(fetches, feed_dict, *args, **kwargs)
-
-        monkeypatch.setattr(wl.session, "run", recording_run)
-        for _ in range(2):
-            wl.step()
-        monkeypatch.undo()
+        labels = fed_to(wl, y_name, lambda: [wl.step() for _ in range(2)])
         wl.close()
-    labels = [np.asarray(value) for feed in fed for key, value in feed.items()
-              if str(getattr(key, "name", key)).split(":")[0] == y_name]
     if not labels:
         pytest.skip(f"the workload's step() feeds no {y_name!r} through its session's run "
                     f"attribute, so the labels cannot be seen")
@@ -877,7 +888,7 @@ def test_initial_weights_are_scaled_by_their_inputs(rt, seed: int) -> None:
         wl.close()
     for i in range(layers):
         w, b = values[2 * i].astype(np.float64), values[2 * i + 1]
-        want = math.sqrt((2.0 if i < layers - 1 else 1.0) / n)
+        want = initial_scale(i, layers, n)
         assert abs(w.std() / want - 1) < 0.06, (
             f"seed {seed}: the initial weights of layer {i} ({n} inputs) have a standard "
             f"deviation of {w.std():.5f}, expected sqrt({2 if i < layers - 1 else 1}/{n}) = "
@@ -905,24 +916,9 @@ def test_initial_weights_reuse_no_draw_of_the_data_of_any_seed(rt) -> None:
             values = wl.session.run([w for w, _ in params])
             fan_in = [sizes["input_dim"], sizes["hidden"]]
             weights[seed] = np.concatenate([
-                (v.astype(np.float64) / math.sqrt((2.0 if i < len(params) - 1 else 1.0)
-                                                  / fan_in[i])).ravel()
+                (v.astype(np.float64) / initial_scale(i, len(params), fan_in[i])).ravel()
                 for i, v in enumerate(values)])
-            fed: list = []
-            run = wl.session.run
-
-            def recording_run(fetches, feed_dict=None, *args, **kwargs):
-                fed.append(dict(feed_dict or {}))
-                return run(fetches, feed_dict, *args, **kwargs)
-
-            wl.session.run = recording_run
-            try:
-                wl.evaluate()
-            finally:
-                del wl.session.run
-            xs = [np.asarray(value, dtype=np.float64).ravel() for feed in fed
-                  for key, value in feed.items()
-                  if str(getattr(key, "name", key)).split(":")[0] == x_name]
+            xs = [x.astype(np.float64).ravel() for x in fed_to(wl, x_name, wl.evaluate)]
             if not xs:
                 pytest.skip(f"the workload's evaluate() feeds no {x_name!r} through its "
                             f"session's run attribute, so the inputs cannot be seen")
