@@ -85,7 +85,8 @@ def certify(modules: Iterable[str], off: Iterable[str], report_dir: Path,
     # the GPU clauses (marked gpu) are deselected: they run only where a GPU is, and AntMan's
     # behaviour is pinned on the simulated device, the same on every host
     cmd = [sys.executable, "-m", "pytest", *modules, "--runtime", RUNTIME, "-m", "not gpu",
-           "-p", "no:randomly", "-p", "no:cacheprovider", "-q", "--tb=short", "--report-dir", str(report_dir),
+           "-p", "no:randomly", "-p", "no:cacheprovider", "-q", "--tb=short",
+           "--report-dir", str(report_dir),
            f"--timeout={PER_TEST_TIMEOUT_S}", f"--hypothesis-seed={HYPOTHESIS_SEED}"]
     if workers:
         cmd += ["-n", str(workers)]
